@@ -1,0 +1,1 @@
+//! Root-only integration tests: see tests/README.md
