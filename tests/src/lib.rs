@@ -1,1 +1,41 @@
-//! Root-only integration tests: see tests/README.md
+//! Root-only integration tests for `profiler`: see tests/README.md.
+//!
+//! The helpers here build the fixture programs, drive them through their
+//! stdin/stdout handshake, run the profiler, and check the kernel's state
+//! (nothing attached, target text unchanged) after it has gone.
+pub mod build;
+pub mod fixture;
+pub mod kernel;
+pub mod outputs;
+pub mod recording;
+
+pub use build::{calls_exe, rust_fixture_exe, Mangling};
+pub use fixture::{Fixture, TempDir};
+pub use kernel::{assert_nothing_attached, assert_text_unchanged, is_root, text_unchanged};
+pub use outputs::{assert_close, num, truth_fn, Outputs};
+pub use recording::{assert_error, profiler, profiler_bin, profiler_wrapped, Finished, Recording};
+
+use std::path::PathBuf;
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// Returns early from a test, printing why, unless running as root.
+/// A skipped test says so on stderr; it never passes silently.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !$crate::is_root() {
+            eprintln!(
+                "SKIP {}: needs root (eBPF uprobes); run the tests with sudo",
+                module_path!()
+            );
+            return;
+        }
+    };
+}

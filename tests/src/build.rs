@@ -1,0 +1,75 @@
+//! Builds the fixture programs once per test process into `target/fixtures/`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Symbol mangling scheme of a Rust fixture build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mangling {
+    /// rustc's default `_ZN…17h<hash>E` scheme.
+    Legacy,
+    /// `-C symbol-mangling-version=v0` (`_R…`).
+    V0,
+}
+
+fn fixtures_src() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn out_dir() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::workspace().join("target"))
+        .join("fixtures");
+    std::fs::create_dir_all(&dir).expect("create target/fixtures");
+    dir.canonicalize().expect("canonicalize target/fixtures")
+}
+
+/// Runs `cmd` writing to a temporary name, then renames it to `out` so that a
+/// running copy is never overwritten in place.
+fn build(out: &Path, mut cmd: Command, tmp_flag: &str) -> PathBuf {
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    cmd.arg(tmp_flag).arg(&tmp);
+    let res = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        res.status.success(),
+        "building {} failed: {cmd:?}\n{}",
+        out.display(),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    std::fs::rename(&tmp, out).expect("rename fixture into place");
+    out.to_path_buf()
+}
+
+/// `target/fixtures/calls`, built from `fixtures/calls.c` with gcc.
+pub fn calls_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let mut cmd = Command::new("gcc");
+        cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall"])
+            .arg(fixtures_src().join("calls.c"));
+        build(&out_dir().join("calls"), cmd, "-o")
+    })
+}
+
+/// `target/fixtures/rust_fixture` (legacy) or `rust_fixture_v0`, built with
+/// plain rustc; the crate name is `rust_fixture` in both.
+pub fn rust_fixture_exe(mangling: Mangling) -> &'static Path {
+    static LEGACY: OnceLock<PathBuf> = OnceLock::new();
+    static V0: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, name) = match mangling {
+        Mangling::Legacy => (&LEGACY, "rust_fixture"),
+        Mangling::V0 => (&V0, "rust_fixture_v0"),
+    };
+    cell.get_or_init(|| {
+        let mut cmd = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()));
+        cmd.args(["-O", "-C", "debuginfo=0", "--crate-name", "rust_fixture"]);
+        if mangling == Mangling::V0 {
+            cmd.args(["-C", "symbol-mangling-version=v0"]);
+        }
+        cmd.arg(fixtures_src().join("rust_fixture.rs"));
+        build(&out_dir().join(name), cmd, "-o")
+    })
+}

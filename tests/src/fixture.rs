@@ -1,0 +1,154 @@
+//! Guards for a fixture process and for a temporary directory.
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+/// A running fixture, stopped at its `ready` handshake. Killed on drop.
+pub struct Fixture {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// The fixture's PID, as it printed it.
+    pub pid: u32,
+    /// Absolute path of the fixture's executable.
+    pub exe: PathBuf,
+}
+
+impl Fixture {
+    /// Spawns `exe args…` and waits for its `ready <pid>` line.
+    pub fn spawn(exe: &Path, args: &[&str]) -> Fixture {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut fx = Fixture {
+            pid: child.id(),
+            child,
+            stdin,
+            lines,
+            exe: exe.to_path_buf(),
+        };
+        let ready = fx.line(Duration::from_secs(10));
+        assert_eq!(ready, format!("ready {}", fx.pid), "fixture handshake");
+        fx
+    }
+
+    fn line(&mut self, timeout: Duration) -> String {
+        self.lines.recv_timeout(timeout).unwrap_or_else(|e| {
+            let status = self.child.try_wait().ok().flatten();
+            panic!(
+                "no line from fixture {} within {timeout:?} ({e}); status {status:?}",
+                self.pid
+            )
+        })
+    }
+
+    fn send(&mut self, what: &str) {
+        let stdin = self.stdin.as_mut().expect("fixture stdin open");
+        writeln!(stdin, "{what}").expect("write to fixture stdin");
+        stdin.flush().expect("flush fixture stdin");
+    }
+
+    /// Tells the fixture to run its workload.
+    pub fn go(&mut self) {
+        self.send("go");
+    }
+
+    /// Waits for the workload to finish and returns its ground truth.
+    pub fn truth(&mut self) -> Value {
+        let line = self.line(Duration::from_secs(120));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad truth line {line:?}: {e}"))
+    }
+
+    /// Runs the workload and returns its ground truth.
+    pub fn run(&mut self) -> Value {
+        self.go();
+        self.truth()
+    }
+
+    /// Lets the fixture exit and asserts it exited 0, as it does unprofiled.
+    pub fn release(&mut self) -> ExitStatus {
+        self.send("exit");
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait fixture") {
+                assert!(status.success(), "fixture exited with {status}");
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fixture {} did not exit",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop unless the
+/// test is failing (then its path is printed to inspect the outputs).
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// Creates `$TMPDIR/profiler-tests-<pid>-<n>-<tag>`.
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("profiler-tests-{}-{n}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    /// `dir/name`.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("keeping {} for inspection", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

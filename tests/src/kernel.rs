@@ -1,0 +1,122 @@
+//! Kernel-side teardown checks (reliability.md): no programs or links of ours
+//! left behind, and the target's text equal to its ELF file.
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Names of the profiler's BPF programs (profiler-common `PROG_ENTRY`/`PROG_EXIT`).
+pub const PROG_NAMES: [&str; 2] = ["prof_entry", "prof_exit"];
+
+/// Whether the effective user is root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn bpftool(what: &str) -> Result<Value> {
+    let out = Command::new("bpftool")
+        .args(["-j", what, "list"])
+        .output()
+        .context("running bpftool (is it installed?)")?;
+    ensure!(
+        out.status.success(),
+        "bpftool {what} list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.trim().is_empty() {
+        return Ok(Value::Array(vec![]));
+    }
+    serde_json::from_str(&text).with_context(|| format!("bpftool {what} list JSON"))
+}
+
+/// Describes what of ours is still attached, or `None`.
+fn leftovers() -> Result<Option<String>> {
+    let progs = bpftool("prog")?;
+    let ours: Vec<&Value> = progs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"].as_str().is_some_and(|n| PROG_NAMES.contains(&n)))
+        .collect();
+    let ids: HashSet<u64> = ours.iter().filter_map(|p| p["id"].as_u64()).collect();
+    let links = bpftool("link")?;
+    let our_links: Vec<&Value> = links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["prog_id"].as_u64().is_some_and(|id| ids.contains(&id)))
+        .collect();
+    if ours.is_empty() && our_links.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!("programs: {ours:?}; links: {our_links:?}")))
+}
+
+/// Asserts that no `prof_entry`/`prof_exit` program or link is loaded. The
+/// kernel frees programs asynchronously after their last fd closes, so this
+/// polls for up to 3 s before failing.
+pub fn assert_nothing_attached() {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        match leftovers().expect("query bpftool") {
+            None => return,
+            Some(what) if Instant::now() > deadline => panic!("left attached: {what}"),
+            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Compares every executable mapping of `exe` in process `pid` with the bytes
+/// of the ELF file at the same offsets. A uprobe left behind (an int3, or the
+/// call of an optimized uprobe) makes them differ.
+pub fn text_unchanged(pid: u32, exe: &Path) -> Result<()> {
+    let exe = exe.canonicalize()?;
+    let file = std::fs::File::open(&exe)?;
+    let file_len = file.metadata()?.len();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).context("open /proc/PID/mem")?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut checked = 0u64;
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || Path::new(f[5]) != exe {
+            continue;
+        }
+        let (start, end) = f[0].split_once('-').context("maps range")?;
+        let start = u64::from_str_radix(start, 16)?;
+        let end = u64::from_str_radix(end, 16)?;
+        let off = u64::from_str_radix(f[2], 16)?;
+        let len = (end - start).min(file_len.saturating_sub(off)) as usize;
+        let (mut want, mut got) = (vec![0u8; len], vec![0u8; len]);
+        file.read_exact_at(&mut want, off)?;
+        mem.read_exact_at(&mut got, start)
+            .context("read /proc/PID/mem")?;
+        if let Some(i) = want.iter().zip(&got).position(|(a, b)| a != b) {
+            bail!(
+                "text differs at {:#x} (file offset {:#x}): file {:02x?}, memory {:02x?}",
+                start + i as u64,
+                off + i as u64,
+                &want[i..(i + 8).min(len)],
+                &got[i..(i + 8).min(len)]
+            );
+        }
+        checked += len as u64;
+    }
+    ensure!(
+        checked > 0,
+        "no executable mapping of {} in PID {pid}",
+        exe.display()
+    );
+    Ok(())
+}
+
+/// Panics unless [`text_unchanged`] holds.
+pub fn assert_text_unchanged(pid: u32, exe: &Path) {
+    if let Err(e) = text_unchanged(pid, exe) {
+        panic!("target text after detach: {e:#}");
+    }
+}

@@ -1,0 +1,149 @@
+//! Reading the profiler's output directory and comparing it with a fixture's
+//! ground truth.
+use serde_json::Value;
+use std::path::Path;
+
+/// The files a recording writes into `--out DIR`.
+pub struct Outputs {
+    /// functions.json, parsed.
+    pub json: Value,
+    /// report.txt.
+    pub report: String,
+    /// trace.folded.
+    pub folded: String,
+    /// flamegraph.svg.
+    pub svg: String,
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    let p = dir.join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+/// Reads field `key` of `v` as u64, panicking with context if absent.
+pub fn num(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer {key:?} in {v}"))
+}
+
+/// Asserts `got` is within 5% or 0.5 ms (whichever is larger) of `want`.
+pub fn assert_close(what: &str, got: u64, want: u64) {
+    let tol = (want / 20).max(500_000);
+    assert!(
+        got.abs_diff(want) <= tol,
+        "{what}: profiler says {got} ns, fixture measured {want} ns (tolerance {tol} ns)"
+    );
+}
+
+impl Outputs {
+    /// Loads all four outputs from `dir`.
+    pub fn load(dir: &Path) -> Outputs {
+        let json = read(dir, "functions.json");
+        let json = serde_json::from_str(&json).unwrap_or_else(|e| panic!("functions.json: {e}"));
+        Outputs {
+            json,
+            report: read(dir, "report.txt"),
+            folded: read(dir, "trace.folded"),
+            svg: read(dir, "flamegraph.svg"),
+        }
+    }
+
+    /// Top-level field as u64.
+    pub fn get(&self, key: &str) -> u64 {
+        num(&self.json, key)
+    }
+
+    /// Entries of `functions` whose name is `name` or, for generics
+    /// (`render::<u32>`), starts with `name::<`.
+    pub fn functions(&self, name: &str) -> Vec<&Value> {
+        entries(&self.json["functions"], name)
+    }
+
+    /// Sum of `key` over [`Outputs::functions`]`(name)`; panics if none.
+    pub fn sum(&self, name: &str, key: &str) -> u64 {
+        let fs = self.functions(name);
+        assert!(
+            !fs.is_empty(),
+            "no function {name:?} in functions.json: {}",
+            self.names()
+        );
+        fs.iter().map(|f| num(f, key)).sum()
+    }
+
+    /// Names listed in `functions`, for messages.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.json["functions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["name"].as_str())
+            .collect();
+        names.join(", ")
+    }
+
+    /// The `threads` entry with this tid.
+    pub fn thread(&self, tid: u64) -> &Value {
+        self.json["threads"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["tid"].as_u64() == Some(tid)))
+            .unwrap_or_else(|| panic!("no thread {tid} in {}", self.json["threads"]))
+    }
+
+    /// Asserts exact call counts and close inclusive totals for every
+    /// function of the fixture's `truth`, overall and per thread.
+    pub fn assert_matches_truth(&self, truth: &Value, per_thread: bool) {
+        for f in truth["functions"].as_array().expect("truth functions") {
+            let name = f["name"].as_str().unwrap();
+            assert_eq!(self.sum(name, "calls"), num(f, "calls"), "calls of {name}");
+            let want = num(f, "total_ns");
+            if want > 0 {
+                assert_close(
+                    &format!("total_ns of {name}"),
+                    self.sum(name, "total_ns"),
+                    want,
+                );
+            }
+        }
+        if !per_thread {
+            return;
+        }
+        for t in truth["threads"].as_array().expect("truth threads") {
+            let tid = num(t, "tid");
+            let got = self.thread(tid);
+            for f in t["functions"].as_array().unwrap() {
+                let name = f["name"].as_str().unwrap();
+                let fs = entries(&got["functions"], name);
+                let calls: u64 = fs.iter().map(|g| num(g, "calls")).sum();
+                assert_eq!(calls, num(f, "calls"), "calls of {name} in thread {tid}");
+                let total: u64 = fs.iter().map(|g| num(g, "total_ns")).sum();
+                assert_close(
+                    &format!("total_ns of {name} in {tid}"),
+                    total,
+                    num(f, "total_ns"),
+                );
+            }
+        }
+    }
+}
+
+fn entries<'a>(list: &'a Value, name: &str) -> Vec<&'a Value> {
+    let generic = format!("{name}::<");
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| {
+            f["name"]
+                .as_str()
+                .is_some_and(|n| n == name || n.starts_with(&generic))
+        })
+        .collect()
+}
+
+/// Looks up function `name` in the fixture's truth.
+pub fn truth_fn<'a>(truth: &'a Value, name: &str) -> &'a Value {
+    truth["functions"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} in truth {truth}"))
+}

@@ -1,0 +1,56 @@
+//! A recursive function (depth 10, under the kernel's 64-deep uretprobe
+//! limit): every call counted, outermost time not double counted.
+use profiler_tests::*;
+
+#[test]
+fn recursion_counts_and_outermost_total() {
+    require_root!();
+    let out = TempDir::new("recursion");
+    let mut fx = Fixture::spawn(calls_exe(), &["recursion"]);
+    let rec = Recording::start(fx.pid, out.path(), &["--func", "rec_fn"]);
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_nothing_attached();
+    assert_text_unchanged(fx.pid, &fx.exe);
+    fx.release();
+
+    let o = Outputs::load(out.path());
+    let t = truth_fn(&truth, "rec_fn");
+    assert_eq!(num(t, "calls"), 200, "fixture: 20 outer calls of depth 10");
+    o.assert_matches_truth(&truth, true);
+    assert_eq!(o.get("unfinished_frames"), 0);
+    assert_eq!(o.get("orphan_exits"), 0);
+    let f = o.functions("rec_fn")[0];
+    let total = num(f, "total_ns");
+    // rec_fn has no other traced child: its self time over all invocations
+    // adds up to the outermost inclusive time.
+    let self_ns = num(f, "self_ns");
+    assert!(
+        self_ns.abs_diff(total) <= total / 100,
+        "self {self_ns} vs total {total}"
+    );
+    // max is an outermost call, min an innermost one (a tenth of it or so).
+    let (max, want) = (num(f, "max_ns"), num(t, "max_ns"));
+    assert!(
+        max.abs_diff(want) <= (want / 10).max(100_000),
+        "max {max} vs fixture {want}"
+    );
+    assert!(
+        num(f, "min_ns") < max / 5,
+        "min {} vs max {max}",
+        num(f, "min_ns")
+    );
+    let chain = format!("calls{}", ";rec_fn".repeat(10));
+    assert!(
+        o.folded
+            .lines()
+            .any(|l| l.starts_with(&format!("{chain} "))),
+        "no 10-deep rec_fn chain in trace.folded:\n{}",
+        o.folded
+    );
+    assert!(
+        !o.folded.contains(&format!("{chain};rec_fn")),
+        "chain deeper than 10"
+    );
+}
