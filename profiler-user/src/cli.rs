@@ -1,0 +1,175 @@
+//! Command-line interface: clap derive structs and value parsers.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+/// Finds out why a program's main thread stalls: eBPF uprobes on function
+/// entry and exit, exact per-thread call stacks, reports and flame graphs.
+#[derive(Debug, Parser)]
+#[command(name = "profiler", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace function entries and exits of a running process.
+    Record(RecordArgs),
+    /// List the functions a selection would probe, without attaching.
+    List(ListArgs),
+}
+
+/// Which process to trace.
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// PID of the running process to attach to.
+    #[arg(long, short = 'p', value_parser = parse_pid)]
+    pub pid: u32,
+}
+
+/// Which functions to probe.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SelectArgs {
+    /// Probe functions whose demangled or raw name matches this glob
+    /// (repeatable). Without it, the main executable's functions are chosen.
+    #[arg(long = "func", short = 'f', value_name = "GLOB")]
+    pub funcs: Vec<String>,
+    /// Leave out functions matching this glob (repeatable).
+    #[arg(long = "exclude", short = 'x', value_name = "GLOB")]
+    pub excludes: Vec<String>,
+    /// Also search this shared library mapped by the target: a path, a file
+    /// name, or a prefix such as `libc` (repeatable).
+    #[arg(long = "lib", short = 'l', value_name = "NAME_OR_PATH")]
+    pub libs: Vec<String>,
+    /// Probe at most this many functions. Each probed call costs about 4 µs
+    /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub max_funcs: usize,
+}
+
+/// `profiler record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Directory for the outputs (created if missing).
+    #[arg(long, short = 'o', default_value = "prof", value_name = "DIR")]
+    pub out: PathBuf,
+    /// Stop after this long (e.g. 500ms, 10s, 2m). Otherwise stop on Ctrl-C,
+    /// SIGTERM or when the target exits.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Size of the kernel-to-agent ring buffer in bytes (K/M suffixes); a
+    /// power of two, at least 4K. Each event takes 24 bytes.
+    #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
+    pub ring_size: u32,
+}
+
+/// `profiler list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub select: SelectArgs,
+}
+
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) | Err(_) => Err(format!("{s:?} is not a PID: give a positive integer")),
+        Ok(pid) => Ok(pid),
+    }
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}: use e.g. 500ms, 10s, 2m"))?;
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "bad duration unit {unit:?} in {s:?}: use ns, us, ms, s, m or h"
+            ))
+        }
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("bad duration {s:?}: must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a byte size with an optional K/M/G suffix.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("bad size {s:?}: use bytes with an optional K, M or G suffix"))
+}
+
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n = parse_size(s)?;
+    if n < 4096 || !n.is_power_of_two() || n > (1 << 30) {
+        return Err(format!(
+            "ring size {s} must be a power of two between 4K and 1G"
+        ));
+    }
+    Ok(n as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4K").unwrap(), 4096);
+        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_ring_size("4096").unwrap(), 4096);
+        assert!(parse_ring_size("5000").is_err());
+        assert!(parse_ring_size("1K").is_err());
+        assert!(parse_pid("0").is_err());
+        assert!(parse_pid("abc").is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! The errors a user can meet. Each message says what went wrong and what to
+//! do about it, on one line.
+use std::path::PathBuf;
+
+/// Everything `profiler` can refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The PID names no live process.
+    #[error("no process with PID {0}: check the PID with `pgrep` or `ps`")]
+    NoSuchProcess(u32),
+    /// The target exited or was replaced while we were setting up.
+    #[error("PID {0} exited while attaching; start it again and retry")]
+    TargetGone(u32),
+    /// The agent lacks a capability it needs.
+    #[error(
+        "missing capability {missing}: tracing needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN \
+         (uprobe perf events need CAP_SYS_ADMIN on this kernel); run it as root, e.g. with sudo"
+    )]
+    MissingCapability {
+        /// Names of the missing capabilities, comma-separated.
+        missing: String,
+    },
+    /// A `--func`/`--exclude` glob does not parse.
+    #[error(
+        "bad pattern {pattern:?}: {reason}; use shell-style globs such as 'parse_*' or 'ns::*'"
+    )]
+    BadPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// Why it did not parse.
+        reason: String,
+    },
+    /// No function matched the selection.
+    #[error("no function matches {what} in {where_}; run `profiler list --pid {pid}` to see the candidates")]
+    NoMatch {
+        /// The selection, as the user gave it.
+        what: String,
+        /// The binaries searched.
+        where_: String,
+        /// The target PID.
+        pid: u32,
+    },
+    /// `--lib` names nothing mapped by the target.
+    #[error("library {0:?} is not mapped by PID {1}; see /proc/{1}/maps for what it has loaded")]
+    NoSuchLibrary(String, u32),
+    /// A binary could not be read or parsed as ELF.
+    #[error("cannot read ELF symbols from {path}: {reason}")]
+    BadElf {
+        /// The binary.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// An output file or directory could not be created or written.
+    #[error("cannot write {path}: {reason}; choose another --out directory")]
+    Output {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The output path, or a file inside it, is a symlink: refused for safety.
+    #[error("refusing to write through symlink {0}: remove it or choose another --out directory")]
+    Symlink(PathBuf),
+    /// The eBPF object could not be loaded (the verifier log is included).
+    #[error("loading the eBPF programs failed: {0}")]
+    Load(String),
+    /// A probe could not be attached.
+    #[error("attaching a probe to {func} in {binary} at {offset:#x} failed: {reason}")]
+    Attach {
+        /// Function name.
+        func: String,
+        /// Binary path.
+        binary: PathBuf,
+        /// File offset.
+        offset: u64,
+        /// The kernel's answer.
+        reason: String,
+    },
+    /// Invalid combination or value of options.
+    #[error("{0}")]
+    Usage(String),
+    /// Any other I/O failure, with context.
+    #[error("{context}: {source}")]
+    Io {
+        /// What we were doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Shorthand for results carrying [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps an I/O error with what we were doing.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The profiler's agent as a library; `main.rs` is a thin CLI over it.
+//! See ARCHITECTURE.md for how data flows through these modules.
+pub mod calltree;
+pub mod caps;
+pub mod cli;
+pub mod collector;
+pub mod error;
+pub mod output;
+pub mod probes;
+pub mod record;
+pub mod report;
+pub mod select;
+pub mod stacks;
+pub mod status;
+pub mod symbols;
+pub mod target;
+
+pub use error::{Error, Result};

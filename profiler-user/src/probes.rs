@@ -1,0 +1,201 @@
+//! Loads the eBPF object, attaches the entry/exit uprobes by file offset
+//! (cookie = function index, scope = the target PID), and reads the
+//! per-CPU counters. Dropping [`Probes`] detaches everything: the links are
+//! BPF links owned by file descriptors, so nothing outlives the agent, even
+//! after SIGKILL.
+use std::{num::NonZeroU32, time::Instant};
+
+use aya::{
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        ProgramError, UProbe,
+    },
+    Ebpf, EbpfLoader,
+};
+use profiler_common::{
+    COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
+    TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
+};
+
+use crate::{select::Selection, Error, Result};
+
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+/// Renders an error and its sources as one line.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let next = e.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = e.source();
+    }
+    s
+}
+
+fn load_error(e: ProgramError) -> Error {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => Error::Load(format!("{io_error}; verifier log:\n{verifier_log}")),
+        other => Error::Load(chain(&other)),
+    }
+}
+
+/// The counters the kernel side keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Events dropped because the ring buffer was full.
+    pub lost: u64,
+    /// Probe hits from other processes, filtered out.
+    pub foreign: u64,
+}
+
+/// Loaded programs and their links.
+pub struct Probes {
+    ebpf: Ebpf,
+    /// How long attaching took.
+    pub attach_ms: u128,
+    /// Functions that could not be probed, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+impl Probes {
+    /// Loads the programs for process `tgid` with a ring of `ring_size` bytes.
+    pub fn load(tgid: u32, ring_size: u32) -> Result<Self> {
+        // Wake the agent only when a quarter of the ring is pending; the
+        // agent's drain timer picks up the rest.
+        let wakeup_bytes = u64::from(ring_size / 4);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(TARGET_TGID_GLOBAL, &tgid, true)
+            .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
+            .map_max_entries(EVENTS_MAP, ring_size)
+            .load(EBPF_OBJECT)
+            .map_err(|e| Error::Load(chain(&e)))?;
+        for name in [PROG_ENTRY, PROG_EXIT] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
+            prog.load().map_err(load_error)?;
+        }
+        Ok(Probes {
+            ebpf,
+            attach_ms: 0,
+            failed: Vec::new(),
+        })
+    }
+
+    /// Attaches return probes, then entry probes, to every selected
+    /// function. Returns first so that a call entered mid-attach shows up as
+    /// an orphan exit (counted) rather than as a frame that never closes.
+    /// Returns the number of functions probed.
+    pub fn attach(&mut self, sel: &Selection, pid: u32) -> Result<usize> {
+        assert!(sel.funcs.len() <= MAX_FUNCS as usize);
+        let start = Instant::now();
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid > 0"));
+        let mut ok = vec![true; sel.funcs.len()];
+        for name in [PROG_EXIT, PROG_ENTRY] {
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+            for (i, f) in sel.funcs.iter().enumerate() {
+                if !ok[i] {
+                    continue;
+                }
+                let point = UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(f.offset),
+                    cookie: Some(i as u64),
+                };
+                let bin = &sel.binaries[f.binary as usize];
+                if let Err(e) = prog.attach(point, &bin.open_path, scope) {
+                    let reason = chain(&e);
+                    if reason.contains("Operation not permitted") {
+                        return Err(Error::MissingCapability {
+                            missing: "CAP_SYS_ADMIN".into(),
+                        });
+                    }
+                    if reason.contains("No such process") || reason.contains("No such file") {
+                        return Err(Error::TargetGone(pid));
+                    }
+                    ok[i] = false;
+                    self.failed.push((f.name.clone(), reason));
+                }
+            }
+        }
+        self.attach_ms = start.elapsed().as_millis();
+        let attached = ok.iter().filter(|&&b| b).count();
+        if attached == 0 {
+            let (func, reason) = self.failed.first().cloned().unwrap_or_default();
+            let f = &sel.funcs[0];
+            return Err(Error::Attach {
+                func,
+                binary: sel.binaries[f.binary as usize].path.clone(),
+                offset: f.offset,
+                reason,
+            });
+        }
+        Ok(attached)
+    }
+
+    /// Takes the ring buffer out, so it outlives the programs.
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self
+            .ebpf
+            .take_map(EVENTS_MAP)
+            .ok_or_else(|| Error::Load("no EVENTS map".into()))?;
+        RingBuf::try_from(map).map_err(|e| Error::Load(chain(&e)))
+    }
+
+    /// Takes the counters out, so they outlive the programs.
+    pub fn take_counters(&mut self) -> Result<CounterMap> {
+        let map = self
+            .ebpf
+            .take_map(COUNTERS_MAP)
+            .ok_or_else(|| Error::Load("no COUNTERS map".into()))?;
+        Ok(CounterMap(
+            PerCpuArray::try_from(map).map_err(|e| Error::Load(chain(&e)))?,
+        ))
+    }
+}
+
+/// The per-CPU counter map.
+pub struct CounterMap(PerCpuArray<MapData, u64>);
+
+impl CounterMap {
+    /// Sums every counter over all CPUs.
+    pub fn read(&self) -> Counters {
+        let sum = |idx: u32| {
+            self.0
+                .get(&idx, 0)
+                .map(|v| v.iter().sum::<u64>())
+                .unwrap_or(0)
+        };
+        Counters {
+            lost: sum(COUNTER_LOST),
+            foreign: sum(COUNTER_FOREIGN),
+        }
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| Error::Load(format!("program {name} missing from the eBPF object")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))
+}
+
+/// Raises the open-file limit to its hard maximum: every probe holds a perf
+/// event and a link descriptor.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

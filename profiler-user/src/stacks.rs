@@ -1,0 +1,328 @@
+//! Rebuilds each thread's call stack from entry/exit events (a shadow stack
+//! per thread) and aggregates completed calls per function and per path.
+//!
+//! Pairing rule: an exit pairs with the nearest open entry of the same
+//! function. If there is none, the exit is an orphan: counted, and the stack
+//! is left intact (never "pop until match"). Frames above the matched one
+//! lost their exits (a lost event, longjmp, an exception): they are counted
+//! as unfinished and never given invented durations. So are frames still
+//! open at the end.
+use std::collections::HashMap;
+
+use profiler_common::{Event, KIND_ENTRY, KIND_EXIT};
+
+use crate::calltree::{CallTree, NodeId, ROOT};
+
+/// Aggregate of one function's completed invocations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    /// Completed invocations.
+    pub calls: u64,
+    /// Inclusive time of outermost invocations (recursion is not counted twice).
+    pub total_ns: u64,
+    /// Self time (inclusive minus traced children), all invocations.
+    pub self_ns: u64,
+    /// Shortest inclusive duration of one invocation.
+    pub min_ns: u64,
+    /// Longest inclusive duration of one invocation.
+    pub max_ns: u64,
+    /// Sum of every invocation's inclusive duration (for the average).
+    pub sum_ns: u64,
+    /// Invocations that never completed (still open, or their exit was lost).
+    pub unfinished: u64,
+}
+
+impl FuncStats {
+    fn complete(&mut self, dur: u64, self_ns: u64, outermost: bool) {
+        self.min_ns = if self.calls == 0 {
+            dur
+        } else {
+            self.min_ns.min(dur)
+        };
+        self.max_ns = self.max_ns.max(dur);
+        self.calls += 1;
+        self.sum_ns += dur;
+        self.self_ns += self_ns;
+        if outermost {
+            self.total_ns += dur;
+        }
+    }
+
+    /// Mean inclusive duration per invocation.
+    pub fn avg_ns(&self) -> u64 {
+        self.sum_ns.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    func: u32,
+    node: NodeId,
+    entry_ns: u64,
+    child_ns: u64,
+    outermost: bool,
+}
+
+/// One thread's state.
+#[derive(Debug, Default)]
+pub struct ThreadState {
+    /// Thread id.
+    pub tid: u32,
+    /// Events seen from this thread.
+    pub events: u64,
+    /// Exits that matched no open entry.
+    pub orphan_exits: u64,
+    /// Frames that never completed.
+    pub unfinished_frames: u64,
+    /// The thread's name when first seen.
+    pub name: Option<String>,
+    /// The thread's call paths.
+    pub tree: CallTree,
+    stack: Vec<Frame>,
+}
+
+impl ThreadState {
+    /// Current depth of the shadow stack.
+    pub fn depth(&self) -> usize {
+        self.stack.len()
+    }
+}
+
+/// Shadow stacks of every thread, plus per-function aggregates.
+#[derive(Debug)]
+pub struct Stacks {
+    /// Per function index.
+    pub funcs: Vec<FuncStats>,
+    /// Events decoded.
+    pub events: u64,
+    /// Events whose function index was out of range (should stay 0).
+    pub invalid_events: u64,
+    threads: HashMap<u32, ThreadState>,
+    new_tids: Vec<u32>,
+}
+
+impl Stacks {
+    /// State for `nfuncs` probed functions.
+    pub fn new(nfuncs: usize) -> Self {
+        Stacks {
+            funcs: vec![FuncStats::default(); nfuncs],
+            events: 0,
+            invalid_events: 0,
+            threads: HashMap::new(),
+            new_tids: Vec::new(),
+        }
+    }
+
+    /// Applies one event.
+    #[inline]
+    pub fn on_event(&mut self, ev: &Event) {
+        self.events += 1;
+        let func = ev.func();
+        if func as usize >= self.funcs.len() {
+            self.invalid_events += 1;
+            return;
+        }
+        let t = self.threads.entry(ev.tid).or_insert_with(|| ThreadState {
+            tid: ev.tid,
+            ..Default::default()
+        });
+        t.events += 1;
+        match ev.kind() {
+            KIND_ENTRY => {
+                let parent = t.stack.last().map_or(ROOT, |f| f.node);
+                let node = t.tree.child(parent, func);
+                let outermost = !t.stack.iter().any(|f| f.func == func);
+                t.stack.push(Frame {
+                    func,
+                    node,
+                    entry_ns: ev.ts_ns,
+                    child_ns: 0,
+                    outermost,
+                });
+            }
+            KIND_EXIT => {
+                let Some(pos) = t.stack.iter().rposition(|f| f.func == func) else {
+                    t.orphan_exits += 1;
+                    return;
+                };
+                for lost in t.stack.drain(pos + 1..) {
+                    self.funcs[lost.func as usize].unfinished += 1;
+                    t.unfinished_frames += 1;
+                }
+                let f = t.stack.pop().expect("pos is in the stack");
+                let dur = ev.ts_ns.saturating_sub(f.entry_ns);
+                let self_ns = dur.saturating_sub(f.child_ns);
+                self.funcs[func as usize].complete(dur, self_ns, f.outermost);
+                t.tree.complete(f.node, dur, self_ns);
+                if let Some(parent) = t.stack.last_mut() {
+                    parent.child_ns += dur;
+                }
+            }
+            _ => self.invalid_events += 1,
+        }
+    }
+
+    /// Names the threads first seen since the last call, with `lookup`.
+    pub fn name_new_threads(&mut self, lookup: impl Fn(u32) -> Option<String>) {
+        for tid in self.new_tids.drain(..) {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.name = lookup(tid);
+            }
+        }
+    }
+
+    /// Marks every frame still open as unfinished. Call once, at the end.
+    pub fn finish(&mut self) {
+        for t in self.threads.values_mut() {
+            for f in t.stack.drain(..) {
+                self.funcs[f.func as usize].unfinished += 1;
+                t.unfinished_frames += 1;
+            }
+        }
+    }
+
+    /// Threads seen, by tid.
+    pub fn threads(&self) -> impl Iterator<Item = &ThreadState> {
+        self.threads.values()
+    }
+
+    /// Number of threads seen.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Exits that matched no open entry, over all threads.
+    pub fn orphan_exits(&self) -> u64 {
+        self.threads.values().map(|t| t.orphan_exits).sum()
+    }
+
+    /// Frames that never completed, over all threads.
+    pub fn unfinished_frames(&self) -> u64 {
+        self.threads.values().map(|t| t.unfinished_frames).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts: u64, tid: u32, kind: u32, func: u32) -> Event {
+        Event {
+            ts_ns: ts,
+            tid,
+            word: Event::pack(kind, func),
+        }
+    }
+    fn run(n: usize, evs: &[(u64, u32, u32, u32)]) -> Stacks {
+        let mut s = Stacks::new(n);
+        for &(ts, tid, kind, func) in evs {
+            s.on_event(&ev(ts, tid, kind, func));
+        }
+        s
+    }
+    const E: u32 = KIND_ENTRY;
+    const X: u32 = KIND_EXIT;
+
+    #[test]
+    fn nested_calls_give_total_and_self() {
+        // a(0..100) { b(10..40) b(50..90) }
+        let s = run(
+            2,
+            &[
+                (0, 1, E, 0),
+                (10, 1, E, 1),
+                (40, 1, X, 1),
+                (50, 1, E, 1),
+                (90, 1, X, 1),
+                (100, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 30);
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].total_ns, 70);
+        assert_eq!(
+            (s.funcs[1].min_ns, s.funcs[1].max_ns, s.funcs[1].avg_ns()),
+            (30, 40, 35)
+        );
+        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+    }
+
+    #[test]
+    fn recursion_counts_outermost_total_once() {
+        // r(0..100) { r(10..60) { r(20..30) } }
+        let s = run(
+            1,
+            &[
+                (0, 1, E, 0),
+                (10, 1, E, 0),
+                (20, 1, E, 0),
+                (30, 1, X, 0),
+                (60, 1, X, 0),
+                (100, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.funcs[0].calls, 3);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 100);
+        assert_eq!(s.funcs[0].max_ns, 100);
+        assert_eq!(s.funcs[0].min_ns, 10);
+    }
+
+    #[test]
+    fn orphan_exit_leaves_stack_intact() {
+        // a opens, an exit of b arrives with no b open, then a closes.
+        let s = run(
+            2,
+            &[
+                (0, 1, E, 0),
+                (5, 1, X, 1),
+                (10, 1, E, 1),
+                (20, 1, X, 1),
+                (30, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.orphan_exits(), 1);
+        assert_eq!(s.funcs[0].total_ns, 30);
+        assert_eq!(s.funcs[0].self_ns, 20);
+        assert_eq!(s.funcs[1].calls, 1);
+    }
+
+    #[test]
+    fn lost_exit_marks_inner_frame_unfinished() {
+        // a { b (exit lost) } : a's duration is unchanged; b is unfinished.
+        let s = run(2, &[(0, 1, E, 0), (10, 1, E, 1), (50, 1, X, 0)]);
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 50);
+        assert_eq!(s.funcs[1].calls, 0);
+        assert_eq!(s.funcs[1].unfinished, 1);
+        assert_eq!(s.unfinished_frames(), 1);
+    }
+
+    #[test]
+    fn open_frames_at_end_are_unfinished_not_invented() {
+        let mut s = run(1, &[(0, 1, E, 0), (10, 2, E, 0), (20, 2, X, 0)]);
+        s.finish();
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 10);
+        assert_eq!(s.funcs[0].unfinished, 1);
+        assert_eq!(s.thread_count(), 2);
+    }
+
+    #[test]
+    fn threads_are_independent() {
+        let s = run(
+            1,
+            &[(0, 1, E, 0), (5, 2, E, 0), (10, 1, X, 0), (25, 2, X, 0)],
+        );
+        assert_eq!(s.funcs[0].calls, 2);
+        assert_eq!(s.funcs[0].total_ns, 30);
+    }
+
+    #[test]
+    fn out_of_range_function_is_counted_invalid() {
+        let s = run(1, &[(0, 1, E, 7)]);
+        assert_eq!(s.invalid_events, 1);
+    }
+}
