@@ -13,12 +13,19 @@ pub const TARGET_TGID_GLOBAL: &str = "TARGET_TGID";
 /// submitted while less than this much is pending does not wake the agent.
 pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
 
-/// Events that could not be reserved in the ring buffer (it was full).
+/// LRU hash of thread ids already announced with a [`CommEvent`].
+pub const SEEN_THREADS_MAP: &str = "SEEN_THREADS";
+/// Capacity of [`SEEN_THREADS_MAP`].
+pub const SEEN_THREADS_CAPACITY: u32 = 16384;
+
+/// Entry/exit events that could not be reserved in the ring buffer (it was full).
 pub const COUNTER_LOST: u32 = 0;
 /// Probe hits that were filtered out because they came from another process.
 pub const COUNTER_FOREIGN: u32 = 1;
+/// Thread-name events that could not be reserved (the ring was full).
+pub const COUNTER_LOST_COMM: u32 = 2;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 2;
+pub const COUNTER_COUNT: u32 = 3;
 
 /// Name of the entry uprobe program.
 pub const PROG_ENTRY: &str = "prof_entry";
@@ -29,6 +36,8 @@ pub const PROG_EXIT: &str = "prof_exit";
 pub const KIND_ENTRY: u32 = 0;
 /// A function returned.
 pub const KIND_EXIT: u32 = 1;
+/// A thread seen for the first time: a [`CommEvent`] with its name.
+pub const KIND_COMM: u32 = 2;
 /// Bits of [`Event::word`] that hold the function index.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
@@ -66,8 +75,22 @@ impl Event {
     }
 }
 
+/// A thread's first appearance, with its name: 32 bytes. Sent once per
+/// thread (per [`SEEN_THREADS_MAP`] eviction), so that threads which exit
+/// before the agent can read `/proc` still have names.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommEvent {
+    /// Header; its kind is [`KIND_COMM`] and its function index is 0.
+    pub event: Event,
+    /// `bpf_get_current_comm()`, NUL-padded.
+    pub comm: [u8; 16],
+}
+
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for Event {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for CommEvent {}
 
 #[cfg(test)]
 mod tests {
@@ -76,6 +99,7 @@ mod tests {
     #[test]
     fn event_is_16_bytes_and_packs() {
         assert_eq!(core::mem::size_of::<Event>(), 16);
+        assert_eq!(core::mem::size_of::<CommEvent>(), 32);
         let e = Event {
             ts_ns: 1,
             tid: 2,

@@ -6,13 +6,19 @@
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated::bpf_get_attach_cookie},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        generated::bpf_get_attach_cookie,
+    },
     macros::{map, uprobe, uretprobe},
-    maps::{PerCpuArray, RingBuf},
+    maps::{LruHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
     EbpfContext, Global,
 };
-use profiler_common::{Event, COUNTER_COUNT, COUNTER_FOREIGN, COUNTER_LOST, KIND_ENTRY, KIND_EXIT};
+use profiler_common::{
+    CommEvent, Event, COUNTER_COUNT, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM, KIND_COMM,
+    KIND_ENTRY, KIND_EXIT, SEEN_THREADS_CAPACITY,
+};
 
 /// Set by the agent at load time: the traced process's tgid.
 #[unsafe(no_mangle)]
@@ -31,6 +37,32 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
+
+#[map(name = "SEEN_THREADS")]
+static SEEN_THREADS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(SEEN_THREADS_CAPACITY, 0);
+
+/// Announces a thread the first time it hits a probe, with its name.
+#[inline(always)]
+fn announce_thread(tid: u32, ts_ns: u64) {
+    if unsafe { SEEN_THREADS.get(&tid) }.is_some() {
+        return;
+    }
+    let _ = SEEN_THREADS.insert(&tid, &0, 0);
+    match EVENTS.reserve::<CommEvent>(0) {
+        Some(mut slot) => {
+            slot.write(CommEvent {
+                event: Event {
+                    ts_ns,
+                    tid,
+                    word: Event::pack(KIND_COMM, 0),
+                },
+                comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            });
+            slot.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => bump(COUNTER_LOST_COMM),
+    }
+}
 
 #[inline(always)]
 fn bump(counter: u32) {
@@ -52,11 +84,14 @@ fn emit<C: EbpfContext>(ctx: &C, kind: u32) {
         return;
     }
     let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    let tid = pid_tgid as u32;
+    announce_thread(tid, ts_ns);
     match EVENTS.reserve::<Event>(0) {
         Some(mut slot) => {
             slot.write(Event {
-                ts_ns: unsafe { bpf_ktime_get_ns() },
-                tid: pid_tgid as u32,
+                ts_ns,
+                tid,
                 word: Event::pack(kind, func),
             });
             let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);

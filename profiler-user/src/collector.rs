@@ -8,7 +8,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::Event;
+use profiler_common::{CommEvent, Event, KIND_COMM};
 use tokio::{
     io::{unix::AsyncFd, Interest},
     signal::unix::{signal, SignalKind},
@@ -54,10 +54,19 @@ pub fn drain(ring: &mut RingBuf<MapData>, stacks: &mut Stacks, pid: u32) {
 #[inline]
 fn drain_events(ring: &mut RingBuf<MapData>, stacks: &mut Stacks) {
     while let Some(item) = ring.next() {
-        if item.len() >= std::mem::size_of::<Event>() {
-            // SAFETY: the record holds at least one `Event`, written by the
-            // kernel program; `read_unaligned` copes with any alignment.
-            let ev = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Event) };
+        if item.len() < size_of::<Event>() {
+            continue;
+        }
+        // SAFETY: the record holds at least one `Event`, written by the
+        // kernel program; `read_unaligned` copes with any alignment.
+        let ev = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Event) };
+        if ev.kind() == KIND_COMM {
+            if item.len() >= size_of::<CommEvent>() {
+                // SAFETY: as above, for the longer record.
+                let c = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const CommEvent) };
+                stacks.on_comm(&c);
+            }
+        } else {
             stacks.on_event(&ev);
         }
     }

@@ -28,8 +28,8 @@ pub const OUTPUT_FILES: &[&str] = &[
 /// Runs `profiler record`.
 pub fn record(args: &RecordArgs) -> Result<()> {
     select::compile(&args.select)?;
-    let target = Target::open(args.target.pid)?;
     caps::check()?;
+    let target = Target::open(args.target.pid)?;
     let out = OutDir::prepare(&args.out, OUTPUT_FILES)?;
     let sel = select::select(&target, &args.select)?;
     if sel.capped > 0 {

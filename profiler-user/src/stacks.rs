@@ -9,7 +9,7 @@
 //! open at the end.
 use std::collections::HashMap;
 
-use profiler_common::{Event, KIND_ENTRY, KIND_EXIT};
+use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
 
 use crate::calltree::{CallTree, NodeId, ROOT};
 
@@ -113,6 +113,24 @@ impl Stacks {
         }
     }
 
+    /// Records a thread's name as the kernel saw it on its first event.
+    pub fn on_comm(&mut self, c: &CommEvent) {
+        let len = c.comm.iter().position(|&b| b == 0).unwrap_or(c.comm.len());
+        let name = String::from_utf8_lossy(&c.comm[..len]).into_owned();
+        self.thread(c.event.tid).name = Some(name);
+    }
+
+    fn thread(&mut self, tid: u32) -> &mut ThreadState {
+        let new_tids = &mut self.new_tids;
+        self.threads.entry(tid).or_insert_with(|| {
+            new_tids.push(tid);
+            ThreadState {
+                tid,
+                ..Default::default()
+            }
+        })
+    }
+
     /// Applies one event.
     #[inline]
     pub fn on_event(&mut self, ev: &Event) {
@@ -122,9 +140,14 @@ impl Stacks {
             self.invalid_events += 1;
             return;
         }
-        let t = self.threads.entry(ev.tid).or_insert_with(|| ThreadState {
-            tid: ev.tid,
-            ..Default::default()
+        let funcs = &mut self.funcs;
+        let new_tids = &mut self.new_tids;
+        let t = self.threads.entry(ev.tid).or_insert_with(|| {
+            new_tids.push(ev.tid);
+            ThreadState {
+                tid: ev.tid,
+                ..Default::default()
+            }
         });
         t.events += 1;
         match ev.kind() {
@@ -146,13 +169,13 @@ impl Stacks {
                     return;
                 };
                 for lost in t.stack.drain(pos + 1..) {
-                    self.funcs[lost.func as usize].unfinished += 1;
+                    funcs[lost.func as usize].unfinished += 1;
                     t.unfinished_frames += 1;
                 }
                 let f = t.stack.pop().expect("pos is in the stack");
                 let dur = ev.ts_ns.saturating_sub(f.entry_ns);
                 let self_ns = dur.saturating_sub(f.child_ns);
-                self.funcs[func as usize].complete(dur, self_ns, f.outermost);
+                funcs[func as usize].complete(dur, self_ns, f.outermost);
                 t.tree.complete(f.node, dur, self_ns);
                 if let Some(parent) = t.stack.last_mut() {
                     parent.child_ns += dur;
@@ -163,10 +186,12 @@ impl Stacks {
     }
 
     /// Names the threads first seen since the last call, with `lookup`.
+    /// A name read now wins over the kernel's first sighting (threads often
+    /// rename themselves right after they start).
     pub fn name_new_threads(&mut self, lookup: impl Fn(u32) -> Option<String>) {
         for tid in self.new_tids.drain(..) {
-            if let Some(t) = self.threads.get_mut(&tid) {
-                t.name = lookup(tid);
+            if let (Some(t), Some(name)) = (self.threads.get_mut(&tid), lookup(tid)) {
+                t.name = Some(name);
             }
         }
     }
