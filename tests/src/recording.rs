@@ -177,10 +177,16 @@ impl Recording {
         self.run.child.id()
     }
 
+    /// Sends `signal` to the profiler (e.g. `SIGSTOP` to pause its consumer).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: plain kill(2) on our own child, which has not been reaped.
+        let rc = unsafe { libc::kill(self.pid() as i32, signal) };
+        assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
+    }
+
     /// Sends `signal` (e.g. `libc::SIGINT`) and waits for the profiler to exit.
     pub fn stop(mut self, signal: i32) -> Finished {
-        // SAFETY: plain kill(2) on our own child, which has not been reaped.
-        unsafe { libc::kill(self.pid() as i32, signal) };
+        self.signal(signal);
         self.run.wait(TIMEOUT)
     }
 

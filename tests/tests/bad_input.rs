@@ -139,22 +139,40 @@ fn bad_pattern() {
     );
 }
 
+/// A bad `--ring-size` is rejected by the argument parser (clap's usage
+/// error: exit 2, `error: invalid value …`), so only a non-zero exit and a
+/// message naming the rule are required here.
 #[test]
 fn bad_ring_size() {
     require_root!();
     let out = TempDir::new("badring");
     let o = out.path().to_str().unwrap();
+    let fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let pid = fx.pid.to_string();
     for size in ["5000", "2048", "3K"] {
-        let fin = record_error(
-            &["--func", "tree_*", "--ring-size", size, "--out", o],
-            "",
-            true,
+        let args = [
+            "record",
+            "--pid",
+            &pid,
+            "--func",
+            "tree_*",
+            "--ring-size",
+            size,
+            "--out",
+            o,
+        ];
+        let fin = profiler(&args);
+        assert!(
+            !fin.status.success(),
+            "--ring-size {size} accepted: {fin:?}"
         );
         assert!(
-            fin.stderr[0].contains("ring"),
-            "{size}: {:?}",
-            fin.stderr[0]
+            !fin.stderr.iter().any(|l| l.contains("attached")),
+            "{size}: attached"
         );
+        let text = fin.stderr.join("\n");
+        assert!(text.contains("power of two"), "--ring-size {size}: {text}");
+        assert_nothing_attached();
     }
 }
 

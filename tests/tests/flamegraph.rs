@@ -47,7 +47,12 @@ fn folded_and_svg_show_the_call_tree() {
         );
     }
 
-    let doc = roxmltree::Document::parse(&o.svg).expect("flamegraph.svg is XML");
+    // inferno writes a <!DOCTYPE svg PUBLIC …> line: allow the DTD.
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&o.svg, opts).expect("SVG is XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     let titles: Vec<&str> = doc
         .descendants()
