@@ -66,3 +66,57 @@ fn folded_and_svg_show_the_call_tree() {
         );
     }
 }
+
+/// reliability.md #17: a symbol named `evil</script>&amp;<g>` is escaped, not
+/// injected: the SVG stays valid XML and shows the name verbatim.
+#[test]
+fn hostile_symbol_name_is_escaped() {
+    require_root!();
+    const EVIL: &str = "evil</script>&amp;<g>";
+    let out = TempDir::new("hostile");
+    let mut fx = Fixture::spawn(calls_exe(), &["hostile"]);
+    let rec = Recording::start(fx.pid, out.path(), &["--func", "evil*"]);
+    let truth = fx.run();
+    fx.release();
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    let o = Outputs::load(out.path());
+    o.assert_matches_truth(&truth, true);
+    assert_eq!(
+        o.sum(EVIL, "calls"),
+        10,
+        "functions.json keeps the exact name"
+    );
+    // `;` separates frames in trace.folded, so the frame may be sanitized,
+    // but the name must not split the stack: one line `calls;FRAME N`.
+    let frame = o
+        .folded
+        .lines()
+        .find_map(|l| l.strip_prefix("calls;evil</script>&amp"))
+        .and_then(|rest| rest.rsplit_once(' '))
+        .map(|(tail, _)| format!("evil</script>&amp{tail}"))
+        .unwrap_or_else(|| panic!("no evil frame in trace.folded:\n{}", o.folded));
+    assert!(
+        !frame.contains(';') && frame.ends_with("<g>"),
+        "frame {frame:?}"
+    );
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&o.svg, opts).expect("SVG is XML");
+    let scripts = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("script"))
+        .count();
+    assert!(
+        scripts <= 1,
+        "{scripts} <script> elements: was the name injected?"
+    );
+    let shown = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("title"))
+        .filter_map(|n| n.text())
+        .any(|t| t.starts_with(&frame));
+    assert!(shown, "no frame titled {frame:?} in the SVG");
+}
