@@ -24,9 +24,9 @@ fn sigkill_during_calls_leaves_target_unharmed() {
     fx.release();
 }
 
-#[test]
-fn recursion_past_uretprobe_limit_leaves_target_unharmed() {
-    require_root!();
+/// Runs rec_fn(100) 5 times under the profiler; checks the target ran
+/// normally and nothing was left behind.
+fn deep_recursion() -> (serde_json::Value, Outputs) {
     let out = TempDir::new("deep");
     let mut fx = Fixture::spawn(calls_exe(), &["deep"]);
     let rec = Recording::start(fx.pid, out.path(), &["--func", "rec_fn"]);
@@ -41,16 +41,46 @@ fn recursion_past_uretprobe_limit_leaves_target_unharmed() {
     assert_nothing_attached();
     assert_text_unchanged(fx.pid, &fx.exe);
     fx.release();
-    let o = Outputs::load(out.path());
-    let calls = o.sum("rec_fn", "calls");
-    assert!(calls <= 500, "{calls} calls of rec_fn");
-    // The kernel drops the returns nested deeper than 64: those frames can't
-    // be given durations, and the omission must be reported.
-    let missing = o.get("unfinished_frames") + o.get("orphan_exits");
-    assert!(
-        calls < 500 && missing > 0,
-        "omitted returns not reported: calls {calls}, {}",
+    (truth, Outputs::load(out.path()))
+}
+
+#[test]
+fn recursion_past_uretprobe_limit_leaves_target_unharmed() {
+    require_root!();
+    deep_recursion();
+}
+
+#[test]
+fn recursion_past_uretprobe_limit_pairs_returns_with_their_frames() {
+    require_root!();
+    let (truth, o) = deep_recursion();
+    // The kernel gives a return probe to the 64 outermost frames only
+    // (prepare_uretprobe's MAX_URETPROBE_DEPTH): each rec_fn(100) has 64
+    // completed calls, including the outermost, and 36 frames that never
+    // report a return. Those must be unfinished, and the returns that do
+    // arrive must close the frames they belong to, not the innermost open one.
+    assert_eq!(o.get("lost_events"), 0);
+    assert_eq!(o.get("events"), 500 + 5 * 64, "500 entries + 320 exits");
+    assert_eq!(
+        o.sum("rec_fn", "calls"),
+        5 * 64,
+        "completed calls: {}",
         o.json
     );
-    assert_eq!(o.get("lost_events"), 0);
+    assert_eq!(
+        o.get("unfinished_frames"),
+        5 * 36,
+        "frames whose return was omitted"
+    );
+    let t = truth_fn(&truth, "rec_fn");
+    assert_close(
+        "outermost total of rec_fn",
+        o.sum("rec_fn", "total_ns"),
+        num(t, "total_ns"),
+    );
+    let (max, want) = (o.sum("rec_fn", "max_ns"), num(t, "max_ns"));
+    assert!(
+        max.abs_diff(want) <= want / 10,
+        "max {max} vs outermost {want}"
+    );
 }
