@@ -1,1 +1,76 @@
-fn main() {}
+//! `cargo xtask`: the project's developer tasks.
+//!
+//! Each subcommand lives in its own module; `util` holds the command-running
+//! helpers and `proc` the helpers that drive a target program and a tracer.
+
+mod bench;
+mod demo;
+mod lint;
+mod proc;
+mod setup;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "Developer tasks for the profiler workspace")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what building and testing need (nightly + rust-src, bpf-linker,
+    /// Debian tools); does nothing when everything is present.
+    Setup(setup::Args),
+    /// Setup, then `cargo build --release -p profiler-user`.
+    Build,
+    /// Build, then profile the bundled event-loop demo for a few seconds.
+    Demo(demo::Args),
+    /// Setup, unit tests, release build, then the root-only integration tests.
+    Test,
+    /// rustfmt check, clippy on the workspace, clippy on the eBPF crate.
+    Lint,
+    /// Run the benchmarks and write a markdown table to target/bench.md.
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Setup(args) => setup::run(&args),
+        Cmd::Build => build(),
+        Cmd::Demo(args) => demo::run(&args),
+        Cmd::Test => test::run(),
+        Cmd::Lint => lint::run(),
+        Cmd::Bench(args) => bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask build`: setup, then the release build of the profiler.
+pub fn build() -> anyhow::Result<()> {
+    setup::run(&setup::Args::default())?;
+    util::build_profiler()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

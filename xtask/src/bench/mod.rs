@@ -1,0 +1,180 @@
+//! `cargo xtask bench`: per-call cost against bpftrace (and uftrace), the
+//! highest loss-free event rate, and the time to attach 1,000 functions.
+//! Prints a markdown report and writes it to `target/bench.md`.
+
+mod attach;
+mod fixtures;
+mod percall;
+mod rate;
+mod run;
+
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::util::{is_root, stdout_of, workspace_root};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Runs per measurement; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Iterations of the int3 (plain) fixture; each is 3 calls.
+    #[arg(long, default_value_t = 200_000)]
+    plain_iters: u64,
+    /// Iterations of the nop fixture; each is 3 calls.
+    #[arg(long, default_value_t = 1_000_000)]
+    nop_iters: u64,
+    /// Seconds per step of the event-rate sweep.
+    #[arg(long, default_value_t = 1.0)]
+    rate_secs: f64,
+    /// Only the per-call benchmarks (a, b).
+    #[arg(long)]
+    percall_only: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if !is_root() {
+        bail!("the bench attaches uprobes and needs root: re-run as root (`sudo -E cargo xtask bench`)");
+    }
+    crate::setup::run(&crate::setup::Args { bench: true })?;
+    crate::util::build_profiler()?;
+    let started = Instant::now();
+    let work = workspace_root().join("target/xtask/bench");
+    std::fs::create_dir_all(&work)?;
+    let fx = fixtures::build(&work)?;
+
+    let cases = [
+        percall::measure(
+            "plain `-O2` (int3)",
+            &fx.plain,
+            args.plain_iters,
+            args.repeat,
+            &work,
+        ),
+        percall::measure(
+            "`-pg -mfentry -mnop-mcount` (5-byte nop)",
+            &fx.nop,
+            args.nop_iters,
+            args.repeat,
+            &work,
+        ),
+    ];
+    let uftrace = percall::measure_uftrace(&fx.mcount, args.nop_iters, args.repeat, &work);
+    let nop_base = cases[1].untraced.as_ref().ok().copied();
+
+    let mut md = header();
+    md.push_str("\n## a, b. Cost of one traced call (entry + exit)\n\n");
+    md.push_str(&percall::rows(&cases, nop_base.map(|b| (&uftrace, b))));
+    md.push_str(&format!(
+        "\nPer-call cost = (traced − untraced ns/iteration) / 3. Iterations: {} (int3), {} (nop); \
+         median of {} runs each. The profiler records every entry and exit as a ring-buffer \
+         event; bpftrace only counts in a map.\n",
+        args.plain_iters, args.nop_iters, args.repeat
+    ));
+
+    if !args.percall_only {
+        let sweeps: Vec<_> = [(1, None), (2, None), (2, Some(64u64 << 20))]
+            .into_iter()
+            .map(|(t, ring)| rate::sweep(&fx.nop, t, ring, args.rate_secs, &work))
+            .collect();
+        md.push_str(
+            "\n## c. Highest event rate with zero loss (nop fixture, `--func leaf --func mid`)\n\n",
+        );
+        md.push_str(&rate::rows(&sweeps));
+        md.push_str(&format!(
+            "\nEach step runs the fixture paced in 1 ms batches for {} s; 2 events per call. \
+             The rate doubles until events are lost (or the traced fixture cannot reach the \
+             target), then bisects twice. A step counts only if lost_events = 0 and the \
+             profiler's call counts equal the fixture's.\n",
+            args.rate_secs
+        ));
+
+        let att = attach::measure(&fx.many, args.repeat, &work);
+        md.push_str("\n## d. Time to attach 1,000 functions (`--func 'fn_*'`)\n\n");
+        md.push_str(&attach::rows(&att));
+        md.push_str(&format!("\nMedian of {} attaches.\n", args.repeat));
+    }
+    md.push_str(&format!(
+        "\nBench wall time: {:.0} s.\n",
+        started.elapsed().as_secs_f64()
+    ));
+
+    let path = workspace_root().join("target/bench.md");
+    std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    println!("{md}");
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+fn header() -> String {
+    let date = stdout_of("date", ["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    let kernel = stdout_of("uname", ["-r"]).unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let commit = stdout_of(
+        "git",
+        [
+            "-C",
+            &workspace_root().to_string_lossy(),
+            "rev-parse",
+            "--short",
+            "HEAD",
+        ],
+    )
+    .unwrap_or_default();
+    let tools = ["bpftrace --version", "uftrace --version", "gcc --version"]
+        .iter()
+        .filter_map(|c| {
+            let mut it = c.split(' ');
+            let out = Command::new(it.next()?).args(it).output().ok()?;
+            Some(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .next()?
+                    .to_string(),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "# Bench results\n\n`cargo xtask bench` on {}, commit {}, kernel {}, {cpus} CPUs ({cpu}); {tools}.\n",
+        date.trim(),
+        commit.trim(),
+        kernel.trim()
+    )
+}
+
+/// Median of a non-empty list (NaN when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+}

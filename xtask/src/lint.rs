@@ -1,0 +1,41 @@
+//! `cargo xtask lint`: formatting and clippy, with the eBPF crate checked in
+//! its own nightly invocation (feature unification would break its `no_std`).
+
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::util::{cargo, exec, workspace_root};
+
+pub fn run() -> Result<()> {
+    crate::setup::run(&crate::setup::Args::default())?;
+    crate::setup::ensure_nightly_component("clippy", &mut Vec::new())?;
+    exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    exec(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "profiler-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // `+nightly` needs rustup's cargo proxy, not the toolchain's cargo binary.
+    exec(
+        Command::new("cargo")
+            .current_dir(workspace_root().join("profiler-ebpf"))
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .args([
+                "+nightly",
+                "clippy",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+    )
+}

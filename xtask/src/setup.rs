@@ -1,0 +1,165 @@
+//! `cargo xtask setup`: install what the build, the tests and the bench need.
+//!
+//! Every step checks first and installs only what is missing, so a second run
+//! takes well under two seconds.
+
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::util::{exec, find_program, is_root, stdout_of};
+
+/// The bpf-linker release that matches nightly's LLVM (see toolchain.md).
+const BPF_LINKER_VERSION: &str = "0.10.0";
+
+/// Programs the build and the tests need, and the Debian package of each.
+const TEST_TOOLS: &[(&str, &str)] = &[
+    ("gcc", "gcc"),
+    ("bpftool", "bpftool"),
+    ("setpriv", "util-linux"),
+    ("capsh", "libcap2-bin"),
+];
+
+/// Extra programs the bench needs.
+const BENCH_TOOLS: &[(&str, &str)] = &[
+    ("bpftrace", "bpftrace"),
+    ("uftrace", "uftrace"),
+    ("perf", "linux-perf"),
+    ("objdump", "binutils"),
+];
+
+#[derive(clap::Args, Default)]
+pub struct Args {
+    /// Also install the bench tools (bpftrace, uftrace, perf).
+    #[arg(long)]
+    pub bench: bool,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let mut did = Vec::new();
+    nightly_with_rust_src(&mut did)?;
+    bpf_linker(&mut did)?;
+    let mut tools = TEST_TOOLS.to_vec();
+    if args.bench {
+        tools.extend_from_slice(BENCH_TOOLS);
+    }
+    debian_tools(&tools, &mut did)?;
+    if did.is_empty() {
+        eprintln!(
+            "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, {})",
+            tools
+                .iter()
+                .map(|(bin, _)| *bin)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else {
+        eprintln!("setup: {}", did.join("; "));
+    }
+    Ok(())
+}
+
+fn nightly_with_rust_src(did: &mut Vec<String>) -> Result<()> {
+    let Some(toolchains) = stdout_of("rustup", ["toolchain", "list"]) else {
+        bail!("rustup not found: install it (https://rustup.rs) and re-run `cargo xtask setup`");
+    };
+    if !toolchains.lines().any(|l| l.starts_with("nightly-")) {
+        exec(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+            "--component",
+            "rust-src",
+        ]))?;
+        did.push("installed the nightly toolchain with rust-src".into());
+        return Ok(());
+    }
+    ensure_nightly_component("rust-src", did)
+}
+
+/// Add a component to the nightly toolchain unless it is installed.
+pub fn ensure_nightly_component(component: &str, did: &mut Vec<String>) -> Result<()> {
+    let installed = stdout_of(
+        "rustup",
+        ["component", "list", "--toolchain", "nightly", "--installed"],
+    )
+    .unwrap_or_default();
+    // Components are listed as `rust-src` or `clippy-x86_64-unknown-linux-gnu`.
+    let present = installed.lines().any(|l| {
+        l == component
+            || l.starts_with(&format!("{component}-x86_64"))
+            || l.starts_with(&format!("{component}-aarch64"))
+    });
+    if !present {
+        exec(Command::new("rustup").args([
+            "component",
+            "add",
+            component,
+            "--toolchain",
+            "nightly",
+        ]))?;
+        did.push(format!("added {component} to nightly"));
+    }
+    Ok(())
+}
+
+fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
+    let version = stdout_of("bpf-linker", ["--version"]).unwrap_or_default();
+    if version.split_whitespace().nth(1) == Some(BPF_LINKER_VERSION) {
+        return Ok(());
+    }
+    let found = version.trim();
+    exec(
+        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
+            "install",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            "--locked",
+            "--force",
+        ]),
+    )?;
+    did.push(if found.is_empty() {
+        format!("installed bpf-linker {BPF_LINKER_VERSION}")
+    } else {
+        format!("replaced `{found}` with bpf-linker {BPF_LINKER_VERSION}")
+    });
+    if stdout_of("bpf-linker", ["--version"]).is_none() {
+        bail!("bpf-linker was installed but is not in PATH: add ~/.cargo/bin to PATH");
+    }
+    Ok(())
+}
+
+fn debian_tools(tools: &[(&str, &str)], did: &mut Vec<String>) -> Result<()> {
+    let mut missing: Vec<&str> = tools
+        .iter()
+        .filter(|(bin, _)| find_program(bin).is_none())
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    missing.dedup();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        eprintln!(
+            "setup: warning: missing Debian packages {} and not root; install them with \
+             `sudo apt-get install {}`",
+            missing.join(", "),
+            missing.join(" ")
+        );
+        return Ok(());
+    }
+    exec(
+        Command::new("apt-get")
+            .args(["update", "-q"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    exec(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    did.push(format!("apt-get installed {}", missing.join(", ")));
+    Ok(())
+}
