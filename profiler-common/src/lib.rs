@@ -9,6 +9,20 @@ pub const EVENTS_MAP: &str = "EVENTS";
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Global (`.rodata`) holding the traced process's tgid.
 pub const TARGET_TGID_GLOBAL: &str = "TARGET_TGID";
+/// Global (`.rodata`) holding the watched thread's tid (0: none), whose
+/// dispatches are timed, sampled and explained.
+pub const WATCH_TID_GLOBAL: &str = "WATCH_TID";
+/// Array of `u64` state about the watched thread, indexed by `WATCH_*`.
+pub const WATCH_MAP: &str = "WATCH";
+/// [`WATCH_MAP`] slot: open dispatch frames on the watched thread.
+pub const WATCH_DEPTH: u32 = 0;
+/// [`WATCH_MAP`] slot: the watched thread's `task_struct` pointer, learnt
+/// from its first probe hit; the scheduler programs compare against it.
+pub const WATCH_TASK: u32 = 1;
+/// Number of slots in [`WATCH_MAP`].
+pub const WATCH_SLOTS: u32 = 2;
+/// Bit of a probe cookie that marks a dispatch function.
+pub const COOKIE_DISPATCH: u64 = 1 << 32;
 /// Global (`.rodata`) holding the wake-up threshold in bytes: an event
 /// submitted while less than this much is pending does not wake the agent.
 pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
@@ -24,8 +38,19 @@ pub const COUNTER_LOST: u32 = 0;
 pub const COUNTER_FOREIGN: u32 = 1;
 /// Thread-name events that could not be reserved (the ring was full).
 pub const COUNTER_LOST_COMM: u32 = 2;
+/// Scheduler and sample events that could not be reserved.
+pub const COUNTER_LOST_SCHED: u32 = 3;
+/// Samples or blocked stacks whose user stack could not be read.
+pub const COUNTER_STACK_ERRORS: u32 = 4;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 3;
+pub const COUNTER_COUNT: u32 = 5;
+
+/// Name of the `sched_switch` raw tracepoint program.
+pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
+/// Name of the `sched_wakeup` raw tracepoint program.
+pub const PROG_SCHED_WAKEUP: &str = "prof_sched_wakeup";
+/// Name of the perf-event sampling program.
+pub const PROG_SAMPLE: &str = "prof_sample";
 
 /// Name of the entry uprobe program.
 pub const PROG_ENTRY: &str = "prof_entry";
@@ -38,6 +63,24 @@ pub const KIND_ENTRY: u32 = 0;
 pub const KIND_EXIT: u32 = 1;
 /// A thread seen for the first time: a [`CommEvent`] with its name.
 pub const KIND_COMM: u32 = 2;
+/// The watched thread left the CPU; the function field is a `SCHED_*`
+/// state. While a dispatch is open and the thread blocked, the record is a
+/// [`StackEvent`] with the user and kernel stacks where it blocked.
+pub const KIND_SCHED_OUT: u32 = 3;
+/// The watched thread got the CPU back.
+pub const KIND_SCHED_IN: u32 = 4;
+/// The watched thread was woken (it is runnable from now on).
+pub const KIND_WAKEUP: u32 = 5;
+/// A `cpu-clock` sample of the watched thread during a dispatch: a [`StackEvent`].
+pub const KIND_SAMPLE: u32 = 6;
+/// Left the CPU while still runnable (preempted or yielded).
+pub const SCHED_RUNNABLE: u32 = 0;
+/// Left the CPU to sleep (I/O, a lock, a timer, …).
+pub const SCHED_BLOCKED: u32 = 1;
+/// Deepest user stack a [`StackEvent`] holds.
+pub const MAX_USER_FRAMES: usize = 64;
+/// Deepest kernel stack a [`StackEvent`] holds.
+pub const MAX_KERNEL_FRAMES: usize = 32;
 /// Bits of [`Event::word`] that hold the function index.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
@@ -45,7 +88,7 @@ pub const FUNC_MASK: u32 = (1 << FUNC_BITS) - 1;
 /// Largest number of functions a session can probe.
 pub const MAX_FUNCS: u32 = FUNC_MASK + 1;
 
-/// One function entry or exit: 16 bytes.
+/// One function entry or exit: 24 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
@@ -55,6 +98,12 @@ pub struct Event {
     pub tid: u32,
     /// `kind << FUNC_BITS | function index`.
     pub word: u32,
+    /// Stack pointer at the probe (0 when not a function probe). At entry
+    /// it points at the return address; at return it is 8 bytes higher. The
+    /// agent pairs an exit with its entry by it, which stays exact when the
+    /// kernel skips returns (the 64-deep uretprobe nesting limit), or when
+    /// `longjmp` or an exception unwinds probed frames.
+    pub sp: u64,
 }
 
 impl Event {
@@ -75,7 +124,7 @@ impl Event {
     }
 }
 
-/// A thread's first appearance, with its name: 32 bytes. Sent once per
+/// A thread's first appearance, with its name: 40 bytes. Sent once per
 /// thread (per [`SEEN_THREADS_MAP`] eviction), so that threads which exit
 /// before the agent can read `/proc` still have names.
 #[repr(C)]
@@ -87,8 +136,27 @@ pub struct CommEvent {
     pub comm: [u8; 16],
 }
 
+/// An event with the current thread's user and kernel stacks (innermost
+/// frame first): samples, and switches out to a blocked state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackEvent {
+    /// Header: [`KIND_SAMPLE`] or [`KIND_SCHED_OUT`].
+    pub event: Event,
+    /// Frames used in `user`.
+    pub user_len: u32,
+    /// Frames used in `kernel`.
+    pub kernel_len: u32,
+    /// User return addresses, innermost first.
+    pub user: [u64; MAX_USER_FRAMES],
+    /// Kernel return addresses, innermost first.
+    pub kernel: [u64; MAX_KERNEL_FRAMES],
+}
+
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for Event {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for StackEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for CommEvent {}
 
@@ -97,13 +165,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_is_16_bytes_and_packs() {
-        assert_eq!(core::mem::size_of::<Event>(), 16);
-        assert_eq!(core::mem::size_of::<CommEvent>(), 32);
+    fn layouts_and_packing() {
+        assert_eq!(core::mem::size_of::<Event>(), 24);
+        assert_eq!(core::mem::size_of::<CommEvent>(), 40);
+        assert_eq!(
+            core::mem::size_of::<StackEvent>(),
+            32 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)
+        );
         let e = Event {
             ts_ns: 1,
             tid: 2,
             word: Event::pack(KIND_EXIT, 12345),
+            sp: 0,
         };
         assert_eq!(e.kind(), KIND_EXIT);
         assert_eq!(e.func(), 12345);
@@ -111,6 +184,7 @@ mod tests {
             ts_ns: 1,
             tid: 2,
             word: Event::pack(KIND_ENTRY, FUNC_MASK),
+            sp: 0,
         };
         assert_eq!(e.kind(), KIND_ENTRY);
         assert_eq!(e.func(), FUNC_MASK);

@@ -1,28 +1,43 @@
-//! Kernel programs of the profiler: one entry uprobe and one return uprobe,
-//! attached once per traced function, with the function's index as the probe
-//! cookie. Each hit writes a 16-byte [`Event`] to the `EVENTS` ring buffer.
+//! Kernel programs of the profiler.
+//!
+//! - `prof_entry` / `prof_exit`: one entry and one return uprobe per traced
+//!   function, with the function's index as the probe cookie (plus
+//!   [`COOKIE_DISPATCH`] for dispatch functions). Each hit writes a 16-byte
+//!   [`Event`] to the `EVENTS` ring buffer.
+//! - `prof_sched_switch` / `prof_sched_wakeup`: scheduler transitions of the
+//!   watched thread only, so the agent can split a dispatch's wall time into
+//!   on-CPU, blocked and runnable time exactly.
+//! - `prof_sample`: a `cpu-clock` perf-event sampler on the watched thread;
+//!   it writes stacks only while a dispatch is open, so fast dispatches and
+//!   idle waits cost nothing.
 #![no_std]
 #![no_main]
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        generated::bpf_get_attach_cookie,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
+        bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
     },
-    macros::{map, uprobe, uretprobe},
-    maps::{LruHashMap, PerCpuArray, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
+    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    programs::{PerfEventContext, ProbeContext, RawTracePointContext, RetProbeContext},
     EbpfContext, Global,
 };
 use profiler_common::{
-    CommEvent, Event, COUNTER_COUNT, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM, KIND_COMM,
-    KIND_ENTRY, KIND_EXIT, SEEN_THREADS_CAPACITY,
+    CommEvent, Event, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT, COUNTER_FOREIGN, COUNTER_LOST,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, KIND_COMM, KIND_ENTRY, KIND_EXIT,
+    KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES,
+    SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// Set by the agent at load time: the traced process's tgid.
 #[unsafe(no_mangle)]
 static TARGET_TGID: Global<u32> = Global::new(0);
+
+/// Set by the agent at load time: the watched thread (0: none).
+#[unsafe(no_mangle)]
+static WATCH_TID: Global<u32> = Global::new(0);
 
 /// Set by the agent at load time: wake the agent only once this many bytes
 /// are pending, so a busy target does not pay for a wake-up per event. The
@@ -41,6 +56,92 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT,
 #[map(name = "SEEN_THREADS")]
 static SEEN_THREADS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(SEEN_THREADS_CAPACITY, 0);
 
+#[map(name = "WATCH")]
+static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
+
+#[inline(always)]
+fn bump(counter: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(counter) {
+        // Per-CPU slot; tracing programs do not nest on one CPU for these
+        // hooks, so a plain increment is exact.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+fn watch_get(slot: u32) -> u64 {
+    WATCH.get(slot).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+fn watch_ptr(slot: u32) -> Option<*mut u64> {
+    WATCH.get_ptr_mut(slot)
+}
+
+/// Flags for submitting: wake the agent only when enough is pending.
+#[inline(always)]
+fn wakeup_flags() -> u64 {
+    let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    if pending >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+/// Writes a 16-byte event, counting a failed reservation in `lost_counter`.
+#[inline(always)]
+fn emit_event(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, lost_counter: u32) {
+    match EVENTS.reserve::<Event>(0) {
+        Some(mut slot) => {
+            slot.write(Event {
+                ts_ns,
+                tid,
+                word: Event::pack(kind, func),
+                sp,
+            });
+            slot.submit(wakeup_flags());
+        }
+        None => bump(lost_counter),
+    }
+}
+
+/// Writes an event with the current user and kernel stacks.
+#[inline(always)]
+fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: u32) {
+    let Some(mut slot) = EVENTS.reserve::<StackEvent>(0) else {
+        bump(COUNTER_LOST_SCHED);
+        return;
+    };
+    let ev = slot.as_mut_ptr();
+    unsafe {
+        (*ev).event = Event {
+            ts_ns,
+            tid,
+            word: Event::pack(kind, state),
+            sp: 0,
+        };
+        let user = bpf_get_stack(
+            ctx.as_ptr(),
+            (*ev).user.as_mut_ptr().cast(),
+            (MAX_USER_FRAMES * 8) as u32,
+            BPF_F_USER_STACK as u64,
+        );
+        if user < 0 {
+            bump(COUNTER_STACK_ERRORS);
+        }
+        (*ev).user_len = if user > 0 { (user / 8) as u32 } else { 0 };
+        let kernel = bpf_get_stack(
+            ctx.as_ptr(),
+            (*ev).kernel.as_mut_ptr().cast(),
+            (MAX_KERNEL_FRAMES * 8) as u32,
+            0,
+        );
+        (*ev).kernel_len = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
+    }
+    slot.submit(wakeup_flags());
+}
+
 /// Announces a thread the first time it hits a probe, with its name.
 #[inline(always)]
 fn announce_thread(tid: u32, ts_ns: u64) {
@@ -55,6 +156,7 @@ fn announce_thread(tid: u32, ts_ns: u64) {
                     ts_ns,
                     tid,
                     word: Event::pack(KIND_COMM, 0),
+                    sp: 0,
                 },
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
             });
@@ -64,57 +166,119 @@ fn announce_thread(tid: u32, ts_ns: u64) {
     }
 }
 
+/// Keeps the watched thread's dispatch depth and task pointer current.
 #[inline(always)]
-fn bump(counter: u32) {
-    if let Some(slot) = COUNTERS.get_ptr_mut(counter) {
-        // Per-CPU slot, and BPF programs are not preempted by each other on
-        // one CPU for uprobes, so a plain increment is exact.
-        unsafe { *slot += 1 };
+fn track_watched(kind: u32, cookie: u64) {
+    if let Some(task) = watch_ptr(WATCH_TASK) {
+        unsafe { *task = bpf_get_current_task() };
+    }
+    if cookie & COOKIE_DISPATCH == 0 {
+        return;
+    }
+    if let Some(depth) = watch_ptr(WATCH_DEPTH) {
+        unsafe {
+            if kind == KIND_ENTRY {
+                *depth += 1;
+            } else if *depth > 0 {
+                *depth -= 1;
+            }
+        }
     }
 }
 
-/// Writes one event. Returns without writing for other processes (the
-/// probes are scoped to the PID already; this is a second guard).
+/// Handles one probe hit. Does nothing for other processes (the probes are
+/// scoped to the PID already; this is a second guard).
 #[inline(always)]
-fn emit<C: EbpfContext>(ctx: &C, kind: u32) {
+fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    if tgid != TARGET_TGID.load() {
+    if (pid_tgid >> 32) as u32 != TARGET_TGID.load() {
         bump(COUNTER_FOREIGN);
         return;
     }
-    let func = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
-    let ts_ns = unsafe { bpf_ktime_get_ns() };
     let tid = pid_tgid as u32;
-    announce_thread(tid, ts_ns);
-    match EVENTS.reserve::<Event>(0) {
-        Some(mut slot) => {
-            slot.write(Event {
-                ts_ns,
-                tid,
-                word: Event::pack(kind, func),
-            });
-            let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-            let flags = if pending >= WAKEUP_BYTES.load() {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
-            slot.submit(flags as u64);
-        }
-        None => bump(COUNTER_LOST),
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    if tid == WATCH_TID.load() {
+        track_watched(kind, cookie);
     }
+    announce_thread(tid, ts_ns);
+    emit_event(ts_ns, tid, kind, cookie as u32, sp, COUNTER_LOST);
 }
 
 #[uprobe]
 pub fn prof_entry(ctx: ProbeContext) -> u32 {
-    emit(&ctx, KIND_ENTRY);
+    let sp = unsafe { (*ctx.regs).rsp };
+    on_probe(&ctx, KIND_ENTRY, sp);
     0
 }
 
 #[uretprobe]
 pub fn prof_exit(ctx: RetProbeContext) -> u32 {
-    emit(&ctx, KIND_EXIT);
+    let sp = unsafe { (*ctx.regs).rsp };
+    on_probe(&ctx, KIND_EXIT, sp);
+    0
+}
+
+/// `sched_switch(bool preempt, task *prev, task *next, unsigned prev_state)`.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
+    let task = watch_get(WATCH_TASK);
+    if task == 0 {
+        return 0;
+    }
+    let preempt: u64 = ctx.arg(0);
+    let prev: u64 = ctx.arg(1);
+    let next: u64 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    let tid = WATCH_TID.load();
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    if prev == task {
+        let blocked = preempt & 0xff == 0 && prev_state as u32 != 0;
+        if blocked && watch_get(WATCH_DEPTH) > 0 {
+            // Runs in the context of `prev`: these are its stacks.
+            emit_stacks(&ctx, ts_ns, tid, KIND_SCHED_OUT, SCHED_BLOCKED);
+        } else {
+            let state = if blocked {
+                SCHED_BLOCKED
+            } else {
+                SCHED_RUNNABLE
+            };
+            emit_event(ts_ns, tid, KIND_SCHED_OUT, state, 0, COUNTER_LOST_SCHED);
+        }
+    }
+    if next == task {
+        emit_event(ts_ns, tid, KIND_SCHED_IN, 0, 0, COUNTER_LOST_SCHED);
+    }
+    0
+}
+
+/// `sched_wakeup(task *p)`.
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn prof_sched_wakeup(ctx: RawTracePointContext) -> i32 {
+    let task = watch_get(WATCH_TASK);
+    let p: u64 = ctx.arg(0);
+    if task != 0 && p == task {
+        let ts_ns = unsafe { bpf_ktime_get_ns() };
+        emit_event(
+            ts_ns,
+            WATCH_TID.load(),
+            KIND_WAKEUP,
+            0,
+            0,
+            COUNTER_LOST_SCHED,
+        );
+    }
+    0
+}
+
+/// `cpu-clock` sample of the watched thread.
+#[perf_event]
+pub fn prof_sample(ctx: PerfEventContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if tid == WATCH_TID.load() && tid != 0 && watch_get(WATCH_DEPTH) > 0 {
+        let ts_ns = unsafe { bpf_ktime_get_ns() };
+        emit_stacks(&ctx, ts_ns, tid, KIND_SAMPLE, 0);
+    }
     0
 }
 

@@ -44,6 +44,12 @@ pub struct SelectArgs {
     /// name, or a prefix such as `libc` (repeatable).
     #[arg(long = "lib", short = 'l', value_name = "NAME_OR_PATH")]
     pub libs: Vec<String>,
+    /// Dispatch function (repeatable): one outermost call of it on the
+    /// watched thread is one event-loop dispatch. Without it, presets for
+    /// GLib, Qt and libuv apply when the target has their symbols; failing
+    /// that, every outermost traced call on the watched thread counts.
+    #[arg(long = "dispatch", value_name = "GLOB")]
+    pub dispatch: Vec<String>,
     /// Probe at most this many functions. Each probed call costs about 4 µs
     /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
     #[arg(long, default_value_t = 2000, value_name = "N")]
@@ -65,7 +71,7 @@ pub struct RecordArgs {
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,
     /// Size of the kernel-to-agent ring buffer in bytes (K/M suffixes); a
-    /// power of two, at least 4K. Each event takes 24 bytes.
+    /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
 }

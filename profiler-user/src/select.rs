@@ -86,6 +86,9 @@ pub struct Func {
     pub binary: u32,
     /// File offset to attach at.
     pub offset: u64,
+    /// True for dispatch functions: an outermost call of one on the watched
+    /// thread is one dispatch.
+    pub dispatch: bool,
 }
 
 /// A binary searched for functions.
@@ -106,7 +109,38 @@ pub struct Selection {
     pub funcs: Vec<Func>,
     /// Functions that matched but were left out by `--max-funcs`.
     pub capped: usize,
+    /// How dispatches are recognised, in words, for the reports.
+    pub dispatch_rule: String,
 }
+
+/// Dispatch functions of well-known native event loops: each runs one
+/// event's handlers and none of them includes the idle wait for events.
+pub const PRESETS: &[(&str, &str, &[&str])] = &[
+    ("GLib", "libglib-2.0", &["g_main_dispatch"]),
+    (
+        "Qt 5",
+        "libQt5Core",
+        &["QCoreApplication::notifyInternal2(*"],
+    ),
+    (
+        "Qt 6",
+        "libQt6Core",
+        &["QCoreApplication::notifyInternal2(*"],
+    ),
+    (
+        "libuv",
+        "libuv",
+        &[
+            "uv__run_timers",
+            "uv__stream_io",
+            "uv__async_io",
+            "uv__server_io",
+            "uv__udp_io",
+            "uv__poll_io",
+            "uv__work_done",
+        ],
+    ),
+];
 
 /// Compiles the patterns in `args` (so a bad one fails before anything
 /// else happens).
@@ -120,10 +154,29 @@ pub fn compile(args: &SelectArgs) -> Result<(Option<Patterns>, Patterns)> {
     if include.is_none() {
         excludes.extend_from_slice(DEFAULT_EXCLUDES);
     }
+    Patterns::new(&args.dispatch)?;
     Ok((include, Patterns::new(&excludes)?))
 }
 
-/// Chooses the functions to probe in `target`.
+fn add_binary(binaries: &mut Vec<Binary>, b: Binary) -> u32 {
+    match binaries.iter().position(|x| x.path == b.path) {
+        Some(i) => i as u32,
+        None => {
+            binaries.push(b);
+            (binaries.len() - 1) as u32
+        }
+    }
+}
+
+fn joined<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Chooses the functions to probe in `target`: dispatch functions first
+/// (`--dispatch`, else a preset the target has), then `--func` matches (or,
+/// with neither `--func` nor `--dispatch`, the main executable's own
+/// functions). With no dispatch function, every outermost traced call on the
+/// watched thread counts as a dispatch.
 pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
     let (include, exclude) = compile(args)?;
     let mut binaries = vec![Binary {
@@ -132,22 +185,54 @@ pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
     }];
     for lib in &args.libs {
         let m = target.find_library(lib)?;
-        if !binaries.iter().any(|b| b.path == m.path) {
-            binaries.push(Binary {
+        add_binary(
+            &mut binaries,
+            Binary {
                 open_path: m.open_path(target.pid),
                 path: m.path,
+            },
+        );
+    }
+    let mut symbols: Vec<Vec<symbols::Symbol>> = Vec::new();
+    for b in &binaries {
+        symbols.push(symbols::read_functions(&b.open_path)?);
+    }
+    let mut sel = Selection::default();
+    let mut taken = std::collections::HashSet::new();
+    if !args.dispatch.is_empty() {
+        let pats = Patterns::new(&args.dispatch)?;
+        for (bi, syms) in symbols.iter().enumerate() {
+            for sym in syms.iter().filter(|s| pats.matches(s)) {
+                taken.insert((bi as u32, sym.offset));
+                sel.funcs.push(Func {
+                    name: sym.name.clone(),
+                    binary: bi as u32,
+                    offset: sym.offset,
+                    dispatch: true,
+                });
+            }
+        }
+        if sel.funcs.is_empty() {
+            return Err(Error::NoMatch {
+                what: joined(args.dispatch.iter().map(|d| format!("--dispatch {d:?}"))),
+                where_: joined(binaries.iter().map(|b| b.path.display())),
+                pid: target.pid,
             });
         }
+        sel.dispatch_rule = format!("--dispatch {}", joined(args.dispatch.iter()));
+    } else {
+        apply_presets(target, &mut binaries, &mut symbols, &mut sel, &mut taken)?;
     }
-    let mut sel = Selection {
-        binaries,
-        ..Default::default()
-    };
-    for (bi, bin) in sel.binaries.iter().enumerate() {
-        for sym in symbols::read_functions(&bin.open_path)? {
+    let regular = include.is_some() || args.dispatch.is_empty();
+    for (bi, syms) in symbols.iter().enumerate().filter(|_| regular) {
+        // With no --func, only the main executable's own functions.
+        if include.is_none() && bi != 0 {
+            break;
+        }
+        for sym in syms {
             let wanted =
-                include.as_ref().is_none_or(|inc| inc.matches(&sym)) && !exclude.matches(&sym);
-            if !wanted {
+                include.as_ref().is_none_or(|inc| inc.matches(sym)) && !exclude.matches(sym);
+            if !wanted || taken.contains(&(bi as u32, sym.offset)) {
                 continue;
             }
             if sel.funcs.len() >= args.max_funcs {
@@ -155,35 +240,83 @@ pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
                 continue;
             }
             sel.funcs.push(Func {
-                name: sym.name,
+                name: sym.name.clone(),
                 binary: bi as u32,
                 offset: sym.offset,
+                dispatch: false,
             });
         }
     }
+    sel.binaries = binaries;
     if sel.funcs.is_empty() {
         let what = if args.funcs.is_empty() {
             "the default selection (all functions minus runtime internals)".to_string()
         } else {
-            args.funcs
-                .iter()
-                .map(|f| format!("--func {f:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            joined(args.funcs.iter().map(|f| format!("--func {f:?}")))
         };
-        let where_ = sel
-            .binaries
-            .iter()
-            .map(|b| b.path.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let where_ = joined(sel.binaries.iter().map(|b| b.path.display()));
         return Err(Error::NoMatch {
             what,
             where_,
             pid: target.pid,
         });
     }
+    if !sel.funcs.iter().any(|f| f.dispatch) {
+        for f in &mut sel.funcs {
+            f.dispatch = true;
+        }
+        sel.dispatch_rule =
+            "every outermost traced call on the watched thread (no dispatch function known: \
+                             use --dispatch)"
+                .to_string();
+    }
     Ok(sel)
+}
+
+/// Adds the dispatch functions of the first preset whose library (or the
+/// executable) has them.
+fn apply_presets(
+    target: &Target,
+    binaries: &mut Vec<Binary>,
+    symbols: &mut Vec<Vec<symbols::Symbol>>,
+    sel: &mut Selection,
+    taken: &mut std::collections::HashSet<(u32, u64)>,
+) -> Result<()> {
+    for (name, lib, patterns) in PRESETS {
+        let pats = Patterns::new(patterns)?;
+        let mut candidates: Vec<u32> = vec![0];
+        if let Ok(m) = target.find_library(lib) {
+            let before = binaries.len();
+            let bi = add_binary(
+                binaries,
+                Binary {
+                    open_path: m.open_path(target.pid),
+                    path: m.path,
+                },
+            );
+            if binaries.len() > before {
+                symbols.push(symbols::read_functions(&binaries[bi as usize].open_path)?);
+            }
+            candidates.push(bi);
+        }
+        for bi in candidates {
+            for sym in symbols[bi as usize].iter().filter(|s| pats.matches(s)) {
+                if taken.insert((bi, sym.offset)) {
+                    sel.funcs.push(Func {
+                        name: sym.name.clone(),
+                        binary: bi,
+                        offset: sym.offset,
+                        dispatch: true,
+                    });
+                }
+            }
+        }
+        if !sel.funcs.is_empty() {
+            sel.dispatch_rule = format!("preset {name}: {}", joined(patterns.iter()));
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,8 +2,11 @@
 //! per thread) and aggregates completed calls per function and per path.
 //!
 //! Pairing rule: an exit pairs with the nearest open entry of the same
-//! function. If there is none, the exit is an orphan: counted, and the stack
-//! is left intact (never "pop until match"). Frames above the matched one
+//! function made from the same stack frame (the entry's stack pointer is 8
+//! bytes below the exit's: the return address was popped). If there is none,
+//! the exit is an orphan: counted, and the stack is left intact (never "pop
+//! until match"). The frame check keeps pairing exact when the kernel skips
+//! the returns of calls nested more than 64 deep. Frames above the matched one
 //! lost their exits (a lost event, longjmp, an exception): they are counted
 //! as unfinished and never given invented durations. So are frames still
 //! open at the end.
@@ -59,8 +62,17 @@ struct Frame {
     func: u32,
     node: NodeId,
     entry_ns: u64,
+    /// Stack pointer at entry (0 if unknown).
+    sp: u64,
     child_ns: u64,
     outermost: bool,
+}
+
+/// True when an exit at `exit_sp` returns from an entry at `entry_sp`
+/// (x86-64: `ret` pops the 8-byte return address). Unknown (0) matches.
+#[inline]
+fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
+    entry_sp == 0 || exit_sp == 0 || entry_sp.wrapping_add(8) == exit_sp
 }
 
 /// One thread's state.
@@ -159,12 +171,17 @@ impl Stacks {
                     func,
                     node,
                     entry_ns: ev.ts_ns,
+                    sp: ev.sp,
                     child_ns: 0,
                     outermost,
                 });
             }
             KIND_EXIT => {
-                let Some(pos) = t.stack.iter().rposition(|f| f.func == func) else {
+                let Some(pos) = t
+                    .stack
+                    .iter()
+                    .rposition(|f| f.func == func && same_frame(f.sp, ev.sp))
+                else {
                     t.orphan_exits += 1;
                     return;
                 };
@@ -236,6 +253,7 @@ mod tests {
             ts_ns: ts,
             tid,
             word: Event::pack(kind, func),
+            sp: 0,
         }
     }
     fn run(n: usize, evs: &[(u64, u32, u32, u32)]) -> Stacks {
@@ -343,6 +361,32 @@ mod tests {
         );
         assert_eq!(s.funcs[0].calls, 2);
         assert_eq!(s.funcs[0].total_ns, 30);
+    }
+
+    #[test]
+    fn skipped_returns_do_not_mis_pair_recursion() {
+        // r nested 4 deep at sp 1000, 900, 800, 700; the kernel skipped the
+        // two innermost returns. Returns at 808 and 908... are depth 2 and 1.
+        let mut s = Stacks::new(1);
+        let at = |ts, kind, sp| Event {
+            ts_ns: ts,
+            tid: 1,
+            word: Event::pack(kind, 0),
+            sp,
+        };
+        for (i, sp) in [1000u64, 900, 800, 700].iter().enumerate() {
+            s.on_event(&at(i as u64 * 10, E, *sp));
+        }
+        s.on_event(&at(100, X, 908));
+        s.on_event(&at(200, X, 1008));
+        assert_eq!(s.funcs[0].calls, 2);
+        assert_eq!(s.funcs[0].total_ns, 200);
+        assert_eq!(s.funcs[0].max_ns, 200);
+        assert_eq!(s.funcs[0].min_ns, 90);
+        assert_eq!(s.funcs[0].unfinished, 2);
+        // A return from a frame that never entered is an orphan.
+        s.on_event(&at(300, X, 5008));
+        assert_eq!(s.orphan_exits(), 1);
     }
 
     #[test]
