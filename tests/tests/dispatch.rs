@@ -1,0 +1,603 @@
+//! Slow main-thread dispatches (BlockCanary / Matrix): the `eventloop` fixture
+//! runs 300 messages on a known schedule through `dispatch_message`, and the
+//! profiler's `dispatches.json` must flag exactly its slow ones, explain them
+//! (on-CPU vs blocked, the trimmed tree, one group per cause), report the hang
+//! while it is still running, and bucket every dispatch into frame classes as
+//! the fixture's own durations do.
+use profiler_tests::*;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Probes and thresholds of the main test (the issue's command line).
+const DISPATCH_ARGS: [&str; 18] = [
+    "--dispatch",
+    "dispatch_message",
+    "--func",
+    "handle_*",
+    "--func",
+    "step_*",
+    "--func",
+    "load_config",
+    "--func",
+    "parse_json",
+    "--func",
+    "save_state",
+    "--func",
+    "sleep_handler",
+    "--threshold",
+    "50ms",
+    "--hang",
+    "1s",
+];
+const THRESHOLD_NS: u64 = 50_000_000;
+const HANG_NS: u64 = 1_000_000_000;
+/// Messages the fixture dispatches (NMSG in eventloop.c).
+const MESSAGES: usize = 300;
+
+/// `target/fixtures/eventloop`, built once per test process from
+/// `fixtures/eventloop.c` (to a temporary name, then renamed into place).
+fn eventloop_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target"))
+            .join("fixtures");
+        std::fs::create_dir_all(&dir).expect("create target/fixtures");
+        let out = dir.canonicalize().unwrap().join("eventloop");
+        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/eventloop.c");
+        let res = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .output()
+            .expect("run gcc");
+        assert!(
+            res.status.success(),
+            "building eventloop failed:\n{}",
+            String::from_utf8_lossy(&res.stderr)
+        );
+        std::fs::rename(&tmp, &out).expect("rename eventloop into place");
+        out
+    })
+}
+
+/// `profiler record --pid PID --out OUT extra…` with every stderr line
+/// prefixed by the CLOCK_REALTIME microsecond at which it was written (bash's
+/// `$EPOCHREALTIME`), so that the `HANG` line can be placed against the
+/// fixture's own clock. `exec` keeps the profiler's PID the child's PID, so
+/// [`Recording::stop`] signals the profiler itself.
+fn timestamped_record(pid: u32, out: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(
+            r#"exec "$@" 2> >(while IFS= read -r l; do printf '%s %s\n' "${EPOCHREALTIME/[.,]/}" "$l"; done >&2)"#,
+        )
+        .arg("bash")
+        .arg(profiler_bin())
+        .args(["record", "--pid", &pid.to_string(), "--out"])
+        .arg(out)
+        .args(extra);
+    cmd
+}
+
+/// Splits a [`timestamped_record`] stderr line into (realtime ns, text).
+fn stamped(line: &str) -> (u64, &str) {
+    let (us, text) = line
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("untimestamped stderr line {line:?}"));
+    let us: u64 = us
+        .parse()
+        .unwrap_or_else(|_| panic!("bad timestamp in stderr line {line:?}"));
+    (us * 1000, text)
+}
+
+/// One message of the fixture's ground truth.
+#[derive(Debug, Clone)]
+struct Msg {
+    index: u64,
+    kind: String,
+    duration_ns: u64,
+}
+
+fn messages(truth: &Value) -> Vec<Msg> {
+    let msgs: Vec<Msg> = truth["messages"]
+        .as_array()
+        .expect("truth messages")
+        .iter()
+        .map(|m| Msg {
+            index: num(m, "index"),
+            kind: m["type"].as_str().expect("message type").to_string(),
+            duration_ns: num(m, "duration_ns"),
+        })
+        .collect();
+    assert_eq!(msgs.len(), MESSAGES, "fixture message count");
+    // The schedule only means something if the fixture ran as designed: a
+    // heavily loaded machine could stretch a fast message past the threshold.
+    for m in &msgs {
+        let fast = m.kind == "fast";
+        assert!(
+            if fast {
+                m.duration_ns < THRESHOLD_NS / 5
+            } else {
+                m.duration_ns > THRESHOLD_NS * 2
+            },
+            "fixture ran off its design (machine overloaded?): {m:?}"
+        );
+    }
+    msgs
+}
+
+/// Reads and parses `dir/dispatches.json`, saying what is missing if absent.
+fn load_dispatches(dir: &Path, fin: &Finished) -> Value {
+    let p = dir.join("dispatches.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+        let files: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        panic!(
+            "{} not written ({e}): slow-dispatch detection missing? --out holds {files:?}; \
+             profiler stderr: {:?}",
+            p.display(),
+            fin.stderr
+        )
+    });
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("dispatches.json is not JSON: {e}"))
+}
+
+fn arr<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?} in dispatches.json: {v}"))
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no string {key:?} in {v}"))
+}
+
+/// Every value of an `"index"` key anywhere in `v`.
+fn all_indexes(v: &Value, acc: &mut Vec<u64>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                if k == "index" {
+                    if let Some(i) = x.as_u64() {
+                        acc.push(i);
+                    }
+                }
+                all_indexes(x, acc);
+            }
+        }
+        Value::Array(xs) => xs.iter().for_each(|x| all_indexes(x, acc)),
+        _ => {}
+    }
+}
+
+/// Frame bucket of a dispatch (Matrix FrameTracer).
+fn bucket(duration_ns: u64, frame_ns: u64) -> &'static str {
+    match duration_ns / frame_ns {
+        42.. => "frozen",
+        24.. => "high",
+        9.. => "middle",
+        3.. => "normal",
+        _ => "best",
+    }
+}
+
+/// Runs the fixture under `profiler record extra…` (stderr timestamped) and
+/// returns (truth, finished run, dispatches.json, output dir).
+fn record(tag: &str, extra: &[&str]) -> (Value, Finished, Value, TempDir) {
+    let out = TempDir::new(tag);
+    let state = TempDir::new(&format!("{tag}-state"));
+    let mut fx = Fixture::spawn(eventloop_exe(), &[state.path().to_str().unwrap()]);
+    let rec = Recording::spawn(timestamped_record(fx.pid, out.path(), extra));
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_nothing_attached();
+    assert!(fx.alive(), "fixture died while profiled");
+    assert_text_unchanged(fx.pid, &fx.exe);
+    let d = load_dispatches(out.path(), &fin);
+    assert_eq!(
+        num(&d["thread"], "tid"),
+        u64::from(fx.pid),
+        "watched thread is the main thread (tid == pid): {}",
+        d["thread"]
+    );
+    fx.release();
+    (truth, fin, d, out)
+}
+
+#[test]
+fn slow_dispatches_flagged_explained_and_bucketed() {
+    require_root!();
+    let (truth, fin, d, out) = record("dispatch", &DISPATCH_ARGS);
+    let msgs = messages(&truth);
+    let by_index: BTreeMap<u64, &Msg> = msgs.iter().map(|m| (m.index, m)).collect();
+    let want_slow: BTreeSet<u64> = msgs
+        .iter()
+        .filter(|m| m.kind != "fast")
+        .map(|m| m.index)
+        .collect();
+
+    // Header.
+    let rule = str_of(&d, "rule");
+    assert!(
+        rule.contains("--dispatch"),
+        "rule {rule:?} names --dispatch"
+    );
+    assert_eq!(num(&d, "threshold_ns"), THRESHOLD_NS, "threshold_ns");
+    assert_eq!(num(&d, "hang_ns"), HANG_NS, "hang_ns");
+    let frame_ns = num(&d, "frame_interval_ns");
+    assert!(
+        (16_660_000..=16_670_000).contains(&frame_ns),
+        "default frame interval 16.67 ms, got {frame_ns} ns"
+    );
+    assert_eq!(
+        num(&d, "dispatches"),
+        MESSAGES as u64,
+        "every message is one dispatch"
+    );
+    assert!(
+        d["dispatches_per_sec"].as_f64().is_some_and(|r| r > 0.0),
+        "dispatches_per_sec: {}",
+        d["dispatches_per_sec"]
+    );
+    let (p50, p95, p99) = (num(&d, "p50_ns"), num(&d, "p95_ns"), num(&d, "p99_ns"));
+    assert!(p50 < THRESHOLD_NS, "p50 {p50} ns under the threshold");
+    assert!(
+        p50 <= p95 && p95 <= p99,
+        "p50 {p50} <= p95 {p95} <= p99 {p99}"
+    );
+
+    // Exactly the slow messages, with their durations.
+    let slow = arr(&d, "slow");
+    let got_slow: BTreeSet<u64> = slow.iter().map(|s| num(s, "index")).collect();
+    assert_eq!(got_slow, want_slow, "slow dispatch indexes");
+    assert_eq!(
+        slow.len(),
+        want_slow.len(),
+        "one `slow` entry per slow dispatch"
+    );
+    let slow_of: BTreeMap<u64, &Value> = slow.iter().map(|s| (num(s, "index"), s)).collect();
+    let mut last_start = 0;
+    for (&i, s) in &slow_of {
+        let m = by_index[&i];
+        assert_close(
+            &format!("duration_ns of dispatch {i} ({})", m.kind),
+            num(s, "duration_ns"),
+            m.duration_ns,
+        );
+        let start = num(s, "start_ns");
+        assert!(start >= last_start, "start_ns increases with index: {s}");
+        last_start = start;
+        let on_cpu = num(s, "on_cpu_ns");
+        let share = on_cpu as f64 / num(s, "duration_ns") as f64;
+        let split = format!(
+            "dispatch {i} ({}): on_cpu {on_cpu} blocked {} runnable {} of {} ns",
+            m.kind,
+            num(s, "blocked_ns"),
+            num(s, "runnable_ns"),
+            num(s, "duration_ns")
+        );
+        match m.kind.as_str() {
+            "config" | "trap" | "hang" => {
+                assert!(share > 0.8, "CPU-bound, on-CPU share > 80%: {split}");
+                assert!(num(s, "samples") > 0, "sampled while on-CPU: {s}");
+            }
+            "sleep" | "save" => assert!(share < 0.2, "blocked, on-CPU share < 20%: {split}"),
+            other => panic!("unexpected slow type {other}"),
+        }
+        let dropped = num(s, "dropped_frames");
+        assert_eq!(
+            dropped,
+            num(s, "duration_ns") / frame_ns,
+            "dropped_frames = floor(duration / frame interval): {s}"
+        );
+        let tree = arr(s, "tree");
+        assert!(!tree.is_empty(), "slow dispatch {i} has a tree");
+        assert_eq!(num(&tree[0], "depth"), 0, "tree root depth: {s}");
+        assert_eq!(
+            str_of(&tree[0], "name"),
+            "dispatch_message",
+            "tree root is the dispatch function"
+        );
+        assert!(
+            tree.len() <= 25,
+            "trimmed tree of dispatch {i} keeps ~20 nodes, has {}",
+            tree.len()
+        );
+    }
+
+    // The five parse_json dispatches: one cause, one group of five.
+    let config: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m.kind == "config")
+        .map(|m| slow_of[&m.index])
+        .collect();
+    assert_eq!(config.len(), 5, "fixture has five config messages");
+    let key = str_of(config[0], "key");
+    assert!(
+        key.contains("parse_json"),
+        "config key {key:?} names parse_json"
+    );
+    for s in &config {
+        assert_eq!(str_of(s, "key"), key, "same cause, same key: {s}");
+        let verdict = str_of(s, "verdict");
+        assert!(
+            verdict.contains("on-CPU") && verdict.contains("parse_json"),
+            "config verdict {verdict:?} says on-CPU in parse_json"
+        );
+    }
+    let groups = arr(&d, "groups");
+    let pj: Vec<&Value> = groups
+        .iter()
+        .filter(|g| str_of(g, "key").contains("parse_json"))
+        .collect();
+    assert_eq!(
+        pj.len(),
+        1,
+        "exactly one group for parse_json: {:?}",
+        pj.iter().map(|g| &g["key"]).collect::<Vec<_>>()
+    );
+    assert_eq!(str_of(pj[0], "key"), key, "group key");
+    assert_eq!(num(pj[0], "count"), 5, "parse_json group count: {}", pj[0]);
+    let want_total: u64 = config.iter().map(|s| num(s, "duration_ns")).sum();
+    let got_total = num(pj[0], "total_ns");
+    assert!(
+        got_total.abs_diff(want_total) <= 1_000_000,
+        "group total {got_total} = sum of its dispatches {want_total}"
+    );
+    let totals: Vec<u64> = groups.iter().map(|g| num(g, "total_ns")).collect();
+    assert!(
+        totals.windows(2).all(|w| w[0] >= w[1]),
+        "groups sorted by total time: {totals:?}"
+    );
+    let counted: u64 = groups.iter().map(|g| num(g, "count")).sum();
+    assert_eq!(
+        counted,
+        want_slow.len() as u64,
+        "groups cover the slow dispatches"
+    );
+
+    // Blocked dispatches: the verdict says blocked, the stacks show where.
+    for m in msgs
+        .iter()
+        .filter(|m| m.kind == "sleep" || m.kind == "save")
+    {
+        let s = slow_of[&m.index];
+        let verdict = str_of(s, "verdict");
+        assert!(
+            verdict.contains("blocked"),
+            "{} verdict {verdict:?} says blocked",
+            m.kind
+        );
+        let handler = if m.kind == "sleep" {
+            "sleep_handler"
+        } else {
+            "save_state"
+        };
+        let stacks = arr(s, "blocking_stacks");
+        assert!(
+            stacks.iter().any(|b| arr(b, "stack")
+                .iter()
+                .any(|f| f.as_str().is_some_and(|f| f.contains(handler)))),
+            "a blocking stack of dispatch {} goes through {handler}: {stacks:?}",
+            m.index
+        );
+    }
+
+    // BlockCanary's trap: A1 (790 ms), A2 (30 ms), A3 (300 ms).
+    let trap = msgs.iter().find(|m| m.kind == "trap").unwrap();
+    let s = slow_of[&trap.index];
+    let names: Vec<&str> = arr(s, "tree").iter().map(|n| str_of(n, "name")).collect();
+    let pos = |f: &str| names.iter().position(|n| *n == f);
+    let (a1, a3) = (pos("step_a1"), pos("step_a3"));
+    assert!(
+        a1.is_some() && a3.is_some() && a1 < a3,
+        "trap tree names step_a1 before step_a3: {names:?}"
+    );
+    assert!(
+        pos("step_a2").is_none(),
+        "trap tree trims step_a2 (30 ms of 1120): {names:?}"
+    );
+    let (tkey, tverdict) = (str_of(s, "key"), str_of(s, "verdict"));
+    assert!(
+        tkey.contains("step_a1") && !tkey.contains("step_a2"),
+        "trap key {tkey:?} names step_a1"
+    );
+    assert!(
+        tverdict.contains("step_a1") && !tverdict.contains("step_a2"),
+        "trap verdict {tverdict:?} names step_a1"
+    );
+
+    // The hang: reported while it ran, completed afterwards.
+    let hang_truth = &truth["hang"];
+    let hang_index = num(hang_truth, "index");
+    let hangs = arr(&d, "hangs");
+    assert_eq!(hangs.len(), 1, "one hang: {hangs:?}");
+    let h = &hangs[0];
+    assert_eq!(num(h, "index"), hang_index, "hang index");
+    let after = num(h, "reported_after_ns");
+    let hang_dur = h["duration_ns"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("hang duration_ns filled in once it ended: {h}"));
+    assert_close(
+        "hang duration_ns",
+        hang_dur,
+        by_index[&hang_index].duration_ns,
+    );
+    assert!(
+        after < hang_dur,
+        "hang reported before it ended: reported_after_ns {after} vs duration_ns {hang_dur}"
+    );
+    assert!(
+        (HANG_NS..HANG_NS + 500_000_000).contains(&after),
+        "hang reported soon after --hang 1s: reported_after_ns {after}"
+    );
+    assert!(!arr(h, "stack").is_empty(), "hang has a stack: {h}");
+    assert!(
+        num(h, "start_ns").abs_diff(num(slow_of[&hang_index], "start_ns")) <= 1_000_000,
+        "hang start_ns equals its dispatch's: {h}"
+    );
+    let (hang_start, hang_end) = (
+        num(hang_truth, "start_realtime_ns"),
+        num(hang_truth, "end_realtime_ns"),
+    );
+    let hang_lines: Vec<(u64, &str)> = fin
+        .stderr
+        .iter()
+        .map(|l| stamped(l))
+        .filter(|(_, l)| l.contains("HANG"))
+        .collect();
+    let &(t, line) = hang_lines
+        .first()
+        .unwrap_or_else(|| panic!("no HANG line on stderr: {:?}", fin.stderr));
+    assert!(
+        hang_start < t && t < hang_end,
+        "HANG line {line:?} written {} ms into the hang, which lasted {} ms: \
+         it must appear while the fixture is still inside it",
+        (t as i64 - hang_start as i64) / 1_000_000,
+        (hang_end - hang_start) / 1_000_000
+    );
+
+    // stderr while recording: one `slow dispatch` line per slow dispatch.
+    let slow_lines: Vec<&str> = fin
+        .stderr
+        .iter()
+        .map(|l| stamped(l).1)
+        .filter(|l| l.starts_with("profiler: slow dispatch"))
+        .collect();
+    assert_eq!(
+        slow_lines.len(),
+        want_slow.len(),
+        "one `profiler: slow dispatch` line per slow dispatch: {slow_lines:?}"
+    );
+    assert!(
+        slow_lines.iter().any(|l| l.contains(key)),
+        "a slow-dispatch line carries the key {key:?}: {slow_lines:?}"
+    );
+
+    // Frame buckets: every dispatch, fast ones too, as the fixture's durations say.
+    let borders = [3u64, 9, 24, 42];
+    let mut want_frames: BTreeMap<&str, u64> = ["best", "normal", "middle", "high", "frozen"]
+        .into_iter()
+        .map(|b| (b, 0))
+        .collect();
+    for m in &msgs {
+        assert!(
+            borders
+                .iter()
+                .all(|b| m.duration_ns.abs_diff(b * frame_ns) > 500_000),
+            "fixture duration too near a frame-bucket border, retry: {m:?}"
+        );
+        *want_frames
+            .get_mut(bucket(m.duration_ns, frame_ns))
+            .unwrap() += 1;
+    }
+    for (b, want) in &want_frames {
+        assert_eq!(
+            num(&d["frames"], b),
+            *want,
+            "frames.{b}: {} (fixture durations give {want_frames:?})",
+            d["frames"]
+        );
+    }
+
+    // Bounded memory: no fast dispatch left any detail behind.
+    let mut seen = Vec::new();
+    all_indexes(&d, &mut seen);
+    let fast_seen: BTreeSet<u64> = seen
+        .into_iter()
+        .filter(|i| !want_slow.contains(i))
+        .collect();
+    assert!(
+        fast_seen.is_empty(),
+        "fast dispatches {fast_seen:?} appear in dispatches.json"
+    );
+    let worst = arr(&d, "worst");
+    assert!(
+        worst.first().is_some_and(|w| num(w, "index") == hang_index),
+        "worst[0] is the hang, the longest dispatch: {worst:?}"
+    );
+
+    // dispatches.txt and the flame graphs.
+    let txt_path = out.join("dispatches.txt");
+    let txt = std::fs::read_to_string(&txt_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", txt_path.display()));
+    assert!(
+        txt.contains(key),
+        "dispatches.txt has the group key {key:?}:\n{txt}"
+    );
+    assert!(
+        txt.contains("frozen"),
+        "dispatches.txt has the frame statistics:\n{txt}"
+    );
+    assert!(
+        fin.stdout.contains(key),
+        "the dispatch report is printed too:\n{}",
+        fin.stdout
+    );
+    let mut svgs: Vec<&str> = groups.iter().filter_map(|g| g["svg"].as_str()).collect();
+    assert!(
+        svgs.contains(&"dispatch-1.svg"),
+        "the top group has dispatch-1.svg: {groups:?}"
+    );
+    svgs.dedup();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    for name in svgs {
+        let p = out.join(name);
+        let svg = std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
+        let doc = roxmltree::Document::parse_with_options(&svg, opts)
+            .unwrap_or_else(|e| panic!("{name} is not XML: {e}"));
+        assert_eq!(doc.root_element().tag_name().name(), "svg", "{name} root");
+    }
+}
+
+#[test]
+fn without_dispatch_every_outermost_call_counts() {
+    require_root!();
+    let args = [
+        "--func",
+        "dispatch_message",
+        "--func",
+        "handle_*",
+        "--threshold",
+        "50ms",
+        "--hang",
+        "1s",
+    ];
+    let (truth, _fin, d, _out) = record("dispatch-fallback", &args);
+    let msgs = messages(&truth);
+    let rule = str_of(&d, "rule");
+    assert!(
+        rule.contains("outermost"),
+        "fallback rule {rule:?} says every outermost traced call counts"
+    );
+    assert_eq!(
+        num(&d, "dispatches"),
+        MESSAGES as u64,
+        "every message is one outermost call of dispatch_message (rule {rule:?})"
+    );
+    let want_slow: BTreeSet<u64> = msgs
+        .iter()
+        .filter(|m| m.kind != "fast")
+        .map(|m| m.index)
+        .collect();
+    let got_slow: BTreeSet<u64> = arr(&d, "slow").iter().map(|s| num(s, "index")).collect();
+    assert_eq!(got_slow, want_slow, "slow dispatch indexes");
+}
