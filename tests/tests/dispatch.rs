@@ -601,3 +601,43 @@ fn without_dispatch_every_outermost_call_counts() {
     let got_slow: BTreeSet<u64> = arr(&d, "slow").iter().map(|s| num(s, "index")).collect();
     assert_eq!(got_slow, want_slow, "slow dispatch indexes");
 }
+
+/// Harness self-test, no profiler: the fixture's schedule and timing are what
+/// the tests above assume.
+#[test]
+fn eventloop_truth_is_as_designed() {
+    let state = TempDir::new("eventloop-truth");
+    let mut fx = Fixture::spawn(eventloop_exe(), &[state.path().to_str().unwrap()]);
+    let truth = fx.run();
+    fx.release();
+    let msgs = messages(&truth);
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &msgs {
+        *kinds.entry(m.kind.as_str()).or_default() += 1;
+    }
+    let want: BTreeMap<&str, usize> = [
+        ("config", 5),
+        ("fast", MESSAGES - 9),
+        ("hang", 1),
+        ("save", 1),
+        ("sleep", 1),
+        ("trap", 1),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(kinds, want, "message types");
+    let h = &truth["hang"];
+    let i = num(h, "index") as usize;
+    assert_eq!(msgs[i].kind, "hang", "hang index");
+    let mono = num(h, "end_ns") - num(h, "start_ns");
+    let real = num(h, "end_realtime_ns") - num(h, "start_realtime_ns");
+    assert!(
+        mono >= 2_500_000_000 && mono <= msgs[i].duration_ns,
+        "hang lasts 2.5 s: {h}"
+    );
+    assert!(mono.abs_diff(real) < 5_000_000, "realtime agrees: {h}");
+    assert!(
+        msgs[i].duration_ns > HANG_NS * 2,
+        "hang well past --hang 1s"
+    );
+}
