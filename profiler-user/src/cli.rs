@@ -74,6 +74,33 @@ pub struct RecordArgs {
     /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    #[command(flatten)]
+    pub dispatch: DispatchArgs,
+}
+
+/// Slow main-thread dispatches.
+#[derive(Debug, Args)]
+pub struct DispatchArgs {
+    /// Thread whose dispatches are watched: `main` (tid == pid), a TID or a
+    /// thread name.
+    #[arg(long, default_value = "main", value_name = "main|TID|NAME")]
+    pub thread: String,
+    /// A dispatch at least this long is slow and explained.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DUR")]
+    pub threshold: Duration,
+    /// A dispatch running longer than this is reported at once, as a hang.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DUR")]
+    pub hang: Duration,
+    /// Frame interval for dropped-frame statistics (60 Hz by default).
+    #[arg(long, default_value = "16.67ms", value_parser = parse_duration, value_name = "DUR")]
+    pub frame_interval: Duration,
+    /// Keep whole dispatch trees instead of trimming them to about 20 nodes.
+    #[arg(long)]
+    pub full_tree: bool,
+    /// cpu-clock samples per second of the watched thread during dispatches
+    /// (0 turns sampling off).
+    #[arg(long, default_value_t = 997, value_name = "HZ")]
+    pub dispatch_hz: u64,
 }
 
 /// `profiler list`.

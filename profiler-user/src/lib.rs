@@ -4,6 +4,7 @@ pub mod calltree;
 pub mod caps;
 pub mod cli;
 pub mod collector;
+pub mod dispatch;
 pub mod error;
 pub mod output;
 pub mod probes;
@@ -12,6 +13,7 @@ pub mod report;
 pub mod select;
 pub mod stacks;
 pub mod status;
+pub mod symbolize;
 pub mod symbols;
 pub mod target;
 

@@ -8,14 +8,17 @@ use std::{num::NonZeroU32, time::Instant};
 use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        ProgramError, UProbe,
+        PerfEvent, ProgramError, RawTracePoint, UProbe,
     },
     Ebpf, EbpfLoader,
 };
 use profiler_common::{
-    COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
-    TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    COOKIE_DISPATCH, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM,
+    COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
+    PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    WATCH_TID_GLOBAL,
 };
 
 use crate::{select::Selection, Error, Result};
@@ -54,6 +57,12 @@ pub struct Counters {
     pub lost: u64,
     /// Probe hits from other processes, filtered out.
     pub foreign: u64,
+    /// Thread-name events dropped (ring full).
+    pub lost_comm: u64,
+    /// Scheduler and sample events dropped (ring full).
+    pub lost_sched: u64,
+    /// Stacks that could not be read.
+    pub stack_errors: u64,
 }
 
 /// Loaded programs and their links.
@@ -67,12 +76,13 @@ pub struct Probes {
 
 impl Probes {
     /// Loads the programs for process `tgid` with a ring of `ring_size` bytes.
-    pub fn load(tgid: u32, ring_size: u32) -> Result<Self> {
+    pub fn load(tgid: u32, watch_tid: u32, ring_size: u32) -> Result<Self> {
         // Wake the agent only when a quarter of the ring is pending; the
         // agent's drain timer picks up the rest.
         let wakeup_bytes = u64::from(ring_size / 4);
         let mut ebpf = EbpfLoader::new()
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
+            .override_global(WATCH_TID_GLOBAL, &watch_tid, true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .map_max_entries(EVENTS_MAP, ring_size)
             .load(EBPF_OBJECT)
@@ -105,7 +115,7 @@ impl Probes {
                 }
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(f.offset),
-                    cookie: Some(i as u64),
+                    cookie: Some(i as u64 | if f.dispatch { COOKIE_DISPATCH } else { 0 }),
                 };
                 let bin = &sel.binaries[f.binary as usize];
                 if let Err(e) = prog.attach(point, &bin.open_path, scope) {
@@ -136,6 +146,38 @@ impl Probes {
             });
         }
         Ok(attached)
+    }
+
+    /// Follows the watched thread's scheduler transitions, and samples its
+    /// stacks at `hz` (0: off) while a dispatch is open.
+    pub fn attach_watch(&mut self, tid: u32, hz: u64) -> Result<()> {
+        for (name, tp) in [(PROG_SCHED_SWITCH, "sched_switch"), (PROG_SCHED_WAKEUP, "sched_wakeup")] {
+            let prog: &mut RawTracePoint = self
+                .ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+            prog.load().map_err(load_error)?;
+            prog.attach(tp).map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+        }
+        if hz > 0 {
+            let prog: &mut PerfEvent = self
+                .ebpf
+                .program_mut(PROG_SAMPLE)
+                .ok_or_else(|| Error::Load(format!("program {PROG_SAMPLE} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+            prog.load().map_err(load_error)?;
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::OneProcess { pid: tid, cpu: None },
+                SamplePolicy::Frequency(hz),
+                false,
+            )
+            .map_err(|e| Error::Load(format!("starting the cpu-clock sampler: {}", chain(&e))))?;
+        }
+        Ok(())
     }
 
     /// Takes the ring buffer out, so it outlives the programs.

@@ -71,7 +71,7 @@ struct Frame {
 /// True when an exit at `exit_sp` returns from an entry at `entry_sp`
 /// (x86-64: `ret` pops the 8-byte return address). Unknown (0) matches.
 #[inline]
-fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
+pub fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
     entry_sp == 0 || exit_sp == 0 || entry_sp.wrapping_add(8) == exit_sp
 }
 
