@@ -1,21 +1,25 @@
 //! Drains the ring buffer into [`Stacks`] until a stop condition: Ctrl-C,
 //! SIGTERM, `--duration`, or the target's exit (its pidfd turns readable).
-//! Decoding copies each 16-byte record out of the ring; nothing is
-//! allocated per event.
+//! Decoding copies each record out of the ring; nothing is allocated per
+//! entry/exit event.
 use std::{
     os::fd::{AsRawFd, OwnedFd, RawFd},
     time::{Duration, Instant},
 };
 
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{CommEvent, Event, KIND_COMM};
+use profiler_common::{
+    CommEvent, Event, StackEvent, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
+    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED,
+};
 use tokio::{
     io::{unix::AsyncFd, Interest},
     signal::unix::{signal, SignalKind},
 };
 
 use crate::{
-    probes::CounterMap, stacks::Stacks, status::Status, target::thread_name, Error, Result,
+    dispatch::Dispatcher, probes::CounterMap, stacks::Stacks, status::Status, target::thread_name,
+    Error, Result,
 };
 
 /// Why recording stopped.
@@ -44,32 +48,102 @@ impl StopReason {
 /// wakes us once a quarter of the ring is pending).
 const DRAIN_TICK: Duration = Duration::from_millis(10);
 
-/// Copies every pending event out of the ring into `stacks`, then names
-/// the threads seen for the first time (while they are most likely alive).
-pub fn drain(ring: &mut RingBuf<MapData>, stacks: &mut Stacks, pid: u32) {
-    drain_events(ring, stacks);
-    stacks.name_new_threads(|tid| thread_name(pid, tid));
+/// Everything events are fed to.
+pub struct Sinks {
+    /// Target PID.
+    pub pid: u32,
+    /// Shadow stacks of every thread.
+    pub stacks: Stacks,
+    /// Dispatch tracking of the watched thread.
+    pub dispatch: Option<Dispatcher>,
 }
 
-#[inline]
-fn drain_events(ring: &mut RingBuf<MapData>, stacks: &mut Stacks) {
-    while let Some(item) = ring.next() {
-        if item.len() < size_of::<Event>() {
-            continue;
+impl Sinks {
+    /// Applies one ring-buffer record.
+    #[inline]
+    fn on_record(&mut self, rec: &[u8]) {
+        if rec.len() < size_of::<Event>() {
+            return;
         }
         // SAFETY: the record holds at least one `Event`, written by the
         // kernel program; `read_unaligned` copes with any alignment.
-        let ev = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const Event) };
-        if ev.kind() == KIND_COMM {
-            if item.len() >= size_of::<CommEvent>() {
-                // SAFETY: as above, for the longer record.
-                let c = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const CommEvent) };
-                stacks.on_comm(&c);
+        let ev = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const Event) };
+        match ev.kind() {
+            KIND_ENTRY | KIND_EXIT => {
+                self.stacks.on_event(&ev);
+                if let Some(d) = &mut self.dispatch {
+                    if ev.tid == d.cfg.tid {
+                        d.on_call(&ev);
+                    }
+                }
             }
-        } else {
-            stacks.on_event(&ev);
+            KIND_COMM if rec.len() >= size_of::<CommEvent>() => {
+                // SAFETY: as above, for the longer record.
+                let c = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const CommEvent) };
+                self.stacks.on_comm(&c);
+            }
+            KIND_SCHED_OUT | KIND_SAMPLE => {
+                let Some(d) = &mut self.dispatch else { return };
+                let stacks = (rec.len() >= size_of::<StackEvent>()).then(|| {
+                    // SAFETY: as above, for the longer record.
+                    unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const StackEvent) }
+                });
+                let user = stacks
+                    .as_ref()
+                    .map(|s| &s.user[..(s.user_len as usize).min(MAX_USER_FRAMES)]);
+                let kernel = stacks
+                    .as_ref()
+                    .map(|s| &s.kernel[..(s.kernel_len as usize).min(MAX_KERNEL_FRAMES)]);
+                if ev.kind() == KIND_SAMPLE {
+                    if let Some(user) = user {
+                        d.on_sample(ev.ts_ns, user);
+                    }
+                } else {
+                    d.on_switch_out(ev.ts_ns, ev.func() == SCHED_BLOCKED, user.zip(kernel));
+                }
+            }
+            KIND_SCHED_IN => {
+                if let Some(d) = &mut self.dispatch {
+                    d.on_switch_in(ev.ts_ns);
+                }
+            }
+            KIND_WAKEUP => {
+                if let Some(d) = &mut self.dispatch {
+                    d.on_wakeup(ev.ts_ns);
+                }
+            }
+            _ => self.stacks.invalid_events += 1,
         }
     }
+
+    /// Copies every pending record out of the ring, then names the threads
+    /// seen for the first time (while they are most likely alive).
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            self.on_record(&item);
+        }
+        let pid = self.pid;
+        self.stacks.name_new_threads(|tid| thread_name(pid, tid));
+    }
+
+    /// Periodic work: hang detection.
+    fn tick(&mut self) {
+        if let Some(d) = &mut self.dispatch {
+            if d.is_open() {
+                d.tick(monotonic_ns());
+            }
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC now, the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 struct Fd(RawFd);
@@ -82,8 +156,7 @@ impl AsRawFd for Fd {
 /// Reads events until a stop condition, then returns why.
 pub async fn collect(
     ring: &mut RingBuf<MapData>,
-    stacks: &mut Stacks,
-    pid: u32,
+    sinks: &mut Sinks,
     pidfd: &OwnedFd,
     duration: Option<Duration>,
     counters: &CounterMap,
@@ -117,16 +190,17 @@ pub async fn collect(
             _ = exit_fd.readable() => break StopReason::TargetExited,
             guard = ring_fd.readable() => {
                 let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
-                drain(ring, stacks, pid);
+                sinks.drain(ring);
                 guard.clear_ready();
             }
             _ = tick.tick() => {
-                drain(ring, stacks, pid);
-                status.update(start.elapsed(), stacks, counters);
+                sinks.drain(ring);
+                sinks.tick();
+                status.update(start.elapsed(), &sinks.stacks, counters);
             }
         }
     };
-    drain(ring, stacks, pid);
+    sinks.drain(ring);
     Ok(reason)
 }
 

@@ -151,7 +151,10 @@ impl Probes {
     /// Follows the watched thread's scheduler transitions, and samples its
     /// stacks at `hz` (0: off) while a dispatch is open.
     pub fn attach_watch(&mut self, tid: u32, hz: u64) -> Result<()> {
-        for (name, tp) in [(PROG_SCHED_SWITCH, "sched_switch"), (PROG_SCHED_WAKEUP, "sched_wakeup")] {
+        for (name, tp) in [
+            (PROG_SCHED_SWITCH, "sched_switch"),
+            (PROG_SCHED_WAKEUP, "sched_wakeup"),
+        ] {
             let prog: &mut RawTracePoint = self
                 .ebpf
                 .program_mut(name)
@@ -159,7 +162,8 @@ impl Probes {
                 .try_into()
                 .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
             prog.load().map_err(load_error)?;
-            prog.attach(tp).map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+            prog.attach(tp)
+                .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
         }
         if hz > 0 {
             let prog: &mut PerfEvent = self
@@ -171,7 +175,10 @@ impl Probes {
             prog.load().map_err(load_error)?;
             prog.attach(
                 PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                PerfEventScope::OneProcess { pid: tid, cpu: None },
+                PerfEventScope::OneProcess {
+                    pid: tid,
+                    cpu: None,
+                },
                 SamplePolicy::Frequency(hz),
                 false,
             )
@@ -216,6 +223,9 @@ impl CounterMap {
         Counters {
             lost: sum(COUNTER_LOST),
             foreign: sum(COUNTER_FOREIGN),
+            lost_comm: sum(COUNTER_LOST_COMM),
+            lost_sched: sum(COUNTER_LOST_SCHED),
+            stack_errors: sum(COUNTER_STACK_ERRORS),
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::{
     caps,
     cli::{ListArgs, RecordArgs},
     collector,
+    dispatch::{self, Dispatcher},
     output::OutDir,
     probes::{self, Probes},
     report::{self, Report, Session},
@@ -41,10 +42,12 @@ pub fn record(args: &RecordArgs) -> Result<()> {
             sel.funcs.len() + sel.capped
         );
     }
+    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
-    let mut probes = Probes::load(target.pid, args.ring_size)?;
+    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size)?;
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
+    probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
     let probed = probes.attach(&sel, target.pid)?;
     if !target.alive() {
         return Err(Error::TargetGone(target.pid));
@@ -59,17 +62,38 @@ pub fn record(args: &RecordArgs) -> Result<()> {
         probes.attach_ms
     );
 
-    let mut stacks = Stacks::new(sel.funcs.len());
-    let mut status = Status::new();
     let started = Instant::now();
+    let d = &args.dispatch;
+    let dispatcher = Dispatcher::new(
+        dispatch::Config {
+            tid: watch_tid,
+            thread_name: watch_name,
+            rule: sel.dispatch_rule.clone(),
+            threshold_ns: d.threshold.as_nanos() as u64,
+            hang_ns: d.hang.as_nanos() as u64,
+            frame_interval_ns: d.frame_interval.as_nanos() as u64,
+            full_tree: d.full_tree,
+            sample_period_ns: 1_000_000_000u64.checked_div(d.dispatch_hz).unwrap_or(0),
+            hang_log: Some(out.path().join("hangs.log")),
+        },
+        target.pid,
+        sel.funcs.iter().map(|f| f.name.clone()).collect(),
+        sel.funcs.iter().map(|f| f.dispatch).collect(),
+        collector::monotonic_ns(),
+    );
+    let mut sinks = collector::Sinks {
+        pid: target.pid,
+        stacks: Stacks::new(sel.funcs.len()),
+        dispatch: Some(dispatcher),
+    };
+    let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
     let reason = rt.block_on(collector::collect(
         &mut ring,
-        &mut stacks,
-        target.pid,
+        &mut sinks,
         &target.pidfd,
         args.duration,
         &counters,
@@ -80,8 +104,14 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     // take what was still in flight.
     let failed_probes = probes.failed.len();
     drop(probes);
-    collector::drain(&mut ring, &mut stacks, target.pid);
-    let lost_events = counters.read().lost;
+    sinks.drain(&mut ring);
+    let collector::Sinks {
+        mut stacks,
+        dispatch,
+        ..
+    } = sinks;
+    let counters_now = counters.read();
+    let lost_events = counters_now.lost;
     status.finish();
     stacks.finish();
     if reason == collector::StopReason::TargetExited {
@@ -114,7 +144,31 @@ pub fn record(args: &RecordArgs) -> Result<()> {
         stacks: &stacks,
         thread_names,
     };
-    write_outputs(&out, &report)
+    write_outputs(&out, &report)?;
+    if let Some(d) = &dispatch {
+        write_dispatches(&out, d, duration_ns)?;
+    }
+    if counters_now.lost_sched + counters_now.lost_comm > 0 {
+        eprintln!(
+            "profiler: warning: {} scheduler/sample events and {} thread-name events were lost (ring full): raise --ring-size",
+            counters_now.lost_sched, counters_now.lost_comm
+        );
+    }
+    Ok(())
+}
+
+fn write_dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
+    let text = dispatch::report::text(d, duration_ns);
+    out.write("dispatches.txt", text.as_bytes())?;
+    out.write(
+        "dispatches.json",
+        dispatch::report::json(d, duration_ns).as_bytes(),
+    )?;
+    for (name, svg) in dispatch::report::svgs(d) {
+        out.write(&name, &svg)?;
+    }
+    print!("\n{text}");
+    Ok(())
 }
 
 fn write_outputs(out: &OutDir, report: &Report) -> Result<()> {

@@ -113,6 +113,49 @@ impl Target {
     }
 }
 
+impl Target {
+    /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
+    /// a thread name. Returns the tid and its name.
+    pub fn resolve_thread(&self, spec: &str) -> Result<(u32, String)> {
+        let pid = self.pid;
+        let name_of = |tid: u32| thread_name(pid, tid);
+        if spec == "main" {
+            return Ok((pid, name_of(pid).unwrap_or_default()));
+        }
+        if let Ok(tid) = spec.parse::<u32>() {
+            return name_of(tid).map(|n| (tid, n)).ok_or_else(|| {
+                Error::Usage(format!(
+                    "PID {pid} has no thread {tid}: see /proc/{pid}/task for its threads"
+                ))
+            });
+        }
+        let tasks = fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|e| Error::io(format!("listing /proc/{pid}/task"), e))?;
+        let mut names = Vec::new();
+        for entry in tasks.flatten() {
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(n) = name_of(tid) {
+                if n == spec {
+                    return Ok((tid, n));
+                }
+                names.push(n);
+            }
+        }
+        names.sort();
+        names.dedup();
+        Err(Error::Usage(format!(
+            "PID {pid} has no thread named {spec:?}; its threads are: {}; use --thread main, a TID or one of these names",
+            names.join(", ")
+        )))
+    }
+}
+
 /// Parses the text of `/proc/PID/maps` into one [`Mapping`] per file.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
