@@ -12,6 +12,7 @@ pub mod record;
 pub mod report;
 pub mod select;
 pub mod stacks;
+pub mod stages;
 pub mod status;
 pub mod symbolize;
 pub mod symbols;
