@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{error::ErrorKind, Parser};
 use profiler::{
     cli::{Cli, Command},
     probes::chain,
@@ -8,7 +8,25 @@ use profiler::{
 };
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            // One line, like every other error; clap's own text names the flag.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("profiler: error: {first}; see `profiler --help`");
+            return ExitCode::from(2);
+        }
+    };
     let result = match &cli.command {
         Command::Record(args) => record::record(args),
         Command::List(args) => record::list(args),
