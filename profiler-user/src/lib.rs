@@ -6,6 +6,7 @@ pub mod cli;
 pub mod collector;
 pub mod dispatch;
 pub mod error;
+pub mod export;
 pub mod output;
 pub mod probes;
 pub mod record;
