@@ -42,13 +42,33 @@ pub const COUNTER_LOST_COMM: u32 = 2;
 pub const COUNTER_LOST_SCHED: u32 = 3;
 /// Samples or blocked stacks whose user stack could not be read.
 pub const COUNTER_STACK_ERRORS: u32 = 4;
+/// CPU-profile samples taken.
+pub const COUNTER_CPU_SAMPLES: u32 = 5;
+/// CPU-profile samples whose user stack could not be stored.
+pub const COUNTER_CPU_USER_STACK_LOST: u32 = 6;
+/// CPU-profile samples not counted because the counts map was full.
+pub const COUNTER_CPU_COUNTS_FULL: u32 = 7;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 5;
+pub const COUNTER_COUNT: u32 = 8;
 
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
 /// Name of the `sched_wakeup` raw tracepoint program.
 pub const PROG_SCHED_WAKEUP: &str = "prof_sched_wakeup";
+/// Name of the CPU-profile sampling program (kernel-aggregated stacks).
+pub const PROG_CPU_SAMPLE: &str = "prof_cpu_sample";
+/// Stack-trace map of the CPU profile (stack id -> frames).
+pub const CPU_STACKS_MAP: &str = "CPU_STACKS";
+/// Per-CPU hash of [`SampleKey`] -> sample count (the agent sums the CPUs).
+pub const CPU_COUNTS_MAP: &str = "CPU_COUNTS";
+/// Hash of tid -> `[u8; 16]` comm, for sampled threads.
+pub const CPU_COMMS_MAP: &str = "CPU_COMMS";
+/// Capacity of [`CPU_STACKS_MAP`].
+pub const CPU_STACKS_CAPACITY: u32 = 16384;
+/// Capacity of [`CPU_COUNTS_MAP`] and [`CPU_COMMS_MAP`].
+pub const CPU_COUNTS_CAPACITY: u32 = 65536;
+/// Global (`.rodata`): sample every process (1) or only `TARGET_TGID` (0).
+pub const SAMPLE_ALL_GLOBAL: &str = "SAMPLE_ALL";
 /// Name of the perf-event sampling program.
 pub const PROG_SAMPLE: &str = "prof_sample";
 
@@ -153,6 +173,22 @@ pub struct StackEvent {
     pub kernel: [u64; MAX_KERNEL_FRAMES],
 }
 
+/// Key of a CPU-profile count: who was running, and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SampleKey {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// User stack id in [`CPU_STACKS_MAP`], or -1.
+    pub user_stack: i32,
+    /// Kernel stack id in [`CPU_STACKS_MAP`], or -1.
+    pub kernel_stack: i32,
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for SampleKey {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for Event {}
 #[cfg(feature = "user")]

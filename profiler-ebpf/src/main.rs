@@ -20,15 +20,20 @@ use aya_ebpf::{
         bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
-    programs::{PerfEventContext, ProbeContext, RawTracePointContext, RetProbeContext},
+    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    programs::{
+        tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext,
+        RetProbeContext,
+    },
     EbpfContext, Global,
 };
 use profiler_common::{
-    CommEvent, Event, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT, COUNTER_FOREIGN, COUNTER_LOST,
-    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, KIND_COMM, KIND_ENTRY, KIND_EXIT,
-    KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES,
-    SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    CommEvent, Event, SampleKey, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT,
+    COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_FOREIGN,
+    COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY,
+    CPU_STACKS_CAPACITY, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
+    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
+    SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// Set by the agent at load time: the traced process's tgid.
@@ -55,6 +60,20 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT,
 
 #[map(name = "SEEN_THREADS")]
 static SEEN_THREADS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(SEEN_THREADS_CAPACITY, 0);
+
+#[map(name = "CPU_STACKS")]
+static CPU_STACKS: StackTrace = StackTrace::with_max_entries(CPU_STACKS_CAPACITY, 0);
+
+#[map(name = "CPU_COUNTS")]
+static CPU_COUNTS: PerCpuHashMap<SampleKey, u64> =
+    PerCpuHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
+
+#[map(name = "CPU_COMMS")]
+static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
+
+/// Set by the agent at load time: sample every process (1) or only the target.
+#[unsafe(no_mangle)]
+static SAMPLE_ALL: Global<u32> = Global::new(0);
 
 #[map(name = "WATCH")]
 static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
@@ -278,6 +297,51 @@ pub fn prof_sample(ctx: PerfEventContext) -> u32 {
     if tid == WATCH_TID.load() && tid != 0 && watch_get(WATCH_DEPTH) > 0 {
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         emit_stacks(&ctx, ts_ns, tid, KIND_SAMPLE, 0);
+    }
+    0
+}
+
+/// CPU profile: one `cpu-clock` tick on some CPU. Counts the (process,
+/// thread, user stack, kernel stack) that was running, in the kernel, so the
+/// ring buffer carries nothing per sample.
+#[perf_event]
+pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    if tid == 0 || (SAMPLE_ALL.load() == 0 && pid != TARGET_TGID.load()) {
+        return 0;
+    }
+    bump(COUNTER_CPU_SAMPLES);
+    let user_stack = match ctx.get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => id as i32,
+        Err(_) => {
+            bump(COUNTER_CPU_USER_STACK_LOST);
+            -1
+        }
+    };
+    let kernel_stack = match ctx.get_stackid(&CPU_STACKS, 0) {
+        Ok(id) => id as i32,
+        // No kernel stack: the sample was taken in user mode.
+        Err(_) => -1,
+    };
+    let key = SampleKey {
+        pid,
+        tid,
+        user_stack,
+        kernel_stack,
+    };
+    match CPU_COUNTS.get_ptr_mut(&key) {
+        // Per-CPU values: no other CPU writes this slot.
+        Some(count) => unsafe { *count += 1 },
+        None => {
+            if CPU_COUNTS.insert(&key, &1, 0).is_err() {
+                bump(COUNTER_CPU_COUNTS_FULL);
+            }
+            if unsafe { CPU_COMMS.get(&tid) }.is_none() {
+                let _ = CPU_COMMS.insert(&tid, &bpf_get_current_comm().unwrap_or([0; 16]), 0);
+            }
+        }
     }
     0
 }

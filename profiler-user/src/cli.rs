@@ -20,6 +20,30 @@ pub enum Command {
     Record(RecordArgs),
     /// List the functions a selection would probe, without attaching.
     List(ListArgs),
+    /// Sample stacks of one process (`--pid`) or of the whole system
+    /// (`--all`) with the cpu-clock event; probes nothing.
+    Sample(SampleArgs),
+}
+
+/// `profiler sample`.
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// PID of the process to sample (all its threads).
+    #[arg(long, short = 'p', value_parser = parse_pid, conflicts_with = "all", required_unless_present = "all")]
+    pub pid: Option<u32>,
+    /// Sample every process on every CPU.
+    #[arg(long, short = 'a')]
+    pub all: bool,
+    /// Samples per second per CPU (default 997 with --pid, 99 with --all).
+    #[arg(long, value_name = "HZ")]
+    pub hz: Option<u64>,
+    /// Stop after this long (e.g. 10s). Otherwise stop on Ctrl-C, SIGTERM or
+    /// when the target exits.
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Directory for the outputs (created if missing).
+    #[arg(long, short = 'o', default_value = "prof", value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 /// Which process to trace.
@@ -74,6 +98,10 @@ pub struct RecordArgs {
     /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    /// Also sample all the target's threads' stacks with cpu-clock at HZ
+    /// (default 997): writes cpu.folded and cpu.svg.
+    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]
+    pub sample: Option<u64>,
     #[command(flatten)]
     pub dispatch: DispatchArgs,
 }

@@ -204,6 +204,40 @@ pub async fn collect(
     Ok(reason)
 }
 
+/// Waits for a stop condition without reading any ring: for `sample`.
+pub async fn wait_for_stop(
+    pidfd: Option<&OwnedFd>,
+    duration: Option<Duration>,
+) -> Result<StopReason> {
+    let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+    let exit_fd = match pidfd {
+        // SAFETY: the pidfd outlives this AsyncFd, dropped on return.
+        Some(fd) => Some(
+            unsafe { AsyncFd::register_with_interest(Fd(fd.as_raw_fd()), Interest::READABLE) }
+                .map_err(|e| io("polling the target's pidfd", e.into()))?,
+        ),
+        None => None,
+    };
+    let exited = async {
+        match &exit_fd {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    Ok(tokio::select! {
+        _ = sigint.recv() => StopReason::Signal,
+        _ = sigterm.recv() => StopReason::Signal,
+        _ = sleep_or_forever(duration) => StopReason::Duration,
+        _ = exited => StopReason::TargetExited,
+    })
+}
+
 async fn sleep_or_forever(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,

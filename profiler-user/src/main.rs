@@ -30,6 +30,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Record(args) => record::record(args),
         Command::List(args) => record::list(args),
+        Command::Sample(args) => profiler::sample::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

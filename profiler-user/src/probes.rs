@@ -17,8 +17,8 @@ use aya::{
 use profiler_common::{
     COOKIE_DISPATCH, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM,
     COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
-    PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
-    WATCH_TID_GLOBAL,
+    PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
+    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
 use crate::{select::Selection, Error, Result};
@@ -76,13 +76,14 @@ pub struct Probes {
 
 impl Probes {
     /// Loads the programs for process `tgid` with a ring of `ring_size` bytes.
-    pub fn load(tgid: u32, watch_tid: u32, ring_size: u32) -> Result<Self> {
+    pub fn load(tgid: u32, watch_tid: u32, ring_size: u32, sample_all: bool) -> Result<Self> {
         // Wake the agent only when a quarter of the ring is pending; the
         // agent's drain timer picks up the rest.
         let wakeup_bytes = u64::from(ring_size / 4);
         let mut ebpf = EbpfLoader::new()
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
             .override_global(WATCH_TID_GLOBAL, &watch_tid, true)
+            .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .map_max_entries(EVENTS_MAP, ring_size)
             .load(EBPF_OBJECT)
@@ -185,6 +186,11 @@ impl Probes {
             .map_err(|e| Error::Load(format!("starting the cpu-clock sampler: {}", chain(&e))))?;
         }
         Ok(())
+    }
+
+    /// The loaded object, for the CPU profiler.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
     /// Takes the ring buffer out, so it outlives the programs.

@@ -6,7 +6,7 @@ use std::{collections::HashMap, time::Instant};
 use crate::{
     caps,
     cli::{ListArgs, RecordArgs},
-    collector,
+    collector, cpuprof,
     dispatch::{self, Dispatcher},
     output::OutDir,
     probes::{self, Probes},
@@ -14,6 +14,7 @@ use crate::{
     select,
     stacks::Stacks,
     status::Status,
+    symbolize::Symbolizer,
     target::{self, Target},
     Error, Result,
 };
@@ -44,10 +45,17 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
-    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size)?;
+    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false)?;
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
+    let cpu_maps = match args.sample {
+        Some(hz) => {
+            cpuprof::start(probes.ebpf_mut(), hz)?;
+            Some(cpuprof::CpuMaps::take(probes.ebpf_mut())?)
+        }
+        None => None,
+    };
     let probed = probes.attach(&sel, target.pid)?;
     if !target.alive() {
         return Err(Error::TargetGone(target.pid));
@@ -147,6 +155,14 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     write_outputs(&out, &report)?;
     if let Some(d) = &dispatch {
         write_dispatches(&out, d, duration_ns)?;
+    }
+    if let (Some(maps), Some(hz)) = (&cpu_maps, args.sample) {
+        let prof = cpuprof::collect(maps, &mut Symbolizer::new(target.pid));
+        let what = format!("PID {}", target.pid);
+        print!(
+            "\n{}",
+            crate::sample::write_cpu(&out, &prof, &what, hz, duration_ns)?
+        );
     }
     if counters_now.lost_sched + counters_now.lost_comm > 0 {
         eprintln!(

@@ -1,0 +1,186 @@
+//! The CPU profile: `cpu-clock` sampling on every online CPU (the VM has no
+//! hardware PMU), with stacks and counts aggregated in the kernel (stack ids
+//! plus a per-CPU count per (process, thread, user stack, kernel stack)),
+//! read once at the end and symbolized with blazesym.
+use std::collections::{BTreeMap, HashMap};
+
+use aya::{
+    maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent, ProgramError,
+    },
+    Ebpf,
+};
+use profiler_common::{SampleKey, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, PROG_CPU_SAMPLE};
+
+use crate::{probes::chain, report::flame::folded_frame, symbolize::Symbolizer, Error, Result};
+
+/// Outermost user frames that mean the unwinder reached the bottom of the
+/// stack: such a stack is complete.
+const STACK_ROOTS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "__GI___clone3",
+    "thread_start",
+    "main",
+];
+
+/// Starts sampling at `hz` on every online CPU.
+pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<()> {
+    let prog: &mut PerfEvent = ebpf
+        .program_mut(PROG_CPU_SAMPLE)
+        .ok_or_else(|| Error::Load(format!("program {PROG_CPU_SAMPLE} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+    prog.load().map_err(|e| Error::Load(chain(&e)))?;
+    let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
+    for cpu in cpus {
+        prog.attach(
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(hz),
+            false,
+        )
+        .map_err(|e| {
+            Error::Load(format!(
+                "starting the cpu-clock sampler on CPU {cpu}: {}",
+                chain(&e)
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// The maps the sampler fills, taken out of the object so they outlive it.
+pub struct CpuMaps {
+    stacks: StackTraceMap<MapData>,
+    counts: PerCpuHashMap<MapData, SampleKey, u64>,
+    comms: MapHash<MapData, u32, [u8; 16]>,
+}
+
+impl CpuMaps {
+    /// Takes the maps out of `ebpf`.
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| Error::Load(format!("no {name} map")))
+        };
+        let stacks =
+            StackTraceMap::try_from(take(CPU_STACKS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        let counts =
+            PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        Ok(CpuMaps {
+            stacks,
+            counts,
+            comms,
+        })
+    }
+}
+
+/// A symbolized CPU profile.
+#[derive(Debug, Default)]
+pub struct CpuProfile {
+    /// Folded stacks: `comm;outer;…;inner_[k] count`, sorted.
+    pub folded: Vec<String>,
+    /// Samples counted.
+    pub samples: u64,
+    /// Samples whose user stack reached a known bottom frame.
+    pub complete: u64,
+    /// Samples with no user stack at all (lost, or a kernel thread).
+    pub no_user_stack: u64,
+    /// Samples per process id.
+    pub per_pid: BTreeMap<u32, u64>,
+    /// Self samples per leaf frame, for the top list.
+    pub leaves: Vec<(String, u64)>,
+}
+
+impl CpuProfile {
+    /// Share (0..=1) of samples with complete stacks.
+    pub fn complete_share(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            self.complete as f64 / self.samples as f64
+        }
+    }
+}
+
+fn comm_name(raw: &[u8; 16]) -> String {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..len]).into_owned()
+}
+
+/// Reads, symbolizes and folds everything sampled.
+pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
+    let mut prof = CpuProfile::default();
+    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
+    let mut leaves: HashMap<String, u64> = HashMap::new();
+    let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
+    let mut read_stack = |id: i32| -> Vec<u64> {
+        if id < 0 {
+            return Vec::new();
+        }
+        stack_cache
+            .entry(id)
+            .or_insert_with(|| {
+                maps.stacks
+                    .get(&(id as u32), 0)
+                    .map(|s| s.frames().iter().map(|f| f.ip).collect())
+                    .unwrap_or_default()
+            })
+            .clone()
+    };
+    for item in maps.counts.iter() {
+        let Ok((key, per_cpu)) = item else { continue };
+        let count: u64 = per_cpu.iter().sum();
+        if count == 0 {
+            continue;
+        }
+        prof.samples += count;
+        *prof.per_pid.entry(key.pid).or_default() += count;
+        let comm = maps
+            .comms
+            .get(&key.tid, 0)
+            .map(|c| comm_name(&c))
+            .unwrap_or_else(|_| format!("tid-{}", key.tid));
+        let user = read_stack(key.user_stack);
+        let kernel = read_stack(key.kernel_stack);
+        let user_frames = sym.frames(key.pid, &user);
+        if user.is_empty() {
+            prof.no_user_stack += count;
+        } else if user_frames
+            .last()
+            .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
+        {
+            prof.complete += count;
+        }
+        let mut line = folded_frame(&comm);
+        for frames in user_frames.iter().rev() {
+            for f in frames {
+                line.push(';');
+                line.push_str(&folded_frame(f));
+            }
+        }
+        for f in sym.kernel_stack(&kernel).iter().rev() {
+            line.push(';');
+            line.push_str(&folded_frame(f));
+        }
+        let leaf = line.rsplit(';').next().unwrap_or_default().to_string();
+        *leaves.entry(leaf).or_default() += count;
+        *paths.entry(line).or_default() += count;
+    }
+    prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
+    let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
+    leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    prof.leaves = leaves;
+    prof
+}

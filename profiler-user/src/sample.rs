@@ -1,0 +1,110 @@
+//! `profiler sample`: a sampling profiler for one process or the whole
+//! system, and the CPU-profile outputs shared with `record --sample`.
+use std::{fmt::Write, time::Instant};
+
+use crate::{
+    caps,
+    cli::SampleArgs,
+    collector,
+    cpuprof::{self, CpuMaps, CpuProfile},
+    output::OutDir,
+    probes::Probes,
+    report::{fmt_count, fmt_ns},
+    symbolize::Symbolizer,
+    target::Target,
+    Error, Result,
+};
+
+/// Files the CPU profile writes.
+pub const CPU_FILES: &[&str] = &["cpu.folded", "cpu.svg", "cpu.txt"];
+
+/// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
+pub fn write_cpu(
+    out: &OutDir,
+    prof: &CpuProfile,
+    what: &str,
+    hz: u64,
+    duration_ns: u64,
+) -> Result<String> {
+    let mut folded = prof.folded.join("\n");
+    folded.push('\n');
+    out.write("cpu.folded", folded.as_bytes())?;
+    let title = format!("profiler: CPU samples of {what} at {hz} Hz");
+    let svg = crate::report::flame::svg(&prof.folded, &title).map_err(|reason| Error::Output {
+        path: out.path().join("cpu.svg"),
+        reason,
+    })?;
+    out.write("cpu.svg", &svg)?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}",
+        prof.samples,
+        fmt_ns(duration_ns),
+        prof.complete_share() * 100.0,
+        prof.no_user_stack
+    );
+    if prof.per_pid.len() > 1 {
+        let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
+        pids.sort_by(|a, b| b.1.cmp(a.1));
+        let _ = writeln!(text, "\nTop processes by samples");
+        for (pid, n) in pids.into_iter().take(10) {
+            let _ = writeln!(text, "{:>10}  PID {pid}", fmt_count(*n));
+        }
+    }
+    let _ = writeln!(text, "\nTop frames by self samples");
+    for (leaf, n) in prof.leaves.iter().take(20) {
+        let _ = writeln!(
+            text,
+            "{:>10} {:>6.1}%  {leaf}",
+            n,
+            *n as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("cpu.txt", text.as_bytes())?;
+    Ok(text)
+}
+
+/// Runs `profiler sample`.
+pub fn run(args: &SampleArgs) -> Result<()> {
+    caps::check()?;
+    let target = args.pid.map(Target::open).transpose()?;
+    let out = OutDir::prepare(&args.out, CPU_FILES)?;
+    let hz = args.hz.unwrap_or(if args.all { 99 } else { 997 });
+    if hz == 0 || hz > 100_000 {
+        return Err(Error::Usage(format!(
+            "--hz {hz} is out of range: use 1 to 100000"
+        )));
+    }
+    let pid = target.as_ref().map_or(0, |t| t.pid);
+    let mut probes = Probes::load(pid, 0, 4096, args.all)?;
+    cpuprof::start(probes.ebpf_mut(), hz)?;
+    let maps = CpuMaps::take(probes.ebpf_mut())?;
+    let what = match &target {
+        Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
+        None => "all processes".to_string(),
+    };
+    eprintln!("profiler: attached cpu-clock sampler at {hz} Hz to {what}; stop with Ctrl-C");
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
+    let reason = rt.block_on(collector::wait_for_stop(
+        target.as_ref().map(|t| &t.pidfd),
+        args.duration,
+    ))?;
+    let duration_ns = started.elapsed().as_nanos() as u64;
+    drop(probes);
+    eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
+    let mut sym = Symbolizer::new(pid);
+    let prof = cpuprof::collect(&maps, &mut sym);
+    let text = write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    print!("{text}");
+    eprintln!(
+        "profiler: wrote {}/{{{}}}",
+        out.path().display(),
+        CPU_FILES.join(",")
+    );
+    Ok(())
+}
