@@ -281,21 +281,42 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         let start = num(s, "start_ns");
         assert!(start >= last_start, "start_ns increases with index: {s}");
         last_start = start;
-        let on_cpu = num(s, "on_cpu_ns");
-        let share = on_cpu as f64 / num(s, "duration_ns") as f64;
+        // on-CPU / blocked / runnable split the dispatch's wall time.
+        let (dur, on_cpu) = (num(s, "duration_ns"), num(s, "on_cpu_ns"));
+        let (blocked, runnable) = (num(s, "blocked_ns"), num(s, "runnable_ns"));
         let split = format!(
-            "dispatch {i} ({}): on_cpu {on_cpu} blocked {} runnable {} of {} ns",
-            m.kind,
-            num(s, "blocked_ns"),
-            num(s, "runnable_ns"),
-            num(s, "duration_ns")
+            "dispatch {i} ({}): on_cpu {on_cpu} blocked {blocked} runnable {runnable} of {dur} ns",
+            m.kind
         );
+        assert!(
+            (on_cpu + blocked + runnable).abs_diff(dur) <= dur / 100,
+            "on_cpu + blocked + runnable = duration: {split}"
+        );
+        let share = on_cpu as f64 / dur as f64;
         match m.kind.as_str() {
             "config" | "trap" | "hang" => {
-                assert!(share > 0.8, "CPU-bound, on-CPU share > 80%: {split}");
+                // On a shared machine a spinning thread also waits for a CPU
+                // (runnable); that wait is not its own doing, so the strict
+                // share applies to the time it was not kept off the CPU.
+                let busy = on_cpu as f64 / dur.saturating_sub(runnable).max(1) as f64;
+                if runnable > dur / 10 {
+                    eprintln!("note: machine loaded, {split}");
+                } else {
+                    assert!(share > 0.8, "CPU-bound, on-CPU share > 80%: {split}");
+                }
+                assert!(
+                    busy > 0.8,
+                    "CPU-bound, on-CPU > 80% of the time not runnable: {split}"
+                );
                 assert!(num(s, "samples") > 0, "sampled while on-CPU: {s}");
             }
-            "sleep" | "save" => assert!(share < 0.2, "blocked, on-CPU share < 20%: {split}"),
+            "sleep" | "save" => {
+                assert!(share < 0.2, "blocked, on-CPU share < 20%: {split}");
+                assert!(
+                    blocked as f64 > 0.8 * dur as f64,
+                    "blocked most of the time: {split}"
+                );
+            }
             other => panic!("unexpected slow type {other}"),
         }
         let dropped = num(s, "dropped_frames");
@@ -370,29 +391,56 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "groups cover the slow dispatches"
     );
 
-    // Blocked dispatches: the verdict says blocked, the stacks show where.
+    // Blocked dispatches: the verdict says blocked, the tree hangs a
+    // `blocked` node under the handler, and the blocking stacks account for
+    // the blocked time. (Not asserted: that a raw stack names the handler;
+    // frame-pointer unwinding out of a frameless libc function skips it.)
     for m in msgs
         .iter()
         .filter(|m| m.kind == "sleep" || m.kind == "save")
     {
         let s = slow_of[&m.index];
         let verdict = str_of(s, "verdict");
-        assert!(
-            verdict.contains("blocked"),
-            "{} verdict {verdict:?} says blocked",
-            m.kind
-        );
         let handler = if m.kind == "sleep" {
             "sleep_handler"
         } else {
             "save_state"
         };
+        assert!(
+            verdict.contains("blocked") && verdict.contains(handler),
+            "{} verdict {verdict:?} says blocked in {handler}",
+            m.kind
+        );
+        let tree = arr(s, "tree");
+        let blocked_parent = tree.iter().enumerate().find_map(|(n, node)| {
+            (str_of(node, "kind") == "blocked").then(|| {
+                let depth = num(node, "depth");
+                tree[..n]
+                    .iter()
+                    .rev()
+                    .find(|p| num(p, "depth") + 1 == depth)
+                    .map(|p| str_of(p, "name"))
+            })?
+        });
+        assert_eq!(
+            blocked_parent,
+            Some(handler),
+            "dispatch {} tree has a blocked node under {handler}: {tree:?}",
+            m.index
+        );
         let stacks = arr(s, "blocking_stacks");
+        let stacked: u64 = stacks.iter().map(|b| num(b, "ns")).sum();
+        let blocked = num(s, "blocked_ns");
+        assert!(
+            !stacks.is_empty() && stacked.abs_diff(blocked) <= blocked / 20 + 500_000,
+            "blocking stacks of dispatch {} sum to blocked_ns {blocked}: {stacks:?}",
+            m.index
+        );
         assert!(
             stacks.iter().any(|b| arr(b, "stack")
                 .iter()
-                .any(|f| f.as_str().is_some_and(|f| f.contains(handler)))),
-            "a blocking stack of dispatch {} goes through {handler}: {stacks:?}",
+                .any(|f| f.as_str().is_some_and(|f| f.contains("nanosleep")))),
+            "a blocking stack of dispatch {} is in nanosleep: {stacks:?}",
             m.index
         );
     }
@@ -421,35 +469,58 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "trap verdict {tverdict:?} names step_a1"
     );
 
-    // The hang: reported while it ran, completed afterwards.
+    // Hangs: every dispatch longer than --hang 1s (the 2.5 s hang, and the
+    // 1.12 s trap too), each reported while it ran and completed afterwards.
+    let want_hangs: BTreeSet<u64> = msgs
+        .iter()
+        .filter(|m| m.duration_ns > HANG_NS)
+        .map(|m| m.index)
+        .collect();
+    let hangs = arr(&d, "hangs");
+    let got_hangs: BTreeSet<u64> = hangs.iter().map(|h| num(h, "index")).collect();
+    assert_eq!(got_hangs, want_hangs, "hang indexes: {hangs:?}");
+    assert_eq!(
+        hangs.len(),
+        want_hangs.len(),
+        "one entry per hang: {hangs:?}"
+    );
+    for h in hangs {
+        let i = num(h, "index");
+        let after = num(h, "reported_after_ns");
+        let dur = h["duration_ns"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("hang duration_ns filled in once it ended: {h}"));
+        assert_close(
+            &format!("hang {i} duration_ns"),
+            dur,
+            by_index[&i].duration_ns,
+        );
+        assert!(
+            after < dur,
+            "hang {i} reported before it ended: reported_after_ns {after} vs duration_ns {dur}"
+        );
+        assert!(
+            (HANG_NS..HANG_NS + 500_000_000).contains(&after),
+            "hang {i} reported soon after --hang 1s: reported_after_ns {after}"
+        );
+        assert!(!arr(h, "stack").is_empty(), "hang {i} has a stack: {h}");
+        assert!(
+            num(h, "start_ns").abs_diff(num(slow_of[&i], "start_ns")) <= 1_000_000,
+            "hang start_ns equals its dispatch's: {h}"
+        );
+    }
+    // The trap's hang report catches it in step_a3 (790 + 30 ms < 1 s).
+    let trap_hang = hangs.iter().find(|h| num(h, "index") == trap.index);
+    let trap_stack: Vec<&str> = trap_hang
+        .map(|h| arr(h, "stack").iter().filter_map(|f| f.as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        trap_stack.contains(&"step_a3") && trap_stack.contains(&"handle_trap"),
+        "the trap's hang stack at 1 s is in step_a3 <- handle_trap: {trap_stack:?}"
+    );
+    // The HANG line of the 2.5 s hang is on stderr while the fixture is in it.
     let hang_truth = &truth["hang"];
     let hang_index = num(hang_truth, "index");
-    let hangs = arr(&d, "hangs");
-    assert_eq!(hangs.len(), 1, "one hang: {hangs:?}");
-    let h = &hangs[0];
-    assert_eq!(num(h, "index"), hang_index, "hang index");
-    let after = num(h, "reported_after_ns");
-    let hang_dur = h["duration_ns"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("hang duration_ns filled in once it ended: {h}"));
-    assert_close(
-        "hang duration_ns",
-        hang_dur,
-        by_index[&hang_index].duration_ns,
-    );
-    assert!(
-        after < hang_dur,
-        "hang reported before it ended: reported_after_ns {after} vs duration_ns {hang_dur}"
-    );
-    assert!(
-        (HANG_NS..HANG_NS + 500_000_000).contains(&after),
-        "hang reported soon after --hang 1s: reported_after_ns {after}"
-    );
-    assert!(!arr(h, "stack").is_empty(), "hang has a stack: {h}");
-    assert!(
-        num(h, "start_ns").abs_diff(num(slow_of[&hang_index], "start_ns")) <= 1_000_000,
-        "hang start_ns equals its dispatch's: {h}"
-    );
     let (hang_start, hang_end) = (
         num(hang_truth, "start_realtime_ns"),
         num(hang_truth, "end_realtime_ns"),
@@ -460,14 +531,27 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         .map(|l| stamped(l))
         .filter(|(_, l)| l.contains("HANG"))
         .collect();
-    let &(t, line) = hang_lines
-        .first()
-        .unwrap_or_else(|| panic!("no HANG line on stderr: {:?}", fin.stderr));
-    assert!(
-        hang_start < t && t < hang_end,
-        "HANG line {line:?} written {} ms into the hang, which lasted {} ms: \
-         it must appear while the fixture is still inside it",
-        (t as i64 - hang_start as i64) / 1_000_000,
+    assert_eq!(
+        hang_lines.len(),
+        want_hangs.len(),
+        "one HANG line per hang: {hang_lines:?}"
+    );
+    let during: Vec<String> = hang_lines
+        .iter()
+        .map(|&(t, l)| {
+            format!(
+                "{l:?} at {} ms into the hang",
+                (t as i64 - hang_start as i64) / 1_000_000
+            )
+        })
+        .collect();
+    assert_eq!(
+        hang_lines
+            .iter()
+            .filter(|(t, _)| hang_start < *t && *t < hang_end)
+            .count(),
+        1,
+        "one HANG line written while the fixture was inside its {} ms hang: {during:?}",
         (hang_end - hang_start) / 1_000_000
     );
 
