@@ -16,6 +16,8 @@ use crate::util::display;
 pub struct Guard {
     pub child: Child,
     name: String,
+    /// Wait for the child when dropped.
+    reap: bool,
 }
 
 impl Guard {
@@ -24,7 +26,11 @@ impl Guard {
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start `{name}`"))?;
-        Ok(Guard { child, name })
+        Ok(Guard {
+            child,
+            name,
+            reap: true,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -54,6 +60,14 @@ impl Guard {
         }
     }
 
+    /// SIGKILL the child without waiting for it: a process stuck in the
+    /// kernel (e.g. tearing down thousands of uprobes) cannot be reaped until
+    /// it is done; init reaps it once xtask exits.
+    pub fn abandon(mut self) {
+        self.child.kill().ok();
+        self.reap = false;
+    }
+
     /// Ask the child to stop with SIGINT, then SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) -> Result<std::process::ExitStatus> {
         if let Some(status) = self.child.try_wait()? {
@@ -76,7 +90,9 @@ impl Drop for Guard {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             self.child.kill().ok();
-            self.child.wait().ok();
+            if self.reap {
+                self.child.wait().ok();
+            }
         }
     }
 }

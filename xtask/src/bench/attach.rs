@@ -1,15 +1,17 @@
-//! Benchmark d: time to attach 1,000 functions.
+//! Benchmark d: time to attach 1,000 functions, and time to stop again.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::median;
 use crate::proc::{parse_attached, read_functions_json, ReadyOn, Target, Tracer};
 use crate::util::profiler_bin;
+
+/// How long to wait for the profiler to exit after SIGINT.
+const STOP_WAIT: Duration = Duration::from_secs(60);
 
 pub struct Attach {
     /// The `in X ms` of the attached line.
@@ -17,29 +19,18 @@ pub struct Attach {
     /// Wall time from spawning the profiler to its attached line.
     pub wall_ms: f64,
     pub attached: u64,
+    /// functions_probed from functions.json, if the profiler got to write it.
     pub probed: Option<u64>,
+    /// Time from SIGINT to exit; `None` if it took longer than STOP_WAIT.
+    pub stop_ms: Option<f64>,
 }
 
-/// Attach to the 1,000-function fixture `repeat` times; medians.
-pub fn measure(bin: &Path, repeat: usize, work: &Path) -> Result<Attach> {
-    let (mut reported, mut wall) = (Vec::new(), Vec::new());
-    let mut last = None;
-    for _ in 0..repeat.max(1) {
-        let a = once(bin, work)?;
-        reported.push(a.reported_ms);
-        wall.push(a.wall_ms);
-        last = Some(a);
-    }
-    let last = last.expect("at least one attach");
-    Ok(Attach {
-        reported_ms: median(reported),
-        wall_ms: median(wall),
-        ..last
-    })
-}
-
-/// One attach, stopped with SIGINT shortly after.
-fn once(bin: &Path, work: &Path) -> Result<Attach> {
+/// Attach once to the 1,000-function fixture, then stop with SIGINT.
+///
+/// Only once: detaching each uprobe perf event waits for an RCU-tasks-trace
+/// grace period in the kernel, so a stop can take minutes, and a second
+/// attach would overlap the first one's teardown.
+pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
     let target = Target::start(&mut Command::new(bin))?;
     let out = work.join("prof-attach");
     let _ = std::fs::remove_dir_all(&out);
@@ -61,7 +52,19 @@ fn once(bin: &Path, work: &Path) -> Result<Attach> {
     eprintln!("bench: {} (wall {wall_ms:.0} ms)", tracer.ready_line);
     // Let the loop call every function a few times, then stop.
     std::thread::sleep(Duration::from_millis(300));
-    tracer.guard.stop(Duration::from_secs(30))?;
+    let stopping = Instant::now();
+    tracer.guard.signal(libc::SIGINT);
+    let stop_ms = match tracer.guard.wait_timeout(STOP_WAIT)? {
+        Some(_) => Some(stopping.elapsed().as_secs_f64() * 1000.0),
+        None => {
+            eprintln!(
+                "bench: the profiler had not exited {STOP_WAIT:?} after SIGINT; killing it \
+                 (the kernel finishes the uprobe teardown in the background)"
+            );
+            tracer.guard.abandon();
+            None
+        }
+    };
     let probed = read_functions_json(&out)
         .ok()
         .and_then(|j| j["functions_probed"].as_u64());
@@ -71,30 +74,40 @@ fn once(bin: &Path, work: &Path) -> Result<Attach> {
         wall_ms,
         attached,
         probed,
+        stop_ms,
     })
 }
 
 pub fn rows(r: &Result<Attach>) -> String {
     let mut s = String::from(
-        "| functions | attach time reported (`in X ms`) | spawn → attached line | functions_probed | goal < 1 s |\n\
-         | ---: | ---: | ---: | ---: | --- |\n",
+        "| functions | attach time reported (`in X ms`) | spawn → attached line | goal < 1 s | SIGINT → exit | functions_probed |\n\
+         | ---: | ---: | ---: | --- | ---: | ---: |\n",
     );
     match r {
         Ok(a) => writeln!(
             s,
-            "| {} | {:.0} ms | {:.0} ms | {} | {} |",
+            "| {} | {:.0} ms | {:.0} ms | {} | {} | {} |",
             a.attached,
             a.reported_ms,
             a.wall_ms,
-            a.probed.map_or("—".into(), |p| p.to_string()),
             if a.wall_ms < 1000.0 {
                 "met"
             } else {
                 "**missed**"
-            }
+            },
+            a.stop_ms
+                .map_or(format!("**> {} s**", STOP_WAIT.as_secs()), |ms| format!(
+                    "{ms:.0} ms"
+                )),
+            a.probed.map_or("—".into(), |p| p.to_string()),
         )
         .unwrap(),
-        Err(e) => writeln!(s, "| 1000 | error: {} | | | |", super::percall::one_line(e)).unwrap(),
+        Err(e) => writeln!(
+            s,
+            "| 1000 | error: {} | | | | |",
+            super::percall::one_line(e)
+        )
+        .unwrap(),
     }
     s
 }

@@ -29,9 +29,25 @@ pub struct Args {
     /// Seconds per step of the event-rate sweep.
     #[arg(long, default_value_t = 1.0)]
     rate_secs: f64,
-    /// Only the per-call benchmarks (a, b).
-    #[arg(long)]
-    percall_only: bool,
+    /// Run only these parts (repeatable); default: all.
+    #[arg(long, value_enum)]
+    only: Vec<Part>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Part {
+    /// a, b: per-call cost against bpftrace and uftrace.
+    Percall,
+    /// c: highest zero-loss event rate.
+    Rate,
+    /// d: time to attach 1,000 functions.
+    Attach,
+}
+
+impl Args {
+    fn wants(&self, part: Part) -> bool {
+        self.only.is_empty() || self.only.contains(&part)
+    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -45,37 +61,37 @@ pub fn run(args: &Args) -> Result<()> {
     std::fs::create_dir_all(&work)?;
     let fx = fixtures::build(&work)?;
 
-    let cases = [
-        percall::measure(
-            "plain `-O2` (int3)",
-            &fx.plain,
-            args.plain_iters,
-            args.repeat,
-            &work,
-        ),
-        percall::measure(
-            "`-pg -mfentry -mnop-mcount` (5-byte nop)",
-            &fx.nop,
-            args.nop_iters,
-            args.repeat,
-            &work,
-        ),
-    ];
-    let uftrace = percall::measure_uftrace(&fx.mcount, args.nop_iters, args.repeat, &work);
-    let nop_base = cases[1].untraced.as_ref().ok().copied();
-
     let mut md = header();
-    md.push_str("\n## a, b. Cost of one traced call (entry + exit)\n\n");
-    md.push_str(&percall::rows(&cases, nop_base.map(|b| (&uftrace, b))));
-    md.push_str(&format!(
-        "\nPer-call cost = (traced − untraced ns/iteration) / 3. Iterations: {} (int3), {} (nop); \
-         median of {} runs each. The profiler records every entry and exit as a ring-buffer \
-         event; bpftrace only counts in a map.\n",
-        args.plain_iters, args.nop_iters, args.repeat
-    ));
-
-    if !args.percall_only {
-        let sweeps: Vec<_> = [(1, None), (2, None), (2, Some(64u64 << 20))]
+    if args.wants(Part::Percall) {
+        let cases = [
+            percall::measure(
+                "plain `-O2` (int3)",
+                &fx.plain,
+                args.plain_iters,
+                args.repeat,
+                &work,
+            ),
+            percall::measure(
+                "`-pg -mfentry -mnop-mcount` (5-byte nop)",
+                &fx.nop,
+                args.nop_iters,
+                args.repeat,
+                &work,
+            ),
+        ];
+        let uftrace = percall::measure_uftrace(&fx.mcount, args.nop_iters, args.repeat, &work);
+        let nop_base = cases[1].untraced.as_ref().ok().copied();
+        md.push_str("\n## a, b. Cost of one traced call (entry + exit)\n\n");
+        md.push_str(&percall::rows(&cases, nop_base.map(|b| (&uftrace, b))));
+        md.push_str(&format!(
+            "\nPer-call cost = (traced − untraced ns/iteration) / 3. Iterations: {} (int3), {} (nop); \
+             median of {} runs each. The profiler records every entry and exit as a ring-buffer \
+             event; bpftrace only counts in a map. uftrace's baseline is the nop build untraced.\n",
+            args.plain_iters, args.nop_iters, args.repeat
+        ));
+    }
+    if args.wants(Part::Rate) {
+        let sweeps: Vec<_> = [(1, None), (2, None), (2, Some(64u64 << 10))]
             .into_iter()
             .map(|(t, ring)| rate::sweep(&fx.nop, t, ring, args.rate_secs, &work))
             .collect();
@@ -90,11 +106,14 @@ pub fn run(args: &Args) -> Result<()> {
              profiler's call counts equal the fixture's.\n",
             args.rate_secs
         ));
-
-        let att = attach::measure(&fx.many, args.repeat, &work);
+    }
+    if args.wants(Part::Attach) {
+        let att = attach::measure(&fx.many, &work);
         md.push_str("\n## d. Time to attach 1,000 functions (`--func 'fn_*'`)\n\n");
         md.push_str(&attach::rows(&att));
-        md.push_str(&format!("\nMedian of {} attaches.\n", args.repeat));
+        md.push_str(
+            "\nOne attach (see the note in BENCHMARKS.md on why the stop is slow), then SIGINT.\n",
+        );
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",

@@ -55,6 +55,7 @@ pub fn sweep(bin: &Path, threads: u32, ring: Option<u64>, secs: f64, work: &Path
             threads.to_string(),
             format!("{per_thread:.0}"),
         ];
+        let t0 = std::time::Instant::now();
         let r = match run(
             bin,
             &args,
@@ -79,8 +80,13 @@ pub fn sweep(bin: &Path, threads: u32, ring: Option<u64>, secs: f64, work: &Path
         let complete = r.seen_calls == Some(r.expected_calls());
         eprintln!(
             "bench: rate {threads} thread(s) ring {ring:?}: target {:.0} calls/s, achieved {achieved:.0}, \
-             events {}, lost {}, calls {:?}/{}",
-            target, step.events, step.lost, r.seen_calls, r.expected_calls()
+             events {}, lost {}, calls {:?}/{} ({:.1} s)",
+            target,
+            step.events,
+            step.lost,
+            r.seen_calls,
+            r.expected_calls(),
+            t0.elapsed().as_secs_f64()
         );
         if step.lost == 0 && complete {
             if s.best.is_none_or(|b| b.events_per_s < step.events_per_s) {
@@ -118,7 +124,7 @@ pub fn rows(sweeps: &[Sweep]) -> String {
     for w in sweeps {
         let ring = w
             .ring
-            .map_or("default".into(), |r| format!("{} MiB", r >> 20));
+            .map_or("default".into(), |r| format!("{} KiB", r >> 10));
         let best = w.best.map_or("—".into(), |b| {
             format!("{:.2} M events/s", b.events_per_s / 1e6)
         });
