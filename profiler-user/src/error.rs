@@ -89,6 +89,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The command to profile could not be started.
+    #[error("cannot run {program}: {reason}")]
+    Launch {
+        /// The command as given.
+        program: String,
+        /// Why it could not run (the OS's words).
+        reason: String,
+    },
 }
 
 /// Shorthand for results carrying [`Error`].
