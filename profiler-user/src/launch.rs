@@ -49,8 +49,15 @@ fn executable(path: &Path) -> Option<bool> {
     Some(m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// `p` made absolute against the current directory, symlinks kept.
+fn absolute(p: PathBuf) -> PathBuf {
+    std::path::absolute(&p).unwrap_or(p)
+}
+
 /// Finds the program `argv0` names, as `execvp` would: a name with a `/` is
-/// used as is; otherwise each `PATH` directory is tried in order.
+/// used as is; otherwise each `PATH` directory is tried in order. The
+/// result is absolute (symlinks are not resolved), ready for attaching
+/// probes by path.
 pub fn resolve_program(argv0: &OsStr) -> Result<PathBuf> {
     if argv0.is_empty() {
         return Err(Error::Usage("no command given to run".into()));
@@ -59,7 +66,7 @@ pub fn resolve_program(argv0: &OsStr) -> Result<PathBuf> {
     if argv0.as_bytes().contains(&b'/') {
         let p = PathBuf::from(argv0);
         return match executable(&p) {
-            Some(true) => Ok(p),
+            Some(true) => Ok(absolute(p)),
             Some(false) => Err(denied()),
             None => Err(cannot_run(argv0, strerror(libc::ENOENT))),
         };
@@ -70,7 +77,7 @@ pub fn resolve_program(argv0: &OsStr) -> Result<PathBuf> {
         let dir = if dir.is_empty() { b"." as &[u8] } else { dir };
         let cand = Path::new(OsStr::from_bytes(dir)).join(argv0);
         match executable(&cand) {
-            Some(true) => return Ok(cand),
+            Some(true) => return Ok(absolute(cand)),
             Some(false) => seen_denied = true,
             None => {}
         }
@@ -486,6 +493,10 @@ mod tests {
     #[test]
     fn resolves_like_execvp() {
         let sh = resolve_program(OsStr::new("sh")).unwrap();
+        let up = std::env::current_dir().unwrap().components().count() - 1;
+        let rel = format!("{}bin/sh", "../".repeat(up));
+        let dot = resolve_program(OsStr::new(&rel)).unwrap();
+        assert!(dot.is_absolute() && dot.ends_with("bin/sh"), "{dot:?}");
         assert!(sh.ends_with("sh") && sh.is_absolute(), "{sh:?}");
         let e = resolve_program(OsStr::new("no-such-command-xyz")).unwrap_err();
         assert_eq!(
@@ -517,6 +528,8 @@ mod tests {
 
     #[test]
     fn child_waits_for_release() {
+        let here = resolve_program(OsStr::new("./Cargo.toml"));
+        assert!(here.is_err(), "not executable");
         let f = tmp("ran");
         let cmd = format!("echo ran > {}", f.display());
         let l = Launched::spawn_as(&argv(&["sh", "-c", &cmd]), None).unwrap();
