@@ -23,6 +23,8 @@ pub enum Command {
     /// Sample stacks of one process (`--pid`) or of the whole system
     /// (`--all`) with the cpu-clock event; probes nothing.
     Sample(SampleArgs),
+    /// Differential flame graph of two recordings (red: grew, blue: shrank).
+    Diff(DiffArgs),
 }
 
 /// `profiler sample`.
@@ -44,6 +46,21 @@ pub struct SampleArgs {
     /// Directory for the outputs (created if missing).
     #[arg(long, short = 'o', default_value = "prof", value_name = "DIR")]
     pub out: PathBuf,
+}
+
+/// `profiler diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The earlier recording: a directory (its cpu.folded, else trace.folded) or a folded file.
+    pub before: PathBuf,
+    /// The later recording, likewise.
+    pub after: PathBuf,
+    /// Where to write the differential flame graph.
+    #[arg(long, short = 'o', default_value = "diff.svg", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Compare shares of the total instead of absolute counts (for runs of different lengths).
+    #[arg(long)]
+    pub normalize: bool,
 }
 
 /// Which process to trace.
@@ -98,6 +115,10 @@ pub struct RecordArgs {
     /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    /// Write at most this many calls to trace.json (0: no trace.json); calls
+    /// past it are counted in the report.
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    pub trace_events: u64,
     /// Also sample all the target's threads' stacks with cpu-clock at HZ
     /// (default 997): writes cpu.folded and cpu.svg.
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]

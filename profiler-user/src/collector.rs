@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     dispatch::Dispatcher, probes::CounterMap, stacks::Stacks, status::Status, target::thread_name,
-    Error, Result,
+    timeline::Timeline, Error, Result,
 };
 
 /// Why recording stopped.
@@ -56,6 +56,12 @@ pub struct Sinks {
     pub stacks: Stacks,
     /// Dispatch tracking of the watched thread.
     pub dispatch: Option<Dispatcher>,
+    /// The `trace.json` timeline.
+    pub timeline: Option<Timeline>,
+    /// The CPU profile (`--sample`) and its symbolizer, whose snapshot of
+    /// the target's mappings is refreshed every second.
+    pub cpu: Option<(crate::cpuprof::CpuMaps, crate::symbolize::Symbolizer)>,
+    ticks: u32,
 }
 
 impl Sinks {
@@ -70,7 +76,9 @@ impl Sinks {
         let ev = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const Event) };
         match ev.kind() {
             KIND_ENTRY | KIND_EXIT => {
-                self.stacks.on_event(&ev);
+                if let (Some(done), Some(tl)) = (self.stacks.on_event(&ev), &mut self.timeline) {
+                    tl.call(ev.tid, &done);
+                }
                 if let Some(d) = &mut self.dispatch {
                     if ev.tid == d.cfg.tid {
                         d.on_call(&ev);
@@ -96,6 +104,11 @@ impl Sinks {
                     .map(|s| &s.kernel[..(s.kernel_len as usize).min(MAX_KERNEL_FRAMES)]);
                 if ev.kind() == KIND_SAMPLE {
                     if let Some(user) = user {
+                        if d.is_open() {
+                            if let Some(tl) = &mut self.timeline {
+                                tl.sample(ev.tid, ev.ts_ns, user.len());
+                            }
+                        }
                         d.on_sample(ev.ts_ns, user);
                     }
                 } else {
@@ -126,8 +139,32 @@ impl Sinks {
         self.stacks.name_new_threads(|tid| thread_name(pid, tid));
     }
 
-    /// Periodic work: hang detection.
+    /// A new set of sinks.
+    pub fn new(
+        pid: u32,
+        stacks: Stacks,
+        dispatch: Option<Dispatcher>,
+        timeline: Option<Timeline>,
+    ) -> Self {
+        Sinks {
+            pid,
+            stacks,
+            dispatch,
+            timeline,
+            cpu: None,
+            ticks: 0,
+        }
+    }
+
+    /// Periodic work: hang detection, and once a second the CPU profile's
+    /// snapshot of the target's mappings.
     fn tick(&mut self) {
+        self.ticks = self.ticks.wrapping_add(1);
+        if let Some((maps, sym)) = &mut self.cpu {
+            if self.ticks % 100 == 0 {
+                maps.remember_maps(sym, Some(self.pid));
+            }
+        }
         if let Some(d) = &mut self.dispatch {
             if d.is_open() {
                 d.tick(monotonic_ns());
@@ -205,9 +242,11 @@ pub async fn collect(
 }
 
 /// Waits for a stop condition without reading any ring: for `sample`.
+/// Calls `tick` once a second meanwhile.
 pub async fn wait_for_stop(
     pidfd: Option<&OwnedFd>,
     duration: Option<Duration>,
+    mut tick: impl FnMut(),
 ) -> Result<StopReason> {
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     let exit_fd = match pidfd {
@@ -230,11 +269,17 @@ pub async fn wait_for_stop(
         signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
-    Ok(tokio::select! {
-        _ = sigint.recv() => StopReason::Signal,
-        _ = sigterm.recv() => StopReason::Signal,
-        _ = sleep_or_forever(duration) => StopReason::Duration,
-        _ = exited => StopReason::TargetExited,
+    let deadline = sleep_or_forever(duration);
+    tokio::pin!(deadline, exited);
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    Ok(loop {
+        tokio::select! {
+            _ = sigint.recv() => break StopReason::Signal,
+            _ = sigterm.recv() => break StopReason::Signal,
+            _ = &mut deadline => break StopReason::Duration,
+            _ = &mut exited => break StopReason::TargetExited,
+            _ = second.tick() => tick(),
+        }
     })
 }
 

@@ -86,6 +86,31 @@ impl CpuMaps {
     }
 }
 
+impl CpuMaps {
+    /// Processes sampled so far.
+    pub fn pids(&self) -> std::collections::BTreeSet<u32> {
+        self.counts
+            .keys()
+            .filter_map(|k| k.ok())
+            .map(|k| k.pid)
+            .collect()
+    }
+
+    /// Remembers the mappings of every process sampled so far (and refreshes
+    /// `target`'s, for `dlopen`), so frames of processes that exit before the
+    /// end still resolve.
+    pub fn remember_maps(&self, sym: &mut Symbolizer, target: Option<u32>) {
+        for pid in self.pids() {
+            if !sym.knows(pid) {
+                sym.remember_maps(pid);
+            }
+        }
+        if let Some(pid) = target {
+            sym.remember_maps(pid);
+        }
+    }
+}
+
 /// A symbolized CPU profile.
 #[derive(Debug, Default)]
 pub struct CpuProfile {

@@ -22,5 +22,6 @@ pub mod status;
 pub mod symbolize;
 pub mod symbols;
 pub mod target;
+pub mod timeline;
 
 pub use error::{Error, Result};

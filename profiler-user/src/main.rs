@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Command::Record(args) => record::record(args),
         Command::List(args) => record::list(args),
         Command::Sample(args) => profiler::sample::run(args),
+        Command::Diff(args) => profiler::sample::diff(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,6 +16,7 @@ use crate::{
     status::Status,
     symbolize::Symbolizer,
     target::{self, Target},
+    timeline::Timeline,
     Error, Result,
 };
 
@@ -71,6 +72,7 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     );
 
     let started = Instant::now();
+    let session_start_ns = collector::monotonic_ns();
     let d = &args.dispatch;
     let dispatcher = Dispatcher::new(
         dispatch::Config {
@@ -87,13 +89,32 @@ pub fn record(args: &RecordArgs) -> Result<()> {
         target.pid,
         sel.funcs.iter().map(|f| f.name.clone()).collect(),
         sel.funcs.iter().map(|f| f.dispatch).collect(),
-        collector::monotonic_ns(),
+        session_start_ns,
     );
-    let mut sinks = collector::Sinks {
-        pid: target.pid,
-        stacks: Stacks::new(sel.funcs.len()),
-        dispatch: Some(dispatcher),
+    let timeline = match args.trace_events {
+        0 => None,
+        limit => Some(
+            Timeline::create(
+                out.create("trace.json")?,
+                target.pid,
+                &target.exe.display().to_string(),
+                session_start_ns,
+                sel.funcs.iter().map(|f| f.name.clone()).collect(),
+                limit,
+            )
+            .map_err(|e| Error::Output {
+                path: out.path().join("trace.json"),
+                reason: e.to_string(),
+            })?,
+        ),
     };
+    let mut sinks = collector::Sinks::new(
+        target.pid,
+        Stacks::new(sel.funcs.len()),
+        Some(dispatcher),
+        timeline,
+    );
+    sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -116,6 +137,8 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     let collector::Sinks {
         mut stacks,
         dispatch,
+        timeline,
+        cpu,
         ..
     } = sinks;
     let counters_now = counters.read();
@@ -156,13 +179,37 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     if let Some(d) = &dispatch {
         write_dispatches(&out, d, duration_ns)?;
     }
-    if let (Some(maps), Some(hz)) = (&cpu_maps, args.sample) {
-        let prof = cpuprof::collect(maps, &mut Symbolizer::new(target.pid));
+    if let Some(tl) = timeline {
+        let omitted = tl.omitted;
+        let mut threads: Vec<(u32, String)> = report
+            .thread_names
+            .iter()
+            .map(|(t, n)| (*t, n.clone()))
+            .collect();
+        threads.sort();
+        tl.finish(&threads, dispatch.as_ref())
+            .map_err(|e| Error::Output {
+                path: out.path().join("trace.json"),
+                reason: e.to_string(),
+            })?;
+        if omitted > 0 {
+            eprintln!(
+                "profiler: note: trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
+                args.trace_events
+            );
+        }
+    }
+    if let (Some((maps, mut sym)), Some(hz)) = (cpu, args.sample) {
+        let prof = cpuprof::collect(&maps, &mut sym);
         let what = format!("PID {}", target.pid);
         print!(
             "\n{}",
             crate::sample::write_cpu(&out, &prof, &what, hz, duration_ns)?
         );
+        out.write(
+            "cpu.pb.gz",
+            &crate::export::cpu_pprof(&prof.folded, hz, duration_ns),
+        )?;
     }
     if counters_now.lost_sched + counters_now.lost_comm > 0 {
         eprintln!(
@@ -195,6 +242,10 @@ fn write_outputs(out: &OutDir, report: &Report) -> Result<()> {
     let mut folded_text = folded.join("\n");
     folded_text.push('\n');
     out.write("trace.folded", folded_text.as_bytes())?;
+    out.write(
+        "profile.pb.gz",
+        &crate::export::wall_pprof(&folded, report.session.duration_ns),
+    )?;
     let title = format!(
         "profiler: PID {} wall-clock by call path",
         report.session.pid

@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// Files the CPU profile writes.
-pub const CPU_FILES: &[&str] = &["cpu.folded", "cpu.svg", "cpu.txt"];
+pub const CPU_FILES: &[&str] = &["cpu.folded", "cpu.svg", "cpu.txt", "profile.pb.gz"];
 
 /// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
 pub fn write_cpu(
@@ -65,6 +65,32 @@ pub fn write_cpu(
     Ok(text)
 }
 
+/// Runs `profiler diff`.
+pub fn diff(args: &crate::cli::DiffArgs) -> Result<()> {
+    let find = |p: &std::path::Path| {
+        crate::export::diff::resolve_folded(p).ok_or_else(|| {
+            Error::Usage(format!("{} holds no cpu.folded or trace.folded: give a recording directory or a folded file", p.display()))
+        })
+    };
+    let (before, after) = (find(&args.before)?, find(&args.after)?);
+    let title = format!("profiler diff: {} -> {}", before.display(), after.display());
+    let svg = crate::export::diff::diff_svg_with(&before, &after, &title, args.normalize)
+        .map_err(Error::Usage)?;
+    let dir = args
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = args
+        .output
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| Error::Usage("--output must name a file".into()))?;
+    OutDir::prepare(dir, &[name])?.write(name, &svg)?;
+    eprintln!("profiler: wrote {}", args.output.display());
+    Ok(())
+}
+
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
     caps::check()?;
@@ -90,16 +116,23 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
+    let mut sym = Symbolizer::new(pid);
+    let tick = || maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
     let reason = rt.block_on(collector::wait_for_stop(
         target.as_ref().map(|t| &t.pidfd),
         args.duration,
+        tick,
     ))?;
+    maps.remember_maps(&mut sym, None);
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
-    let mut sym = Symbolizer::new(pid);
     let prof = cpuprof::collect(&maps, &mut sym);
     let text = write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    out.write(
+        "profile.pb.gz",
+        &crate::export::cpu_pprof(&prof.folded, hz, duration_ns),
+    )?;
     print!("{text}");
     eprintln!(
         "profiler: wrote {}/{{{}}}",

@@ -75,6 +75,17 @@ pub fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
     entry_sp == 0 || exit_sp == 0 || entry_sp.wrapping_add(8) == exit_sp
 }
 
+/// A call that just completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    /// Function index.
+    pub func: u32,
+    /// Entry time.
+    pub start_ns: u64,
+    /// Inclusive duration.
+    pub dur_ns: u64,
+}
+
 /// One thread's state.
 #[derive(Debug, Default)]
 pub struct ThreadState {
@@ -143,14 +154,14 @@ impl Stacks {
         })
     }
 
-    /// Applies one event.
+    /// Applies one event. Returns the call an exit completed, if any.
     #[inline]
-    pub fn on_event(&mut self, ev: &Event) {
+    pub fn on_event(&mut self, ev: &Event) -> Option<Completed> {
         self.events += 1;
         let func = ev.func();
         if func as usize >= self.funcs.len() {
             self.invalid_events += 1;
-            return;
+            return None;
         }
         let funcs = &mut self.funcs;
         let new_tids = &mut self.new_tids;
@@ -183,7 +194,7 @@ impl Stacks {
                     .rposition(|f| f.func == func && same_frame(f.sp, ev.sp))
                 else {
                     t.orphan_exits += 1;
-                    return;
+                    return None;
                 };
                 for lost in t.stack.drain(pos + 1..) {
                     funcs[lost.func as usize].unfinished += 1;
@@ -197,9 +208,15 @@ impl Stacks {
                 if let Some(parent) = t.stack.last_mut() {
                     parent.child_ns += dur;
                 }
+                return Some(Completed {
+                    func,
+                    start_ns: f.entry_ns,
+                    dur_ns: dur,
+                });
             }
             _ => self.invalid_events += 1,
         }
+        None
     }
 
     /// Names the threads first seen since the last call, with `lookup`.

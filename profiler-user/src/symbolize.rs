@@ -5,9 +5,11 @@
 //! as `[unknown] 0x…`, never dropped.
 use std::collections::HashMap;
 
+use std::path::PathBuf;
+
 use blazesym::{
     symbolize::{
-        source::{Kernel, Process, Source},
+        source::{Elf, Kernel, Process, Source},
         Input, Symbolized, Symbolizer as Blaze,
     },
     Pid,
@@ -20,11 +22,48 @@ const CACHE_CAP: usize = 200_000;
 /// functions inlined into it at that address (suffixed `_[i]`).
 pub type Frames = Vec<String>;
 
+/// One executable file mapping of a process: what it takes to symbolize
+/// its addresses after the process is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ExecMap {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: PathBuf,
+}
+
+/// The vDSO's name in `/proc/PID/maps`. Every process maps the same kernel
+/// vDSO image, so its addresses are symbolized through our own mapping.
+const VDSO: &str = "[vdso]";
+
+/// Executable file mappings from the text of `/proc/PID/maps`.
+fn parse_exec_maps(text: &str) -> Vec<ExecMap> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+            let (_dev, _inode) = (f.next()?, f.next()?);
+            let path = f.collect::<Vec<_>>().join(" ");
+            if !perms.contains('x') || !(path.starts_with('/') || path == VDSO) {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            Some(ExecMap {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path: PathBuf::from(path.strip_suffix(" (deleted)").unwrap_or(&path)),
+            })
+        })
+        .collect()
+}
+
 /// Address-to-name resolution, with a cache.
 pub struct Symbolizer {
     blaze: Blaze,
     pid: u32,
     cache: HashMap<(u32, u64), Frames>,
+    maps: HashMap<u32, Vec<ExecMap>>,
 }
 
 /// Pseudo-pid under which kernel addresses are cached.
@@ -33,11 +72,34 @@ const KERNEL: u32 = 0;
 impl Symbolizer {
     /// A symbolizer whose default process is `pid`.
     pub fn new(pid: u32) -> Self {
-        Symbolizer {
+        let mut s = Symbolizer {
             blaze: Blaze::new(),
             pid,
             cache: HashMap::new(),
+            maps: HashMap::new(),
+        };
+        s.remember_maps(pid);
+        s
+    }
+
+    /// Snapshots `pid`'s executable mappings, so its addresses can still be
+    /// symbolized (from the files, by offset) after it exits. Call it again
+    /// from time to time to catch `dlopen`.
+    pub fn remember_maps(&mut self, pid: u32) {
+        if pid == KERNEL {
+            return;
         }
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            let maps = parse_exec_maps(&text);
+            if !maps.is_empty() {
+                self.maps.insert(pid, maps);
+            }
+        }
+    }
+
+    /// True once `pid`'s mappings were remembered.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.maps.contains_key(&pid)
     }
 
     /// Innermost names for a user stack of the default process (innermost
@@ -75,31 +137,33 @@ impl Symbolizer {
             if self.cache.len() + missing.len() > CACHE_CAP {
                 self.cache.clear();
             }
-            let src = if pid == KERNEL {
-                Source::Kernel(Kernel {
+            let resolved: Vec<Frames> = if pid == KERNEL {
+                let src = Source::Kernel(Kernel {
                     debug_syms: false,
                     ..Kernel::default()
-                })
+                });
+                to_frames(
+                    self.blaze.symbolize(&src, Input::AbsAddr(&missing)).ok(),
+                    &missing,
+                )
             } else {
-                Source::Process(Process::new(Pid::from(pid)))
-            };
-            let resolved: Vec<Frames> = match self.blaze.symbolize(&src, Input::AbsAddr(&missing)) {
-                Ok(syms) => syms
-                    .iter()
-                    .zip(&missing)
-                    .map(|(s, a)| match s {
-                        Symbolized::Sym(sym) => {
-                            let mut f = vec![sym.name.to_string()];
-                            f.extend(sym.inlined.iter().map(|i| format!("{}_[i]", i.name)));
-                            f
-                        }
-                        Symbolized::Unknown(_) => vec![format!("[unknown] {a:#x}")],
-                    })
-                    .collect(),
-                Err(_) => missing
-                    .iter()
-                    .map(|a| vec![format!("[unknown] {a:#x}")])
-                    .collect(),
+                // Live process first; what it cannot resolve (it exited, or
+                // is a zombie with empty maps) from the remembered mappings.
+                let src = Source::Process(Process::new(Pid::from(pid)));
+                let mut frames = to_frames(
+                    self.blaze.symbolize(&src, Input::AbsAddr(&missing)).ok(),
+                    &missing,
+                );
+                let unresolved: Vec<usize> = (0..frames.len())
+                    .filter(|&i| frames[i][0].starts_with("[unknown]"))
+                    .collect();
+                if !unresolved.is_empty() {
+                    let addrs: Vec<u64> = unresolved.iter().map(|&i| missing[i]).collect();
+                    for (i, f) in unresolved.into_iter().zip(self.from_files(pid, &addrs)) {
+                        frames[i] = f;
+                    }
+                }
+                frames
             };
             for (a, f) in missing.into_iter().zip(resolved) {
                 self.cache.insert((pid, a), f);
@@ -109,6 +173,84 @@ impl Symbolizer {
             .iter()
             .map(|a| self.cache[&(pid, *a)].clone())
             .collect()
+    }
+}
+
+impl Symbolizer {
+    /// Start of this process's own vDSO mapping.
+    fn own_vdso_start(&self) -> u64 {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        parse_exec_maps(&text)
+            .into_iter()
+            .find(|m| m.path.as_os_str() == VDSO)
+            .map_or(0, |m| m.start)
+    }
+
+    /// Symbolizes addresses of an exited process from its remembered
+    /// mappings: each address becomes a file offset in its binary.
+    fn from_files(&self, pid: u32, addrs: &[u64]) -> Vec<Frames> {
+        let mut out: Vec<Frames> = addrs.iter().map(|a| unknown(*a)).collect();
+        let Some(maps) = self.maps.get(&pid) else {
+            return out;
+        };
+        let mut by_file: HashMap<&PathBuf, Vec<(usize, u64)>> = HashMap::new();
+        for (i, &a) in addrs.iter().enumerate() {
+            if let Some(m) = maps.iter().find(|m| a >= m.start && a < m.end) {
+                by_file
+                    .entry(&m.path)
+                    .or_default()
+                    .push((i, a - m.start + m.offset));
+            }
+        }
+        for (path, items) in by_file {
+            let offsets: Vec<u64> = items.iter().map(|&(_, o)| o).collect();
+            if path.as_os_str() == VDSO {
+                let own = self.own_vdso_start();
+                let addrs: Vec<u64> = offsets.iter().map(|o| o + own).collect();
+                let src = Source::Process(Process::new(Pid::Slf));
+                let frames = to_frames(
+                    self.blaze.symbolize(&src, Input::AbsAddr(&addrs)).ok(),
+                    &addrs,
+                );
+                for ((i, _), f) in items.into_iter().zip(frames) {
+                    out[i] = f;
+                }
+                continue;
+            }
+            let src = Source::Elf(Elf::new(path.clone()));
+            let frames = to_frames(
+                self.blaze.symbolize(&src, Input::FileOffset(&offsets)).ok(),
+                &offsets,
+            );
+            for ((i, _), f) in items.into_iter().zip(frames) {
+                if !f[0].starts_with("[unknown]") {
+                    out[i] = f;
+                }
+            }
+        }
+        out
+    }
+}
+
+fn unknown(a: u64) -> Frames {
+    vec![format!("[unknown] {a:#x}")]
+}
+
+fn to_frames(syms: Option<Vec<Symbolized<'_>>>, addrs: &[u64]) -> Vec<Frames> {
+    match syms {
+        Some(syms) => syms
+            .iter()
+            .zip(addrs)
+            .map(|(s, a)| match s {
+                Symbolized::Sym(sym) => {
+                    let mut f = vec![sym.name.to_string()];
+                    f.extend(sym.inlined.iter().map(|i| format!("{}_[i]", i.name)));
+                    f
+                }
+                Symbolized::Unknown(_) => unknown(*a),
+            })
+            .collect(),
+        None => addrs.iter().map(|a| unknown(*a)).collect(),
     }
 }
 
@@ -130,5 +272,27 @@ mod tests {
             "{names:?}"
         );
         assert!(names[1].starts_with("[unknown]"), "{names:?}");
+    }
+
+    #[test]
+    fn symbolizes_from_remembered_maps_by_file_offset() {
+        let me = std::process::id();
+        let s = Symbolizer::new(me);
+        let addr = marker_function_for_symbolizer();
+        let frames = s.from_files(me, &[addr]);
+        assert!(
+            frames[0][0].ends_with("marker_function_for_symbolizer"),
+            "{frames:?}"
+        );
+        let maps = parse_exec_maps("55d4c0a01000-55d4c0a02000 r-xp 00001000 fe:01 123 /usr/bin/my app\n7f-80 rw-p 0 0:0 0 [heap]\n");
+        assert_eq!(
+            maps,
+            vec![ExecMap {
+                start: 0x55d4c0a01000,
+                end: 0x55d4c0a02000,
+                offset: 0x1000,
+                path: "/usr/bin/my app".into()
+            }]
+        );
     }
 }
