@@ -100,8 +100,14 @@ pub struct SelectArgs {
 /// `profiler record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    #[command(flatten)]
-    pub target: TargetArgs,
+    /// PID of the running process to attach to. Or give a command after
+    /// `--` to launch it with the probes live before its first instruction.
+    #[arg(long, short = 'p', value_parser = parse_pid, required_unless_present = "command", conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Command to launch under the profiler (after `--`). It runs as the
+    /// invoking user under sudo; the profiler exits with its exit status.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
     #[command(flatten)]
     pub select: SelectArgs,
     /// Directory for the outputs (created if missing).
@@ -125,6 +131,35 @@ pub struct RecordArgs {
     pub sample: Option<u64>,
     #[command(flatten)]
     pub dispatch: DispatchArgs,
+    #[command(flatten)]
+    pub stages: StageArgs,
+}
+
+/// Stages (Pury-style scenarios) and startup timing.
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// A stage: `NAME=FUNC` (the function's entry to its exit) or
+    /// `NAME=A..B` (entry of A to exit of B); repeatable. Nesting is derived
+    /// from what contains what.
+    #[arg(long = "stage", value_name = "NAME=FUNC|NAME=A..B")]
+    pub stages: Vec<String>,
+    /// A scenario: the stage whose occurrences are the runs (repeatable;
+    /// default: the first --stage).
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub scenarios: Vec<String>,
+    /// Runs per scenario; the session ends once every scenario has them.
+    #[arg(long, value_name = "N")]
+    pub runs: Option<usize>,
+    /// Keep recording after the runs are complete.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Launch mode: the entry of this function marks the app ready
+    /// (default: the first dispatch on the watched thread).
+    #[arg(long, value_name = "FUNC")]
+    pub ready: Option<String>,
+    /// Launch mode: flag a startup (exec to ready) at least this long.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub startup_threshold: Option<Duration>,
 }
 
 /// Slow main-thread dispatches.

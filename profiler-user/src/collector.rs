@@ -18,8 +18,8 @@ use tokio::{
 };
 
 use crate::{
-    dispatch::Dispatcher, probes::CounterMap, stacks::Stacks, status::Status, target::thread_name,
-    timeline::Timeline, Error, Result,
+    dispatch::Dispatcher, probes::CounterMap, stacks::Stacks, stages::StageTracker,
+    startup::StartupWatch, status::Status, target::thread_name, timeline::Timeline, Error, Result,
 };
 
 /// Why recording stopped.
@@ -29,8 +29,10 @@ pub enum StopReason {
     TargetExited,
     /// `--duration` elapsed.
     Duration,
-    /// SIGINT or SIGTERM.
-    Signal,
+    /// SIGINT or SIGTERM (the number).
+    Signal(i32),
+    /// Every scenario has its `--runs`.
+    RunsComplete,
 }
 
 impl StopReason {
@@ -39,7 +41,8 @@ impl StopReason {
         match self {
             StopReason::TargetExited => "target exited",
             StopReason::Duration => "duration",
-            StopReason::Signal => "signal",
+            StopReason::Signal(_) => "signal",
+            StopReason::RunsComplete => "runs complete",
         }
     }
 }
@@ -61,6 +64,16 @@ pub struct Sinks {
     /// The CPU profile (`--sample`) and its symbolizer, whose snapshot of
     /// the target's mappings is refreshed every second.
     pub cpu: Option<(crate::cpuprof::CpuMaps, crate::symbolize::Symbolizer)>,
+    /// One tracker per scenario.
+    pub stages: Vec<StageTracker>,
+    /// Stop once every scenario has its runs.
+    pub stop_when_runs_done: bool,
+    /// Launch mode: exec-to-ready timing, and the startup window's stacks
+    /// (fed until ready).
+    pub startup: Option<(StartupWatch, Stacks)>,
+    /// Startup is ready at the first dispatch (no `--ready`, and dispatch
+    /// functions are known).
+    pub ready_on_first_dispatch: bool,
     ticks: u32,
 }
 
@@ -82,6 +95,30 @@ impl Sinks {
                 if let Some(d) = &mut self.dispatch {
                     if ev.tid == d.cfg.tid {
                         d.on_call(&ev);
+                    }
+                }
+                for st in &mut self.stages {
+                    if ev.kind() == KIND_ENTRY {
+                        st.on_entry(ev.tid, ev.func(), ev.ts_ns);
+                    } else {
+                        st.on_exit(ev.tid, ev.func(), ev.ts_ns);
+                    }
+                }
+                if let Some((watch, window)) = &mut self.startup {
+                    if !watch.is_ready() {
+                        if ev.kind() == KIND_ENTRY {
+                            watch.on_entry(ev.func(), ev.ts_ns);
+                        }
+                        if self.ready_on_first_dispatch {
+                            if let Some(first) =
+                                self.dispatch.as_ref().and_then(|d| d.first_start_ns)
+                            {
+                                watch.mark_ready(first);
+                            }
+                        }
+                        if !watch.is_ready() {
+                            window.on_event(&ev);
+                        }
                     }
                 }
             }
@@ -139,6 +176,11 @@ impl Sinks {
         self.stacks.name_new_threads(|tid| thread_name(pid, tid));
     }
 
+    /// True when the session should end: every scenario has its runs.
+    pub fn finished(&self) -> bool {
+        self.stop_when_runs_done && !self.stages.is_empty() && self.stages.iter().all(|s| s.done())
+    }
+
     /// A new set of sinks.
     pub fn new(
         pid: u32,
@@ -152,6 +194,10 @@ impl Sinks {
             dispatch,
             timeline,
             cpu: None,
+            stages: Vec::new(),
+            stop_when_runs_done: false,
+            startup: None,
+            ready_on_first_dispatch: false,
             ticks: 0,
         }
     }
@@ -160,9 +206,12 @@ impl Sinks {
     /// snapshot of the target's mappings.
     fn tick(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
-        if let Some((maps, sym)) = &mut self.cpu {
-            if self.ticks % 100 == 0 {
+        if self.ticks % 100 == 1 {
+            if let Some((maps, sym)) = &mut self.cpu {
                 maps.remember_maps(sym, Some(self.pid));
+            }
+            if let Some(d) = &mut self.dispatch {
+                d.remember_maps();
             }
         }
         if let Some(d) = &mut self.dispatch {
@@ -221,8 +270,8 @@ pub async fn collect(
     let reason = loop {
         tokio::select! {
             biased;
-            _ = sigint.recv() => break StopReason::Signal,
-            _ = sigterm.recv() => break StopReason::Signal,
+            _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
+            _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
             _ = &mut deadline => break StopReason::Duration,
             _ = exit_fd.readable() => break StopReason::TargetExited,
             guard = ring_fd.readable() => {
@@ -235,6 +284,9 @@ pub async fn collect(
                 sinks.tick();
                 status.update(start.elapsed(), &sinks.stacks, counters);
             }
+        }
+        if sinks.finished() {
+            break StopReason::RunsComplete;
         }
     };
     sinks.drain(ring);
@@ -274,8 +326,8 @@ pub async fn wait_for_stop(
     let mut second = tokio::time::interval(Duration::from_secs(1));
     Ok(loop {
         tokio::select! {
-            _ = sigint.recv() => break StopReason::Signal,
-            _ = sigterm.recv() => break StopReason::Signal,
+            _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
+            _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
             _ = &mut deadline => break StopReason::Duration,
             _ = &mut exited => break StopReason::TargetExited,
             _ = second.tick() => tick(),

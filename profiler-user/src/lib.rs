@@ -10,6 +10,7 @@ pub mod error;
 pub mod export;
 pub mod launch;
 pub mod output;
+pub mod outputs;
 pub mod probes;
 pub mod record;
 pub mod report;

@@ -28,13 +28,13 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Record(args) => record::record(args),
-        Command::List(args) => record::list(args),
-        Command::Sample(args) => profiler::sample::run(args),
-        Command::Diff(args) => profiler::sample::diff(args),
+        Command::Record(args) => record::record(args).map(ExitCode::from),
+        Command::List(args) => profiler::outputs::list(args).map(|()| ExitCode::SUCCESS),
+        Command::Sample(args) => profiler::sample::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Diff(args) => profiler::sample::diff(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             eprintln!("profiler: error: {}", chain(&err));
             ExitCode::FAILURE

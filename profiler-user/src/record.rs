@@ -1,18 +1,24 @@
-//! `profiler record`: check inputs, attach, collect until told to stop,
+//! `profiler record`: check inputs, attach (to a PID, or to a command it
+//! launches, before its first instruction), collect until told to stop,
 //! detach, then write every output. Anything that can be refused is refused
 //! before a probe is attached.
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
     caps,
-    cli::{ListArgs, RecordArgs},
-    collector, cpuprof,
+    cli::RecordArgs,
+    collector::{self, Sinks, StopReason},
+    cpuprof,
     dispatch::{self, Dispatcher},
+    launch::{self, Launched},
     output::OutDir,
+    outputs,
     probes::{self, Probes},
-    report::{self, Report, Session},
+    report::{Report, Session},
     select,
     stacks::Stacks,
+    stages::{StageTracker, StagesConfig},
+    startup::StartupWatch,
     status::Status,
     symbolize::Symbolizer,
     target::{self, Target},
@@ -20,21 +26,49 @@ use crate::{
     Error, Result,
 };
 
-/// Files `record` writes.
-pub const OUTPUT_FILES: &[&str] = &[
-    "report.txt",
-    "functions.json",
-    "trace.folded",
-    "flamegraph.svg",
-];
+/// Checks option combinations that need launch mode or a running process.
+fn check_mode(args: &RecordArgs) -> Result<()> {
+    let launch = !args.command.is_empty();
+    if launch && !args.select.libs.is_empty() {
+        return Err(Error::Usage(
+            "--lib needs a running process (nothing is mapped before exec): attach with --pid once the program runs".into(),
+        ));
+    }
+    if !launch && (args.stages.ready.is_some() || args.stages.startup_threshold.is_some()) {
+        return Err(Error::Usage(
+            "--ready and --startup-threshold time a launch: use `profiler record [options] -- COMMAND`".into(),
+        ));
+    }
+    Ok(())
+}
 
-/// Runs `profiler record`.
-pub fn record(args: &RecordArgs) -> Result<()> {
+/// Runs `profiler record`. Returns the exit status to leave with: 0, or in
+/// launch mode the command's.
+pub fn record(args: &RecordArgs) -> Result<u8> {
     select::compile(&args.select)?;
+    let stage_cfg = StagesConfig::parse(
+        &args.stages.stages,
+        &args.stages.scenarios,
+        args.stages.runs,
+    )?;
+    check_mode(args)?;
     caps::check()?;
-    let target = Target::open(args.target.pid)?;
-    let out = OutDir::prepare(&args.out, OUTPUT_FILES)?;
-    let sel = select::select(&target, &args.select)?;
+    let launch = !args.command.is_empty();
+    let out = OutDir::prepare(&args.out, outputs::RECORD_FILES)?;
+    let (target, child) = if launch {
+        let child = Launched::spawn(&args.command)?;
+        (
+            Target::launched(child.pid, child.program.clone())?,
+            Some(child),
+        )
+    } else {
+        (
+            Target::open(args.pid.expect("clap requires --pid or a command"))?,
+            None,
+        )
+    };
+    let required = outputs::required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
+    let sel = select::select(&target, &args.select, &required)?;
     if sel.capped > 0 {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
@@ -43,6 +77,21 @@ pub fn record(args: &RecordArgs) -> Result<()> {
             sel.funcs.len(),
             sel.funcs.len() + sel.capped
         );
+    }
+    let index_of = |name: &str| {
+        sel.funcs
+            .iter()
+            .position(|f| f.name == name)
+            .map(|i| i as u32)
+    };
+    let mut trackers = Vec::new();
+    let resolved = stage_cfg
+        .stages
+        .iter()
+        .map(|s| s.resolve(index_of))
+        .collect::<Result<Vec<_>>>()?;
+    for &root in &stage_cfg.roots {
+        trackers.push(StageTracker::new(resolved.clone(), root, stage_cfg.runs));
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
@@ -58,21 +107,25 @@ pub fn record(args: &RecordArgs) -> Result<()> {
         None => None,
     };
     let probed = probes.attach(&sel, target.pid)?;
-    if !target.alive() {
+    if child.is_none() && !target.alive() {
         return Err(Error::TargetGone(target.pid));
     }
     for (func, reason) in probes.failed.iter().take(3) {
         eprintln!("profiler: warning: could not probe {func}: {reason}");
     }
+    let what = match &child {
+        Some(c) => format!("{} (PID {}, launched)", c.program.display(), c.pid),
+        None => format!("PID {}", target.pid),
+    };
     eprintln!(
-        "profiler: attached {probed} functions ({} probes) to PID {} in {} ms; stop with Ctrl-C",
+        "profiler: attached {probed} functions ({} probes) to {what} in {} ms; stop with Ctrl-C",
         probed * 2,
-        target.pid,
         probes.attach_ms
     );
 
     let started = Instant::now();
     let session_start_ns = collector::monotonic_ns();
+    let names: Vec<String> = sel.funcs.iter().map(|f| f.name.clone()).collect();
     let d = &args.dispatch;
     let dispatcher = Dispatcher::new(
         dispatch::Config {
@@ -87,7 +140,7 @@ pub fn record(args: &RecordArgs) -> Result<()> {
             hang_log: Some(out.path().join("hangs.log")),
         },
         target.pid,
-        sel.funcs.iter().map(|f| f.name.clone()).collect(),
+        names.clone(),
         sel.funcs.iter().map(|f| f.dispatch).collect(),
         session_start_ns,
     );
@@ -99,7 +152,7 @@ pub fn record(args: &RecordArgs) -> Result<()> {
                 target.pid,
                 &target.exe.display().to_string(),
                 session_start_ns,
-                sel.funcs.iter().map(|f| f.name.clone()).collect(),
+                names,
                 limit,
             )
             .map_err(|e| Error::Output {
@@ -108,13 +161,25 @@ pub fn record(args: &RecordArgs) -> Result<()> {
             })?,
         ),
     };
-    let mut sinks = collector::Sinks::new(
+    let mut sinks = Sinks::new(
         target.pid,
         Stacks::new(sel.funcs.len()),
         Some(dispatcher),
         timeline,
     );
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
+    sinks.stages = trackers;
+    sinks.stop_when_runs_done = !args.stages.keep_going;
+    if let Some(c) = &child {
+        c.release()?;
+        let mut watch = StartupWatch::new(
+            index_of("main"),
+            args.stages.ready.as_deref().and_then(index_of),
+        );
+        watch.set_exec(c.exec_time_ns().unwrap_or(session_start_ns));
+        sinks.startup = Some((watch, Stacks::new(sel.funcs.len())));
+        sinks.ready_on_first_dispatch = args.stages.ready.is_none() && !sel.dispatch_fallback;
+    }
     let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -134,22 +199,34 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     let failed_probes = probes.failed.len();
     drop(probes);
     sinks.drain(&mut ring);
-    let collector::Sinks {
-        mut stacks,
+    let counters_now = counters.read();
+    status.finish();
+    match reason {
+        StopReason::TargetExited => {
+            eprintln!("profiler: PID {} exited; writing the outputs", target.pid)
+        }
+        StopReason::RunsComplete => {
+            eprintln!("profiler: every scenario has its runs; probes detached")
+        }
+        _ => {}
+    }
+    if let (Some(c), StopReason::Signal(sig)) = (&child, reason) {
+        // Ctrl-C on a terminal reaches the command directly (same process
+        // group); anything else is passed on.
+        if sig != libc::SIGINT {
+            let _ = c.forward_signal(sig);
+        }
+    }
+    let Sinks {
+        stacks,
         dispatch,
         timeline,
         cpu,
+        stages,
+        startup,
         ..
     } = sinks;
-    let counters_now = counters.read();
-    let lost_events = counters_now.lost;
-    status.finish();
-    stacks.finish();
-    if reason == collector::StopReason::TargetExited {
-        eprintln!("profiler: PID {} exited; writing the outputs", target.pid);
-    }
-
-    // Names set after a thread's first event (pthread_setname_np) win.
+    let mut stacks = outputs::finished(stacks);
     stacks.name_new_threads(|_| None);
     let thread_names: HashMap<u32, String> = stacks
         .threads()
@@ -159,33 +236,62 @@ pub fn record(args: &RecordArgs) -> Result<()> {
                 .map(|n| (t.tid, n))
         })
         .collect();
+    let session = Session {
+        pid: target.pid,
+        exe: target.exe.display().to_string(),
+        duration_ns,
+        stop_reason: reason.as_str().to_string(),
+        functions_probed: probed,
+        lost_events: counters_now.lost,
+        capped: sel.capped,
+        failed_probes,
+    };
     let report = Report {
-        session: Session {
-            pid: target.pid,
-            exe: target.exe.display().to_string(),
-            duration_ns,
-            stop_reason: reason.as_str().to_string(),
-            functions_probed: probed,
-            lost_events,
-            capped: sel.capped,
-            failed_probes,
-        },
+        session: session.clone(),
         funcs: &sel.funcs,
         binaries: &sel.binaries,
         stacks: &stacks,
-        thread_names,
+        thread_names: thread_names.clone(),
     };
-    write_outputs(&out, &report)?;
+    outputs::spine(&out, &report)?;
     if let Some(d) = &dispatch {
-        write_dispatches(&out, d, duration_ns)?;
+        outputs::dispatches(&out, d, duration_ns)?;
+    }
+    if !stages.is_empty() {
+        let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
+        outputs::stages(&out, &results)?;
+    }
+    if let Some((mut watch, window)) = startup {
+        if let Some(first) = dispatch.as_ref().and_then(|d| d.first_start_ns) {
+            if args.stages.ready.is_none() && !sel.dispatch_fallback {
+                watch.mark_ready(first);
+            }
+        }
+        let window = outputs::finished(window);
+        let window_report = Report {
+            session,
+            funcs: &sel.funcs,
+            binaries: &sel.binaries,
+            stacks: &window,
+            thread_names: thread_names.clone(),
+        };
+        let ready_what = match &args.stages.ready {
+            Some(f) => format!("entry of {f}"),
+            None if sel.dispatch_fallback => "never: give --ready FUNC or --dispatch".to_string(),
+            None => "first dispatch".to_string(),
+        };
+        let threshold = args.stages.startup_threshold.map(|d| d.as_nanos() as u64);
+        outputs::startup(
+            &out,
+            watch.report().as_ref(),
+            &ready_what,
+            threshold,
+            &window_report,
+        )?;
     }
     if let Some(tl) = timeline {
         let omitted = tl.omitted;
-        let mut threads: Vec<(u32, String)> = report
-            .thread_names
-            .iter()
-            .map(|(t, n)| (*t, n.clone()))
-            .collect();
+        let mut threads: Vec<(u32, String)> = thread_names.into_iter().collect();
         threads.sort();
         tl.finish(&threads, dispatch.as_ref())
             .map_err(|e| Error::Output {
@@ -201,10 +307,9 @@ pub fn record(args: &RecordArgs) -> Result<()> {
     }
     if let (Some((maps, mut sym)), Some(hz)) = (cpu, args.sample) {
         let prof = cpuprof::collect(&maps, &mut sym);
-        let what = format!("PID {}", target.pid);
         print!(
             "\n{}",
-            crate::sample::write_cpu(&out, &prof, &what, hz, duration_ns)?
+            crate::sample::write_cpu(&out, &prof, &format!("PID {}", target.pid), hz, duration_ns)?
         );
         out.write(
             "cpu.pb.gz",
@@ -217,71 +322,14 @@ pub fn record(args: &RecordArgs) -> Result<()> {
             counters_now.lost_sched, counters_now.lost_comm
         );
     }
-    Ok(())
-}
-
-fn write_dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
-    let text = dispatch::report::text(d, duration_ns);
-    out.write("dispatches.txt", text.as_bytes())?;
-    out.write(
-        "dispatches.json",
-        dispatch::report::json(d, duration_ns).as_bytes(),
-    )?;
-    for (name, svg) in dispatch::report::svgs(d) {
-        out.write(&name, &svg)?;
+    eprintln!("profiler: wrote the outputs to {}", out.path().display());
+    match child {
+        Some(c) => {
+            if c.try_wait()?.is_none() {
+                eprintln!("profiler: waiting for PID {} to exit", c.pid);
+            }
+            Ok(launch::exit_code(c.wait()?).clamp(0, 255) as u8)
+        }
+        None => Ok(0),
     }
-    print!("\n{text}");
-    Ok(())
-}
-
-fn write_outputs(out: &OutDir, report: &Report) -> Result<()> {
-    let text = report::text::render(report);
-    out.write("report.txt", text.as_bytes())?;
-    out.write("functions.json", report::json::render(report).as_bytes())?;
-    let folded = report::flame::folded(report);
-    let mut folded_text = folded.join("\n");
-    folded_text.push('\n');
-    out.write("trace.folded", folded_text.as_bytes())?;
-    out.write(
-        "profile.pb.gz",
-        &crate::export::wall_pprof(&folded, report.session.duration_ns),
-    )?;
-    let title = format!(
-        "profiler: PID {} wall-clock by call path",
-        report.session.pid
-    );
-    let svg = report::flame::svg(&folded, &title).map_err(|reason| Error::Output {
-        path: out.path().join("flamegraph.svg"),
-        reason,
-    })?;
-    out.write("flamegraph.svg", &svg)?;
-    print!("{text}");
-    eprintln!(
-        "profiler: wrote {}/{{{}}}",
-        out.path().display(),
-        OUTPUT_FILES.join(",")
-    );
-    Ok(())
-}
-
-/// Runs `profiler list`.
-pub fn list(args: &ListArgs) -> Result<()> {
-    select::compile(&args.select)?;
-    let target = Target::open(args.target.pid)?;
-    let mut select_args = args.select.clone();
-    select_args.max_funcs = usize::MAX;
-    let sel = select::select(&target, &select_args)?;
-    let mut out = String::new();
-    for f in &sel.funcs {
-        use std::fmt::Write;
-        let _ = writeln!(
-            out,
-            "{}\t{}\t{:#x}",
-            f.name,
-            sel.binaries[f.binary as usize].path.display(),
-            f.offset
-        );
-    }
-    print!("{out}");
-    Ok(())
 }

@@ -111,6 +111,21 @@ pub struct Selection {
     pub capped: usize,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
+    /// True when no dispatch function is known and every outermost traced
+    /// call counts as one.
+    pub dispatch_fallback: bool,
+}
+
+/// A function the session needs whatever `--func` says (a stage trigger,
+/// `main` for startup timing, `--ready`).
+#[derive(Debug, Clone)]
+pub struct Required {
+    /// Exact demangled or raw name.
+    pub name: String,
+    /// Fail if it is missing (else skip it quietly).
+    pub must: bool,
+    /// Which option needs it, for the error message.
+    pub why: String,
 }
 
 /// Dispatch functions of well-known native event loops: each runs one
@@ -177,7 +192,7 @@ fn joined<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
 /// with neither `--func` nor `--dispatch`, the main executable's own
 /// functions). With no dispatch function, every outermost traced call on the
 /// watched thread counts as a dispatch.
-pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
+pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Result<Selection> {
     let (include, exclude) = compile(args)?;
     let mut binaries = vec![Binary {
         path: target.exe.clone(),
@@ -223,7 +238,31 @@ pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
     } else {
         apply_presets(target, &mut binaries, &mut symbols, &mut sel, &mut taken)?;
     }
-    let regular = include.is_some() || args.dispatch.is_empty();
+    for req in required {
+        let found = symbols.iter().enumerate().find_map(|(bi, syms)| {
+            syms.iter()
+                .find(|s| s.name == req.name || s.raw == req.name)
+                .map(|s| (bi as u32, s))
+        });
+        match found {
+            Some((bi, sym)) => {
+                if taken.insert((bi, sym.offset)) {
+                    sel.funcs.push(Func { name: sym.name.clone(), binary: bi, offset: sym.offset, dispatch: false });
+                }
+            }
+            None if req.must => {
+                return Err(Error::Usage(format!(
+                    "{} needs a function named {:?}, which {} does not have; check the name with `profiler list`",
+                    req.why,
+                    req.name,
+                    joined(binaries.iter().map(|b| b.path.display()))
+                )))
+            }
+            None => {}
+        }
+    }
+    let regular =
+        include.is_some() || (args.dispatch.is_empty() && required.iter().all(|r| !r.must));
     for (bi, syms) in symbols.iter().enumerate().filter(|_| regular) {
         // With no --func, only the main executable's own functions.
         if include.is_none() && bi != 0 {
@@ -265,6 +304,7 @@ pub fn select(target: &Target, args: &SelectArgs) -> Result<Selection> {
         for f in &mut sel.funcs {
             f.dispatch = true;
         }
+        sel.dispatch_fallback = true;
         sel.dispatch_rule =
             "every outermost traced call on the watched thread (no dispatch function known: \
                              use --dispatch)"

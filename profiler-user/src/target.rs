@@ -37,6 +37,10 @@ pub struct Target {
     pub pid: u32,
     /// Its executable's path as the target sees it.
     pub exe: PathBuf,
+    /// Path that opens the executable from here (`/proc/PID/exe` for a
+    /// running process; the program's path for one launched but not yet
+    /// exec'd).
+    pub exe_open: PathBuf,
     /// Held open for the whole session: it becomes readable when the
     /// process exits, and it keeps naming this process even if the PID is
     /// reused.
@@ -62,13 +66,37 @@ impl Target {
                 e,
             ),
         })?;
-        Ok(Target { pid, exe, pidfd })
+        let exe_open = PathBuf::from(format!("/proc/{pid}/exe"));
+        Ok(Target {
+            pid,
+            exe,
+            exe_open,
+            pidfd,
+        })
+    }
+
+    /// A child forked by `profiler record -- CMD` that will exec `program`.
+    pub fn launched(pid: u32, program: PathBuf) -> Result<Self> {
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(Error::io(
+                format!("pidfd_open({pid})"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        Ok(Target {
+            pid,
+            exe: program.clone(),
+            exe_open: program,
+            pidfd,
+        })
     }
 
     /// A path to the executable that works from our namespace, even if it
     /// was deleted or lives in another mount namespace.
     pub fn exe_open_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/exe", self.pid))
+        self.exe_open.clone()
     }
 
     /// True while the process has not exited.

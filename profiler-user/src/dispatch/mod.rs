@@ -166,7 +166,10 @@ pub struct Dispatcher {
     /// Hangs in order.
     pub hangs: Vec<Hang>,
     symbolizer: Symbolizer,
+    pid: u32,
     next_index: u64,
+    /// When the first dispatch began (startup's default "ready").
+    pub first_start_ns: Option<u64>,
 }
 
 impl Dispatcher {
@@ -193,7 +196,9 @@ impl Dispatcher {
             groups: HashMap::new(),
             hangs: Vec::new(),
             symbolizer: Symbolizer::new(pid),
+            pid,
             next_index: 0,
+            first_start_ns: None,
         }
     }
 
@@ -229,6 +234,7 @@ impl Dispatcher {
                     last_sample: None,
                 });
                 self.next_index += 1;
+                self.first_start_ns.get_or_insert(ev.ts_ns);
                 self.sched.open(ev.ts_ns);
             }
             self.record(Rec::Call(*ev));
@@ -390,6 +396,17 @@ impl Dispatcher {
         } else {
             self.slow_dropped += 1;
         }
+    }
+
+    /// Refreshes the symbolizer's snapshot of the target's mappings (after
+    /// exec, after dlopen), so stacks still resolve once the target exits.
+    pub fn remember_maps(&mut self) {
+        let pid = self.symbolizer_pid();
+        self.symbolizer.remember_maps(pid);
+    }
+
+    fn symbolizer_pid(&self) -> u32 {
+        self.pid
     }
 
     /// Name of probed function `func`.

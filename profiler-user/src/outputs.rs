@@ -1,0 +1,202 @@
+//! Writes a finished `record` session's files: the spine's report, JSON,
+//! folded stacks, flame graph and pprof; dispatches; stages; startup.
+use std::fmt::Write;
+
+use crate::{
+    dispatch::{self, Dispatcher},
+    output::OutDir,
+    report::{self, fmt_ns, Report},
+    select::{self, Required},
+    stacks::Stacks,
+    stages::{self, StagesResult},
+    startup::StartupReport,
+    target::Target,
+    Error, Result,
+};
+
+/// Files `record` may write (checked for symlinks before attaching).
+pub const RECORD_FILES: &[&str] = &[
+    "report.txt",
+    "functions.json",
+    "trace.folded",
+    "flamegraph.svg",
+    "profile.pb.gz",
+    "trace.json",
+    "dispatches.txt",
+    "dispatches.json",
+    "hangs.log",
+    "cpu.folded",
+    "cpu.svg",
+    "cpu.txt",
+    "cpu.pb.gz",
+    "stages.txt",
+    "stages.json",
+    "startup.txt",
+    "startup.json",
+    "startup.folded",
+    "startup.svg",
+];
+
+fn svg_or_err(out: &OutDir, name: &str, lines: &[String], title: &str) -> Result<()> {
+    let svg = report::flame::svg(lines, title).map_err(|reason| Error::Output {
+        path: out.path().join(name),
+        reason,
+    })?;
+    out.write(name, &svg)
+}
+
+fn folded_text(lines: &[String]) -> String {
+    let mut t = lines.join("\n");
+    t.push('\n');
+    t
+}
+
+/// `report.txt`, `functions.json`, `trace.folded`, `flamegraph.svg`,
+/// `profile.pb.gz`. Prints the text report.
+pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
+    let text = report::text::render(report);
+    out.write("report.txt", text.as_bytes())?;
+    out.write("functions.json", report::json::render(report).as_bytes())?;
+    let folded = report::flame::folded(report);
+    out.write("trace.folded", folded_text(&folded).as_bytes())?;
+    out.write(
+        "profile.pb.gz",
+        &crate::export::wall_pprof(&folded, report.session.duration_ns),
+    )?;
+    let title = format!(
+        "profiler: PID {} wall-clock by call path",
+        report.session.pid
+    );
+    svg_or_err(out, "flamegraph.svg", &folded, &title)?;
+    print!("{text}");
+    Ok(())
+}
+
+/// `dispatches.txt`, `dispatches.json`, `dispatch-<n>.svg`. Prints the text.
+pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
+    let text = dispatch::report::text(d, duration_ns);
+    out.write("dispatches.txt", text.as_bytes())?;
+    out.write(
+        "dispatches.json",
+        dispatch::report::json(d, duration_ns).as_bytes(),
+    )?;
+    for (name, svg) in dispatch::report::svgs(d) {
+        out.write(&name, &svg)?;
+    }
+    print!("\n{text}");
+    Ok(())
+}
+
+/// `stages.txt` and `stages.json`. Prints the text.
+pub fn stages(out: &OutDir, results: &[StagesResult]) -> Result<()> {
+    let text = stages::render::render_text(results);
+    out.write("stages.txt", text.as_bytes())?;
+    out.write(
+        "stages.json",
+        stages::render::render_json(results).as_bytes(),
+    )?;
+    print!("\n{text}");
+    Ok(())
+}
+
+/// `startup.txt`, `startup.json`, and the startup window's flame graph
+/// (`startup.folded`, `startup.svg`): completed calls from exec to ready.
+pub fn startup(
+    out: &OutDir,
+    report: Option<&StartupReport>,
+    ready_what: &str,
+    threshold_ns: Option<u64>,
+    window: &Report,
+) -> Result<()> {
+    let summary = crate::startup::StartupSummary::of(
+        report.into_iter().cloned().collect::<Vec<_>>().as_slice(),
+    );
+    let mut text = summary.render_text(ready_what);
+    if let (Some(r), Some(limit)) = (report, threshold_ns) {
+        if let Some(ns) = r.exec_to_ready_ns.filter(|&ns| ns >= limit) {
+            let _ = writeln!(
+                text,
+                "SLOW STARTUP: {} from exec to ready (threshold {})",
+                fmt_ns(ns),
+                fmt_ns(limit)
+            );
+            eprintln!(
+                "profiler: slow startup {} (threshold {})",
+                fmt_ns(ns),
+                fmt_ns(limit)
+            );
+        }
+    }
+    let window_top = report::text::render(window);
+    let _ = write!(
+        text,
+        "\nStartup window (exec to ready), calls completed in it:\n{window_top}"
+    );
+    out.write("startup.txt", text.as_bytes())?;
+    out.write("startup.json", summary.render_json().as_bytes())?;
+    let folded = report::flame::folded(window);
+    out.write("startup.folded", folded_text(&folded).as_bytes())?;
+    svg_or_err(
+        out,
+        "startup.svg",
+        &folded,
+        "profiler: startup, exec to ready",
+    )?;
+    print!("\n{text}");
+    Ok(())
+}
+
+/// The functions the session needs probed besides `--func`: stage triggers
+/// (must exist), and in launch mode `main` (if present) and `--ready`.
+pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<Required> {
+    let mut req: Vec<Required> = stage_funcs
+        .iter()
+        .map(|f| Required {
+            name: f.to_string(),
+            must: true,
+            why: "--stage".into(),
+        })
+        .collect();
+    if launch {
+        req.push(Required {
+            name: "main".into(),
+            must: false,
+            why: "startup timing".into(),
+        });
+        if let Some(r) = ready {
+            req.push(Required {
+                name: r.to_string(),
+                must: true,
+                why: "--ready".into(),
+            });
+        }
+    }
+    req
+}
+
+/// Runs `profiler list`.
+pub fn list(args: &crate::cli::ListArgs) -> Result<()> {
+    select::compile(&args.select)?;
+    let target = Target::open(args.target.pid)?;
+    let mut select_args = args.select.clone();
+    select_args.max_funcs = usize::MAX;
+    let sel = select::select(&target, &select_args, &[])?;
+    let mut out = String::new();
+    for f in &sel.funcs {
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{:#x}",
+            f.name,
+            sel.binaries[f.binary as usize].path.display(),
+            f.offset
+        );
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// Marks open frames unfinished and returns the stacks (for reports).
+pub fn finished(mut s: Stacks) -> Stacks {
+    s.finish();
+    s
+}
