@@ -79,6 +79,7 @@ pub fn run() -> Result<()> {
         cargo_test(
             cargo().args([
                 "test",
+                "--no-fail-fast",
                 "-p",
                 "profiler-common",
                 "-p",
@@ -101,7 +102,13 @@ pub fn run() -> Result<()> {
             "integration tests",
             cargo_test(
                 cargo()
-                    .args(["test", "--release", "-p", "profiler-tests"])
+                    .args([
+                        "test",
+                        "--release",
+                        "--no-fail-fast",
+                        "-p",
+                        "profiler-tests",
+                    ])
                     .args(["--", "--test-threads=1"])
                     .env("PROFILER_BIN", profiler_bin()),
                 &mut counts,
