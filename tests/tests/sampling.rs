@@ -1,0 +1,243 @@
+//! `profiler sample`: stacks of a known call chain with and without frame
+//! pointers, the system-wide CPU split between two processes, and a Debian
+//! binary built without frame pointers.
+mod common;
+use common::*;
+use profiler_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+fn burn_fp() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_c(
+            "burn.c",
+            "burn_fp",
+            &["-O1", "-g", "-fno-omit-frame-pointer"],
+        )
+    })
+}
+
+fn burn_nofp() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_c(
+            "burn.c",
+            "burn_nofp",
+            &["-O2", "-g", "-fomit-frame-pointer"],
+        )
+    })
+}
+
+/// `profiler sample args… --out DIR`, asserting success.
+fn sample(out: &Path, args: &[&str]) -> Finished {
+    let mut all: Vec<&str> = vec!["sample"];
+    all.extend_from_slice(args);
+    all.extend(["--out", out.to_str().unwrap()]);
+    let fin = profiler(&all);
+    assert!(fin.status.success(), "profiler sample failed: {fin:?}");
+    fin
+}
+
+/// Whether `want` occurs as consecutive frames of `stack`.
+fn has_chain(stack: &[String], want: &[&str]) -> bool {
+    stack
+        .windows(want.len())
+        .any(|w| w.iter().zip(want).all(|(a, b)| a == b))
+}
+
+#[test]
+fn frame_pointer_chain_is_complete() {
+    require_root!();
+    let out = TempDir::new("sample-fp");
+    let fx = Fixture::spawn(burn_fp(), &["10", "chain"]);
+    sample(
+        out.path(),
+        &["--pid", &fx.pid.to_string(), "--duration", "1500ms"],
+    );
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let chain: u64 = stacks
+        .iter()
+        .filter(|(s, _)| has_chain(s, &["a1", "b1", "c1"]))
+        .map(|(_, n)| n)
+        .sum();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert!(
+        chain > 0,
+        "no stack holds a1;b1;c1 in cpu.folded:\n{folded_text}"
+    );
+    assert!(
+        chain * 10 >= total * 9,
+        "a1;b1;c1 in only {chain} of {total} samples"
+    );
+    let txt = read(out.path(), "cpu.txt");
+    let share = complete_share(&txt);
+    eprintln!("frame pointers: complete stacks {share:.1}% ({chain}/{total} samples a1;b1;c1)");
+    assert!(
+        share >= 90.0,
+        "complete stacks {share}% < 90% with frame pointers:\n{txt}"
+    );
+    for name in ["cpu.svg", "profile.pb.gz"] {
+        assert!(out.join(name).exists(), "no {name}");
+    }
+}
+
+#[test]
+fn no_frame_pointer_leaf_is_seen() {
+    require_root!();
+    let out = TempDir::new("sample-nofp");
+    let fx = Fixture::spawn(burn_nofp(), &["10", "chain"]);
+    sample(
+        out.path(),
+        &["--pid", &fx.pid.to_string(), "--duration", "1s"],
+    );
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let leaf_c1: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|f| f == "c1"))
+        .map(|(_, n)| n)
+        .sum();
+    let chain: u64 = stacks
+        .iter()
+        .filter(|(s, _)| has_chain(s, &["a1", "b1", "c1"]))
+        .map(|(_, n)| n)
+        .sum();
+    let share = complete_share(&read(out.path(), "cpu.txt"));
+    // No floor: unwinding is frame-pointer only (no DWARF/eh_frame), so
+    // only the leaf is reliable here. Print what it gives.
+    eprintln!(
+        "no frame pointers (-O2 -fomit-frame-pointer): complete stacks {share:.1}%, \
+         c1 as leaf in {leaf_c1} samples, full a1;b1;c1 in {chain}"
+    );
+    assert!(
+        stacks.iter().any(|(s, _)| s.iter().any(|f| f == "c1")),
+        "c1 never sampled:\n{folded_text}"
+    );
+}
+
+/// Time process `pid` has spent on a CPU, in ns (/proc/PID/schedstat).
+fn cpu_ns(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).expect("schedstat");
+    s.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn system_wide_split_follows_cpu_time() {
+    require_root!();
+    let out = TempDir::new("sample-all");
+    // Two processes: one spinning all the time, one 5 ms on / 5 ms off.
+    // Named apart (PR_SET_NAME), so their stacks' first frames differ.
+    let tag = std::process::id() % 100_000;
+    let (full_comm, half_comm) = (format!("pfull{tag}"), format!("phalf{tag}"));
+    let full = Fixture::spawn(burn_fp(), &["20", "chain", &full_comm]);
+    let half = Fixture::spawn(burn_fp(), &["20", "half", &half_comm]);
+    let before = (cpu_ns(full.pid), cpu_ns(half.pid));
+    sample(out.path(), &["--all", "--duration", "3s"]);
+    let after = (cpu_ns(full.pid), cpu_ns(half.pid));
+    // Ground truth: the CPU time each really got around the sampling window.
+    // Both run steadily, so the ratio of rates holds within the window; on a
+    // loaded machine it is no longer 2:1, which is why it is measured.
+    let (cf, ch) = (after.0 - before.0, after.1 - before.1);
+    let want = cf as f64 / ch.max(1) as f64;
+
+    let folded_text = read(out.path(), "cpu.folded");
+    let by_comm = |comm: &str| -> u64 {
+        folded(&folded_text)
+            .iter()
+            .filter(|(s, _)| s[0] == comm)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (sf, sh) = (by_comm(&full_comm), by_comm(&half_comm));
+    let txt = read(out.path(), "cpu.txt");
+    eprintln!(
+        "system-wide: samples {sf}:{sh}, CPU time {:.0}:{:.0} ms (ratio {:.2} vs {:.2})\n{}",
+        cf as f64 / 1e6,
+        ch as f64 / 1e6,
+        sf as f64 / sh.max(1) as f64,
+        want,
+        txt.lines().take(14).collect::<Vec<_>>().join("\n")
+    );
+    assert!(sf > 0 && sh > 0, "both processes sampled: {sf}, {sh}");
+    for pid in [full.pid, half.pid] {
+        assert!(
+            txt.contains(&format!("PID {pid}\n")),
+            "PID {pid} not among cpu.txt's top processes:\n{txt}"
+        );
+    }
+    // 99 Hz x 3 s gives ~300 and ~150 samples: the sampling error of the
+    // ratio alone is a few %, so allow 10 % or 3 sigma of that, whichever
+    // is larger (the second only matters when the machine is busy and our
+    // processes get few samples).
+    let got = sf as f64 / sh as f64;
+    let sigma = (1.0 / sf as f64 + 1.0 / sh as f64).sqrt();
+    let tol = 0.10f64.max(3.0 * sigma);
+    assert!(
+        (got / want - 1.0).abs() <= tol,
+        "sample ratio {got:.3} vs CPU-time ratio {want:.3} (tolerance {:.0}%)",
+        tol * 100.0
+    );
+}
+
+/// Kills and reaps a child on drop.
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "eh_frame (DWARF CFI) unwinding is not implemented: the kernel's frame-pointer walk \
+            stops after the leaf of a Debian binary built without frame pointers"]
+fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
+    require_root!();
+    let out = TempDir::new("sample-debian");
+    // Debian's python3 exports its interpreter functions (symbolizable from
+    // .dynsym) and, like the rest of Debian, is built without frame pointers.
+    let py = Kill(
+        Command::new("/usr/bin/python3")
+            .args(["-c", "while True: pass"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run /usr/bin/python3"),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sample(
+        out.path(),
+        &["--pid", &py.0.id().to_string(), "--duration", "1s"],
+    );
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    // Frames after the comm that are symbolized (not `[unknown] 0x…`).
+    let multi: u64 = stacks
+        .iter()
+        .filter(|(s, _)| {
+            s[1..]
+                .iter()
+                .filter(|f| !f.starts_with("[unknown]"))
+                .count()
+                >= 2
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let mut top: Vec<_> = stacks.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1));
+    eprintln!(
+        "Debian python3 (no frame pointers): {multi} of {total} samples have >= 2 symbolized \
+         frames; complete stacks {:.1}%; top stacks:",
+        complete_share(&read(out.path(), "cpu.txt"))
+    );
+    for (s, n) in top.iter().take(3) {
+        eprintln!("  {n:>5}  {}", s.join(";"));
+    }
+    assert!(
+        multi * 2 >= total && total > 0,
+        "only {multi} of {total} samples of python3 have >= 2 symbolized frames"
+    );
+}
