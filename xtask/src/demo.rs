@@ -23,7 +23,6 @@ const DEFAULT_FUNCS: &[&str] = &[
     "run_event_loop",
     "wait_for_tick",
     "schedule_events",
-    "dispatch_event",
     "handle_*",
     "parse_json",
     "layout",
@@ -51,9 +50,18 @@ pub fn run(args: &Args) -> Result<()> {
 
     let out = root.join("prof-demo");
     let mut cmd = Command::new(profiler_bin());
+    // The headline feature: slow dispatches of the main thread's event loop,
+    // explained (call tree, on-CPU vs blocked, samples), plus CPU samples.
     cmd.args(["record", "--pid", &pid.to_string(), "--out"])
         .arg(&out)
-        .args(["--duration", &args.duration]);
+        .args(["--duration", &args.duration])
+        .args([
+            "--dispatch",
+            "dispatch_event",
+            "--threshold",
+            "50ms",
+            "--sample",
+        ]);
     let funcs: Vec<&str> = if args.funcs.is_empty() {
         DEFAULT_FUNCS.to_vec()
     } else {
@@ -69,7 +77,18 @@ pub fn run(args: &Args) -> Result<()> {
     eprintln!("demo: stopped the target (pid {pid})");
     recorded?;
 
-    let files = ["report.txt", "functions.json", "flamegraph.svg"].map(|f| out.join(f));
+    let files = [
+        "dispatches.txt",
+        "dispatches.json",
+        "dispatch-1.svg",
+        "report.txt",
+        "functions.json",
+        "flamegraph.svg",
+        "trace.json",
+        "profile.pb.gz",
+        "cpu.svg",
+    ]
+    .map(|f| out.join(f));
     let missing: Vec<_> = files.iter().filter(|p| !p.is_file()).collect();
     if !missing.is_empty() {
         bail!("the profiler exited 0 but did not write {missing:?}");
@@ -79,5 +98,6 @@ pub fn run(args: &Args) -> Result<()> {
         println!("  {}", f.display());
     }
     println!("  {}", out.join("trace.folded").display());
+    println!("\nOpen trace.json in https://ui.perfetto.dev, the .svg files in a browser.");
     Ok(())
 }
