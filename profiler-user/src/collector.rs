@@ -33,6 +33,8 @@ pub enum StopReason {
     Signal(i32),
     /// Every scenario has its `--runs`.
     RunsComplete,
+    /// The target exec'd another program: the probes no longer apply.
+    TargetExeced,
 }
 
 impl StopReason {
@@ -43,6 +45,7 @@ impl StopReason {
             StopReason::Duration => "duration",
             StopReason::Signal(_) => "signal",
             StopReason::RunsComplete => "runs complete",
+            StopReason::TargetExeced => "target exec'd another program",
         }
     }
 }
@@ -74,6 +77,10 @@ pub struct Sinks {
     /// Startup is ready at the first dispatch (no `--ready`, and dispatch
     /// functions are known).
     pub ready_on_first_dispatch: bool,
+    /// The target's executable as attached; checked once a second so an
+    /// exec is noticed.
+    pub exe: Option<std::path::PathBuf>,
+    execd: bool,
     ticks: u32,
 }
 
@@ -198,6 +205,8 @@ impl Sinks {
             stop_when_runs_done: false,
             startup: None,
             ready_on_first_dispatch: false,
+            exe: None,
+            execd: false,
             ticks: 0,
         }
     }
@@ -212,6 +221,13 @@ impl Sinks {
             }
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
+            }
+            if let Some(exe) = &self.exe {
+                let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
+                // Gone (exited) is the pidfd's business; a different path is an exec.
+                if now.is_ok_and(|p| &p != exe) {
+                    self.execd = true;
+                }
             }
         }
         if let Some(d) = &mut self.dispatch {
@@ -287,6 +303,9 @@ pub async fn collect(
         }
         if sinks.finished() {
             break StopReason::RunsComplete;
+        }
+        if sinks.execd {
+            break StopReason::TargetExeced;
         }
     };
     sinks.drain(ring);

@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod error;
 pub mod export;
 pub mod launch;
+pub mod multi;
 pub mod output;
 pub mod outputs;
 pub mod probes;

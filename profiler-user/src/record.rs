@@ -170,6 +170,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     sinks.stages = trackers;
     sinks.stop_when_runs_done = !args.stages.keep_going;
+    sinks.exe = Some(target.exe.clone());
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
@@ -208,6 +209,10 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
         StopReason::RunsComplete => {
             eprintln!("profiler: every scenario has its runs; probes detached")
         }
+        StopReason::TargetExeced => eprintln!(
+            "profiler: PID {} exec'd another program, which the probes do not cover; writing the outputs",
+            target.pid
+        ),
         _ => {}
     }
     if let (Some(c), StopReason::Signal(sig)) = (&child, reason) {
