@@ -225,7 +225,11 @@ impl Sinks {
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
-                if now.is_ok_and(|p| &p != exe) {
+                let strip = |p: &std::path::Path| {
+                    let s = p.to_string_lossy();
+                    s.strip_suffix(" (deleted)").unwrap_or(&s).to_string()
+                };
+                if now.is_ok_and(|p| strip(&p) != strip(exe)) {
                     self.execd = true;
                 }
             }

@@ -170,7 +170,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     sinks.stages = trackers;
     sinks.stop_when_runs_done = !args.stages.keep_going;
-    sinks.exe = Some(target.exe.clone());
+    sinks.exe = std::fs::canonicalize(&target.exe).ok().or_else(|| Some(target.exe.clone()));
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
