@@ -41,7 +41,7 @@ fn first_call_counted_exit_status_and_startup() {
         ],
     ))
     .wait();
-    assert_none_left_since(&before);
+    assert_none_left_since(&before, &[]);
     assert_eq!(
         fin.status.code(),
         Some(3),
@@ -139,7 +139,7 @@ fn runs_as_sudo_user_and_chowns_outputs() {
     );
     cmd.env("SUDO_UID", "65534").env("SUDO_GID", "65534");
     let fin = Recording::spawn(cmd).wait();
-    assert_none_left_since(&before);
+    assert_none_left_since(&before, &[]);
     assert_eq!(
         fin.status.code(),
         Some(3),
@@ -204,5 +204,5 @@ fn missing_command_is_one_error() {
         "/nonexistent/prog",
     ]);
     assert_error(&fin, "/nonexistent/prog", false);
-    assert_none_left_since(&before);
+    assert_none_left_since(&before, &[]);
 }

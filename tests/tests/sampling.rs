@@ -227,7 +227,7 @@ fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
         .map(|(_, n)| n)
         .sum();
     let mut top: Vec<_> = stacks.iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|t| std::cmp::Reverse(t.1));
     eprintln!(
         "Debian python3 (no frame pointers): {multi} of {total} samples have >= 2 symbolized \
          frames; complete stacks {:.1}%; top stacks:",
