@@ -3,7 +3,11 @@
 //! per-CPU counters. Dropping [`Probes`] detaches everything: the links are
 //! BPF links owned by file descriptors, so nothing outlives the agent, even
 //! after SIGKILL.
-use std::{num::NonZeroU32, time::Instant};
+use std::{
+    num::NonZeroU32,
+    os::fd::{AsFd, OwnedFd},
+    time::Instant,
+};
 
 use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
@@ -21,7 +25,7 @@ use profiler_common::{
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{select::Selection, Error, Result};
+use crate::{multi, select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -67,6 +71,13 @@ pub struct Counters {
 
 /// Loaded programs and their links.
 pub struct Probes {
+    /// uprobe_multi links (dropped first: each detaches all its probes in
+    /// one RCU grace period).
+    multi_links: Vec<OwnedFd>,
+    /// Programs loaded for the uprobe_multi links.
+    multi: Option<(OwnedFd, OwnedFd)>,
+    /// Probes attached one perf event each (the fallback path).
+    per_probe: usize,
     ebpf: Ebpf,
     /// How long attaching took.
     pub attach_ms: u128,
@@ -92,7 +103,13 @@ impl Probes {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(load_error)?;
         }
+        // Load the uprobe_multi copies now, while every map is still in
+        // `ebpf` for the relocation.
+        let multi = Self::multi_programs(&ebpf);
         Ok(Probes {
+            multi_links: Vec::new(),
+            multi,
+            per_probe: 0,
             ebpf,
             attach_ms: 0,
             failed: Vec::new(),
@@ -106,20 +123,80 @@ impl Probes {
     pub fn attach(&mut self, sel: &Selection, pid: u32) -> Result<usize> {
         assert!(sel.funcs.len() <= MAX_FUNCS as usize);
         let start = Instant::now();
+        let cookie = |i: usize| {
+            i as u64
+                | if sel.funcs[i].dispatch {
+                    COOKIE_DISPATCH
+                } else {
+                    0
+                }
+        };
+        // Fast path: one uprobe_multi link per binary and direction, which
+        // also detaches in one grace period instead of one per probe.
+        let mut pending = vec![true; sel.funcs.len()];
+        if let Some(progs) = self.multi.as_ref() {
+            for (bi, bin) in sel.binaries.iter().enumerate() {
+                let idx: Vec<usize> = (0..sel.funcs.len())
+                    .filter(|&i| sel.funcs[i].binary as usize == bi)
+                    .collect();
+                if idx.is_empty() {
+                    continue;
+                }
+                let offsets: Vec<u64> = idx.iter().map(|&i| sel.funcs[i].offset).collect();
+                let cookies: Vec<u64> = idx.iter().map(|&i| cookie(i)).collect();
+                let mut links = Vec::new();
+                for (prog, ret) in [(&progs.1, true), (&progs.0, false)] {
+                    match multi::attach_uprobe_multi(
+                        prog.as_fd(),
+                        &bin.open_path,
+                        &offsets,
+                        &cookies,
+                        pid,
+                        ret,
+                    ) {
+                        Ok(link) => links.push(link),
+                        Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
+                            return Err(Error::TargetGone(pid));
+                        }
+                        // Fall back to one probe per function for this binary,
+                        // which also tells which function the kernel refused.
+                        Err(e) => {
+                            if std::env::var_os("PROFILER_DEBUG").is_some() {
+                                eprintln!(
+                                    "profiler: debug: uprobe_multi attach to {}: {e}",
+                                    bin.open_path.display()
+                                );
+                            }
+                            break;
+                        }
+                    }
+                }
+                if links.len() == 2 {
+                    self.multi_links.extend(links);
+                    for i in idx {
+                        pending[i] = false;
+                    }
+                }
+            }
+        }
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid > 0"));
         let mut ok = vec![true; sel.funcs.len()];
         for name in [PROG_EXIT, PROG_ENTRY] {
             let prog: &mut UProbe = program(&mut self.ebpf, name)?;
             for (i, f) in sel.funcs.iter().enumerate() {
-                if !ok[i] {
+                if !ok[i] || !pending[i] {
                     continue;
                 }
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(f.offset),
-                    cookie: Some(i as u64 | if f.dispatch { COOKIE_DISPATCH } else { 0 }),
+                    cookie: Some(cookie(i)),
                 };
                 let bin = &sel.binaries[f.binary as usize];
-                if let Err(e) = prog.attach(point, &bin.open_path, scope) {
+                let attached = prog.attach(point, &bin.open_path, scope);
+                if attached.is_ok() {
+                    self.per_probe += 1;
+                }
+                if let Err(e) = attached {
                     let reason = chain(&e);
                     if reason.contains("Operation not permitted") {
                         return Err(Error::MissingCapability {
@@ -147,6 +224,34 @@ impl Probes {
             });
         }
         Ok(attached)
+    }
+
+    /// The entry and exit programs loaded for uprobe_multi links, or None
+    /// when this kernel cannot (the per-probe path is used then).
+    fn multi_programs(ebpf: &Ebpf) -> Option<(OwnedFd, OwnedFd)> {
+        let load = |name| {
+            multi::load_multi_program(EBPF_OBJECT, ebpf, name)
+                .map_err(|e| {
+                    if std::env::var_os("PROFILER_DEBUG").is_some() {
+                        eprintln!("profiler: debug: uprobe_multi load of {name}: {e}");
+                    }
+                })
+                .ok()
+        };
+        let entry = load(PROG_ENTRY)?;
+        let exit = load(PROG_EXIT)?;
+        Some((entry, exit))
+    }
+
+    /// How the probes were attached, for the attached line.
+    pub fn attach_kind(&self) -> &'static str {
+        if self.multi_links.is_empty() {
+            "one perf event per probe"
+        } else if self.failed.is_empty() && self.per_probe == 0 {
+            "uprobe_multi"
+        } else {
+            "uprobe_multi + per-probe"
+        }
     }
 
     /// Follows the watched thread's scheduler transitions, and samples its

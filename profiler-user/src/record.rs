@@ -118,9 +118,10 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
         None => format!("PID {}", target.pid),
     };
     eprintln!(
-        "profiler: attached {probed} functions ({} probes) to {what} in {} ms; stop with Ctrl-C",
+        "profiler: attached {probed} functions ({} probes) to {what} in {} ms ({}); stop with Ctrl-C",
         probed * 2,
-        probes.attach_ms
+        probes.attach_ms,
+        probes.attach_kind()
     );
 
     let started = Instant::now();
@@ -170,7 +171,9 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     sinks.stages = trackers;
     sinks.stop_when_runs_done = !args.stages.keep_going;
-    sinks.exe = std::fs::canonicalize(&target.exe).ok().or_else(|| Some(target.exe.clone()));
+    sinks.exe = std::fs::canonicalize(&target.exe)
+        .ok()
+        .or_else(|| Some(target.exe.clone()));
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
