@@ -164,10 +164,10 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
 /// Announces a thread the first time it hits a probe, with its name.
 #[inline(always)]
 fn announce_thread(tid: u32, ts_ns: u64) {
-    if unsafe { SEEN_THREADS.get(&tid) }.is_some() {
+    if unsafe { SEEN_THREADS.get(tid) }.is_some() {
         return;
     }
-    let _ = SEEN_THREADS.insert(&tid, &0, 0);
+    let _ = SEEN_THREADS.insert(tid, 0, 0);
     match EVENTS.reserve::<CommEvent>(0) {
         Some(mut slot) => {
             slot.write(CommEvent {
@@ -331,15 +331,15 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
         user_stack,
         kernel_stack,
     };
-    match CPU_COUNTS.get_ptr_mut(&key) {
+    match CPU_COUNTS.get_ptr_mut(key) {
         // Per-CPU values: no other CPU writes this slot.
         Some(count) => unsafe { *count += 1 },
         None => {
-            if CPU_COUNTS.insert(&key, &1, 0).is_err() {
+            if CPU_COUNTS.insert(key, 1, 0).is_err() {
                 bump(COUNTER_CPU_COUNTS_FULL);
             }
-            if unsafe { CPU_COMMS.get(&tid) }.is_none() {
-                let _ = CPU_COMMS.insert(&tid, &bpf_get_current_comm().unwrap_or([0; 16]), 0);
+            if unsafe { CPU_COMMS.get(tid) }.is_none() {
+                let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
             }
         }
     }

@@ -15,6 +15,10 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per run; boxing buys nothing"
+)]
 pub enum Command {
     /// Trace function entries and exits of a running process.
     Record(RecordArgs),

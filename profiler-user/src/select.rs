@@ -245,11 +245,10 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
                 .map(|s| (bi as u32, s))
         });
         match found {
-            Some((bi, sym)) => {
-                if taken.insert((bi, sym.offset)) {
-                    sel.funcs.push(Func { name: sym.name.clone(), binary: bi, offset: sym.offset, dispatch: false });
-                }
+            Some((bi, sym)) if taken.insert((bi, sym.offset)) => {
+                sel.funcs.push(Func { name: sym.name.clone(), binary: bi, offset: sym.offset, dispatch: false });
             }
+            Some(_) => {}
             None if req.must => {
                 return Err(Error::Usage(format!(
                     "{} needs a function named {:?}, which {} does not have; check the name with `profiler list`",

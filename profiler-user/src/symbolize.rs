@@ -159,7 +159,10 @@ impl Symbolizer {
                     .collect();
                 if !unresolved.is_empty() {
                     let addrs: Vec<u64> = unresolved.iter().map(|&i| missing[i]).collect();
-                    for (i, f) in unresolved.into_iter().zip(self.from_files(pid, &addrs)) {
+                    for (i, f) in unresolved
+                        .into_iter()
+                        .zip(self.resolve_from_files(pid, &addrs))
+                    {
                         frames[i] = f;
                     }
                 }
@@ -188,7 +191,7 @@ impl Symbolizer {
 
     /// Symbolizes addresses of an exited process from its remembered
     /// mappings: each address becomes a file offset in its binary.
-    fn from_files(&self, pid: u32, addrs: &[u64]) -> Vec<Frames> {
+    fn resolve_from_files(&self, pid: u32, addrs: &[u64]) -> Vec<Frames> {
         let mut out: Vec<Frames> = addrs.iter().map(|a| unknown(*a)).collect();
         let Some(maps) = self.maps.get(&pid) else {
             return out;
@@ -279,7 +282,7 @@ mod tests {
         let me = std::process::id();
         let s = Symbolizer::new(me);
         let addr = marker_function_for_symbolizer();
-        let frames = s.from_files(me, &[addr]);
+        let frames = s.resolve_from_files(me, &[addr]);
         assert!(
             frames[0][0].ends_with("marker_function_for_symbolizer"),
             "{frames:?}"

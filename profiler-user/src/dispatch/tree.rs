@@ -200,9 +200,9 @@ impl Tree {
         let total = self.nodes[0].total_ns;
         let mut keep = vec![true; self.nodes.len()];
         let count = |keep: &[bool]| keep.iter().filter(|&&k| k).count();
-        for i in 1..self.nodes.len() {
-            if self.nodes[i].total_ns * 20 <= total {
-                keep[i] = false;
+        for (k, n) in keep.iter_mut().zip(&self.nodes).skip(1) {
+            if n.total_ns * 20 <= total {
+                *k = false;
             }
         }
         self.prune_orphans(&mut keep);
@@ -210,9 +210,8 @@ impl Tree {
             if count(&keep) <= limit {
                 break;
             }
-            for i in 1..self.nodes.len() {
-                let p = self.nodes[i].parent;
-                if keep[i] && self.nodes[i].total_ns * 10 <= self.nodes[p].total_ns * round {
+            for (i, n) in self.nodes.iter().enumerate().skip(1) {
+                if keep[i] && n.total_ns * 10 <= self.nodes[n.parent].total_ns * round {
                     keep[i] = false;
                 }
             }
