@@ -127,11 +127,28 @@ pub fn startup(
             );
         }
     }
+    if let Some(main) = window.stacks.thread_state(window.session.pid) {
+        let names: Vec<String> = window.funcs.iter().map(|f| f.name.clone()).collect();
+        let tree =
+            dispatch::tree::Tree::from_calltree("startup (exec to ready)", &main.tree, &names);
+        let _ = writeln!(
+            text,
+            "\nStartup call tree of the main thread (trimmed like a slow dispatch):"
+        );
+        for n in tree.trimmed(20) {
+            let _ = writeln!(
+                text,
+                "    {}{} {}x {} (self {})",
+                ".".repeat(n.depth as usize),
+                n.name,
+                n.calls,
+                fmt_ns(n.total_ns),
+                fmt_ns(n.self_ns)
+            );
+        }
+    }
     let window_top = report::text::render(window);
-    let _ = write!(
-        text,
-        "\nStartup window (exec to ready), calls completed in it:\n{window_top}"
-    );
+    let _ = write!(text, "\nStartup window (exec to ready), calls in it (frames open at ready cut there):\n{window_top}");
     out.write("startup.txt", text.as_bytes())?;
     out.write("startup.json", summary.render_json().as_bytes())?;
     let folded = report::flame::folded(window);

@@ -174,13 +174,15 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()
         .or_else(|| Some(target.exe.clone()));
+    let mut watch_exec_ns = 0;
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
             index_of("main"),
             args.stages.ready.as_deref().and_then(index_of),
         );
-        watch.set_exec(c.exec_time_ns().unwrap_or(session_start_ns));
+        watch_exec_ns = c.exec_time_ns().unwrap_or(session_start_ns);
+        watch.set_exec(watch_exec_ns);
         sinks.startup = Some((watch, Stacks::new(sel.funcs.len())));
         sinks.ready_on_first_dispatch = args.stages.ready.is_none() && !sel.dispatch_fallback;
     }
@@ -274,6 +276,13 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
             if args.stages.ready.is_none() && !sel.dispatch_fallback {
                 watch.mark_ready(first);
             }
+        }
+        let mut window = window;
+        if let Some(ready) = watch
+            .report()
+            .and_then(|r| r.exec_to_ready_ns.map(|d| d + watch_exec_ns))
+        {
+            window.cut_window(ready);
         }
         let window = outputs::finished(window);
         let window_report = Report {

@@ -230,6 +230,31 @@ impl Stacks {
         }
     }
 
+    /// Ends a time window at `cut_ns`: frames still open are completed at
+    /// the cut, so their time *within the window* counts (for the startup
+    /// window, exec to ready). Returns how many frames were cut.
+    pub fn cut_window(&mut self, cut_ns: u64) -> u64 {
+        let mut cut = 0;
+        for t in self.threads.values_mut() {
+            while let Some(f) = t.stack.pop() {
+                let dur = cut_ns.saturating_sub(f.entry_ns);
+                let self_ns = dur.saturating_sub(f.child_ns);
+                self.funcs[f.func as usize].complete(dur, self_ns, f.outermost);
+                t.tree.complete(f.node, dur, self_ns);
+                if let Some(parent) = t.stack.last_mut() {
+                    parent.child_ns += dur;
+                }
+                cut += 1;
+            }
+        }
+        cut
+    }
+
+    /// The thread `tid`, if it had events.
+    pub fn thread_state(&self, tid: u32) -> Option<&ThreadState> {
+        self.threads.get(&tid)
+    }
+
     /// Marks every frame still open as unfinished. Call once, at the end.
     pub fn finish(&mut self) {
         for t in self.threads.values_mut() {

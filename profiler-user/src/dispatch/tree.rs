@@ -296,6 +296,35 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// A tree rooted at `root` from a thread's call-path trie (calls of one
+    /// path merged), for windows such as startup.
+    pub fn from_calltree(root: &str, ct: &crate::calltree::CallTree, names: &[String]) -> Self {
+        let mut t = Tree::new(root);
+        let mut map = vec![0usize; ct.nodes().len()];
+        for (id, n) in ct.nodes().iter().enumerate().skip(1) {
+            let at = t.push(
+                map[n.parent as usize],
+                &names[n.func as usize],
+                Kind::Traced,
+            );
+            let node = &mut t.nodes[at];
+            node.calls = n.calls;
+            node.total_ns = n.total_ns;
+            node.self_ns = n.self_ns;
+            map[id] = at;
+        }
+        let total: u64 = t.nodes[0]
+            .children
+            .iter()
+            .map(|&c| t.nodes[c].total_ns)
+            .sum();
+        t.nodes[0].total_ns = total;
+        t.nodes[0].calls = 1;
+        t
+    }
+}
+
 fn node(name: &str, kind: Kind, parent: usize) -> Node {
     Node {
         name: name.to_string(),

@@ -18,6 +18,8 @@ pub struct Fixtures {
     pub mcount: PathBuf,
     /// 1,000 noinline functions `fn_0000`..`fn_0999`.
     pub many: PathBuf,
+    /// `dispatch.c`, nop build: fast dispatches on the main thread.
+    pub dispatch: PathBuf,
 }
 
 pub const NOP_FLAGS: &[&str] = &[
@@ -37,7 +39,13 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         nop: dir.join("calls-nop"),
         mcount: dir.join("calls-mcount"),
         many: dir.join("many-funcs"),
+        dispatch: dir.join("dispatch-nop"),
     };
+    gcc(
+        &workspace_root().join("xtask/bench/dispatch.c"),
+        &f.dispatch,
+        NOP_FLAGS,
+    )?;
     gcc(&src, &f.plain, &["-O2", "-g"])?;
     gcc(&src, &f.nop, NOP_FLAGS)?;
     gcc(&src, &f.mcount, &["-O2", "-g", "-pg"])?;
