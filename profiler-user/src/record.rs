@@ -18,7 +18,7 @@ use crate::{
     select,
     stacks::Stacks,
     stages::{StageTracker, StagesConfig},
-    startup::StartupWatch,
+    startup::{StartupReport, StartupWatch},
     status::Status,
     symbolize::Symbolizer,
     target::{self, Target},
@@ -43,14 +43,50 @@ fn check_mode(args: &RecordArgs) -> Result<()> {
 }
 
 /// Runs `profiler record`. Returns the exit status to leave with: 0, or in
-/// launch mode the command's.
+/// launch mode the command's. In launch mode with `--runs N` and no
+/// `--stage`, the command is launched N times and the spread of its startup
+/// times is reported.
 pub fn record(args: &RecordArgs) -> Result<u8> {
-    select::compile(&args.select)?;
-    let stage_cfg = StagesConfig::parse(
-        &args.stages.stages,
-        &args.stages.scenarios,
+    let launches = match (
+        args.command.is_empty(),
+        args.stages.stages.is_empty(),
         args.stages.runs,
-    )?;
+    ) {
+        (false, true, Some(n)) if n > 1 => n,
+        _ => return record_once(args, None).map(|(code, _)| code),
+    };
+    let mut reports = Vec::new();
+    let mut code = 0;
+    for i in 0..launches {
+        eprintln!("profiler: launch {} of {launches}", i + 1);
+        let (c, report) = record_once(args, Some(i))?;
+        code = c;
+        reports.extend(report);
+    }
+    let summary = crate::startup::StartupSummary::of(&reports);
+    let ready_what = args
+        .stages
+        .ready
+        .as_ref()
+        .map_or("first dispatch".to_string(), |f| format!("entry of {f}"));
+    let text = summary.render_text(&ready_what);
+    let out = OutDir::prepare(&args.out, outputs::RECORD_FILES)?;
+    out.write("startup.txt", text.as_bytes())?;
+    out.write("startup.json", summary.render_json().as_bytes())?;
+    print!("\nOver {launches} launches (startup.txt; the other outputs are the last launch's):\n{text}");
+    Ok(code)
+}
+
+/// One recording session (one launch in launch mode). Returns the exit
+/// status and, in launch mode, the startup report.
+fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Option<StartupReport>)> {
+    select::compile(&args.select)?;
+    let stage_runs = if launch_no.is_some() {
+        None
+    } else {
+        args.stages.runs
+    };
+    let stage_cfg = StagesConfig::parse(&args.stages.stages, &args.stages.scenarios, stage_runs)?;
     check_mode(args)?;
     caps::check()?;
     let launch = !args.command.is_empty();
@@ -175,6 +211,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
         .ok()
         .or_else(|| Some(target.exe.clone()));
     let mut watch_exec_ns = 0;
+    let mut startup_report = None;
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
@@ -305,6 +342,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
             threshold,
             &window_report,
         )?;
+        startup_report = watch.report();
     }
     if let Some(tl) = timeline {
         let omitted = tl.omitted;
@@ -345,8 +383,11 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
             if c.try_wait()?.is_none() {
                 eprintln!("profiler: waiting for PID {} to exit", c.pid);
             }
-            Ok(launch::exit_code(c.wait()?).clamp(0, 255) as u8)
+            Ok((
+                launch::exit_code(c.wait()?).clamp(0, 255) as u8,
+                startup_report,
+            ))
         }
-        None => Ok(0),
+        None => Ok((0, None)),
     }
 }
