@@ -69,6 +69,12 @@ pub const CPU_STACKS_CAPACITY: u32 = 16384;
 pub const CPU_COUNTS_CAPACITY: u32 = 65536;
 /// Global (`.rodata`): sample every process (1) or only `TARGET_TGID` (0).
 pub const SAMPLE_ALL_GLOBAL: &str = "SAMPLE_ALL";
+/// Name of the off-CPU program (`sched_switch`, every target thread).
+pub const PROG_OFFCPU: &str = "prof_offcpu";
+/// Hash of task pointer -> [`OffCpuStart`]: threads currently blocked.
+pub const OFFCPU_START_MAP: &str = "OFFCPU_START";
+/// Per-CPU hash of [`SampleKey`] -> nanoseconds blocked.
+pub const OFFCPU_NS_MAP: &str = "OFFCPU_NS";
 /// Name of the perf-event sampling program.
 pub const PROG_SAMPLE: &str = "prof_sample";
 
@@ -187,8 +193,20 @@ pub struct SampleKey {
     pub kernel_stack: i32,
 }
 
+/// Where and since when a thread has been off the CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuStart {
+    /// When it left the CPU.
+    pub ts_ns: u64,
+    /// Who and where.
+    pub key: SampleKey,
+}
+
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleKey {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for OffCpuStart {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for Event {}
 #[cfg(feature = "user")]

@@ -20,7 +20,7 @@ use aya_ebpf::{
         bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
-    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
     programs::{
         tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext,
         RetProbeContext,
@@ -28,7 +28,7 @@ use aya_ebpf::{
     EbpfContext, Global,
 };
 use profiler_common::{
-    CommEvent, Event, SampleKey, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT,
+    CommEvent, Event, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT,
     COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_FOREIGN,
     COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY,
     CPU_STACKS_CAPACITY, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
@@ -66,6 +66,13 @@ static CPU_STACKS: StackTrace = StackTrace::with_max_entries(CPU_STACKS_CAPACITY
 
 #[map(name = "CPU_COUNTS")]
 static CPU_COUNTS: PerCpuHashMap<SampleKey, u64> =
+    PerCpuHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
+
+#[map(name = "OFFCPU_START")]
+static OFFCPU_START: HashMap<u64, OffCpuStart> = HashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
+
+#[map(name = "OFFCPU_NS")]
+static OFFCPU_NS: PerCpuHashMap<SampleKey, u64> =
     PerCpuHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
 
 #[map(name = "CPU_COMMS")]
@@ -342,6 +349,55 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
                 let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
             }
         }
+    }
+    0
+}
+
+/// Off-CPU time: when a target thread blocks (leaves the CPU not runnable),
+/// remember when and where (stack ids, read in its own context); when that
+/// task gets a CPU again, add the time in between to its (thread, stacks)
+/// count. `sched_switch(bool preempt, task *prev, task *next, unsigned prev_state)`.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
+    let preempt: u64 = ctx.arg(0);
+    let prev: u64 = ctx.arg(1);
+    let next: u64 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    // The switch runs in `prev`'s context: current is prev.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid = (pid_tgid >> 32) as u32;
+    let tid = pid_tgid as u32;
+    let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load());
+    if wanted && preempt & 0xff == 0 && prev_state as u32 != 0 {
+        let user_stack = ctx
+            .get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64)
+            .map_or(-1, |id| id as i32);
+        let kernel_stack = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);
+        let key = SampleKey {
+            pid,
+            tid,
+            user_stack,
+            kernel_stack,
+        };
+        let _ = OFFCPU_START.insert(prev, OffCpuStart { ts_ns, key }, 0);
+        if unsafe { CPU_COMMS.get(tid) }.is_none() {
+            let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
+        }
+    }
+    if let Some(start) = unsafe { OFFCPU_START.get(next) } {
+        let start = *start;
+        let blocked = ts_ns.saturating_sub(start.ts_ns);
+        match OFFCPU_NS.get_ptr_mut(start.key) {
+            // Per-CPU values: no other CPU writes this slot.
+            Some(ns) => unsafe { *ns += blocked },
+            None => {
+                if OFFCPU_NS.insert(start.key, blocked, 0).is_err() {
+                    bump(COUNTER_CPU_COUNTS_FULL);
+                }
+            }
+        }
+        let _ = OFFCPU_START.remove(next);
     }
     0
 }

@@ -40,6 +40,10 @@ pub struct SampleArgs {
     /// Sample every process on every CPU.
     #[arg(long, short = 'a')]
     pub all: bool,
+    /// Also record where threads block, weighted by the time off the CPU
+    /// (offcpu.folded, offcpu.svg).
+    #[arg(long)]
+    pub off_cpu: bool,
     /// Samples per second per CPU (default 997 with --pid, 99 with --all).
     #[arg(long, value_name = "HZ")]
     pub hz: Option<u64>,
@@ -129,6 +133,10 @@ pub struct RecordArgs {
     /// past it are counted in the report.
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
     pub trace_events: u64,
+    /// Also record where the target's threads block, weighted by the time
+    /// off the CPU: offcpu.folded and offcpu.svg.
+    #[arg(long)]
+    pub off_cpu: bool,
     /// Also sample all the target's threads' stacks with cpu-clock at HZ
     /// (default 997): writes cpu.folded and cpu.svg.
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]

@@ -8,11 +8,14 @@ use aya::{
     maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError,
+        PerfEvent, ProgramError, RawTracePoint,
     },
     Ebpf,
 };
-use profiler_common::{SampleKey, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, PROG_CPU_SAMPLE};
+use profiler_common::{
+    SampleKey, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE,
+    PROG_OFFCPU,
+};
 
 use crate::{probes::chain, report::flame::folded_frame, symbolize::Symbolizer, Error, Result};
 
@@ -64,11 +67,13 @@ pub struct CpuMaps {
     stacks: StackTraceMap<MapData>,
     counts: PerCpuHashMap<MapData, SampleKey, u64>,
     comms: MapHash<MapData, u32, [u8; 16]>,
+    /// Off-CPU nanoseconds per (thread, stacks), when `--off-cpu` is on.
+    offcpu: Option<PerCpuHashMap<MapData, SampleKey, u64>>,
 }
 
 impl CpuMaps {
-    /// Takes the maps out of `ebpf`.
-    pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
+    /// Takes the maps out of `ebpf` (with the off-CPU counts if `offcpu`).
+    pub fn take(ebpf: &mut Ebpf, offcpu: bool) -> Result<Self> {
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::Load(format!("no {name} map")))
@@ -78,10 +83,18 @@ impl CpuMaps {
         let counts =
             PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
         let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        let offcpu = match offcpu {
+            true => Some(
+                PerCpuHashMap::try_from(take(OFFCPU_NS_MAP)?)
+                    .map_err(|e| Error::Load(chain(&e)))?,
+            ),
+            false => None,
+        };
         Ok(CpuMaps {
             stacks,
             counts,
             comms,
+            offcpu,
         })
     }
 }
@@ -89,8 +102,10 @@ impl CpuMaps {
 impl CpuMaps {
     /// Processes sampled so far.
     pub fn pids(&self) -> std::collections::BTreeSet<u32> {
+        let off = self.offcpu.iter().flat_map(|m| m.keys());
         self.counts
             .keys()
+            .chain(off)
             .filter_map(|k| k.ok())
             .map(|k| k.pid)
             .collect()
@@ -146,6 +161,34 @@ fn comm_name(raw: &[u8; 16]) -> String {
 
 /// Reads, symbolizes and folds everything sampled.
 pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
+    fold(maps, &maps.counts, sym, false)
+}
+
+/// Reads, symbolizes and folds the off-CPU time (weights in nanoseconds),
+/// if `--off-cpu` was on.
+pub fn collect_offcpu(maps: &CpuMaps, sym: &mut Symbolizer) -> Option<CpuProfile> {
+    maps.offcpu.as_ref().map(|m| fold(maps, m, sym, true))
+}
+
+/// Starts off-CPU tracking: every target thread's blocked time, by stack.
+pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(PROG_OFFCPU)
+        .ok_or_else(|| Error::Load(format!("program {PROG_OFFCPU} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+    prog.load().map_err(|e| Error::Load(chain(&e)))?;
+    prog.attach("sched_switch")
+        .map_err(|e| Error::Load(format!("attaching sched_switch: {}", chain(&e))))?;
+    Ok(())
+}
+
+fn fold(
+    maps: &CpuMaps,
+    counts: &PerCpuHashMap<MapData, SampleKey, u64>,
+    sym: &mut Symbolizer,
+    offcpu: bool,
+) -> CpuProfile {
     let mut prof = CpuProfile::default();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let mut leaves: HashMap<String, u64> = HashMap::new();
@@ -164,7 +207,7 @@ pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
             })
             .clone()
     };
-    for item in maps.counts.iter() {
+    for item in counts.iter() {
         let Ok((key, per_cpu)) = item else { continue };
         let count: u64 = per_cpu.iter().sum();
         if count == 0 {
@@ -195,11 +238,27 @@ pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
                 line.push_str(&folded_frame(f));
             }
         }
-        for f in sym.kernel_stack(&kernel).iter().rev() {
+        let mut kframes = sym.kernel_stack(&kernel);
+        if offcpu {
+            // Innermost of `__schedule` is the tracing machinery (the BPF
+            // trampoline and program), not where the thread blocked.
+            if let Some(pos) = kframes.iter().position(|f| f == "__schedule_[k]") {
+                kframes.drain(..pos);
+            }
+        }
+        for f in kframes.iter().rev() {
             line.push(';');
             line.push_str(&folded_frame(f));
         }
-        let leaf = line.rsplit(';').next().unwrap_or_default().to_string();
+        // Off-CPU: where the program blocked is the innermost user frame.
+        let user_leaf = user_frames
+            .first()
+            .and_then(|f| f.first())
+            .filter(|_| offcpu);
+        let leaf = match user_leaf {
+            Some(name) => folded_frame(name),
+            None => line.rsplit(';').next().unwrap_or_default().to_string(),
+        };
         *leaves.entry(leaf).or_default() += count;
         *paths.entry(line).or_default() += count;
     }

@@ -135,12 +135,15 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
-    let cpu_maps = match args.sample {
-        Some(hz) => {
-            cpuprof::start(probes.ebpf_mut(), hz)?;
-            Some(cpuprof::CpuMaps::take(probes.ebpf_mut())?)
-        }
-        None => None,
+    if let Some(hz) = args.sample {
+        cpuprof::start(probes.ebpf_mut(), hz)?;
+    }
+    if args.off_cpu {
+        cpuprof::start_offcpu(probes.ebpf_mut())?;
+    }
+    let cpu_maps = match args.sample.is_some() || args.off_cpu {
+        true => Some(cpuprof::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
+        false => None,
     };
     let probed = probes.attach(&sel, target.pid)?;
     if child.is_none() && !target.alive() {
@@ -268,7 +271,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         stacks,
         dispatch,
         timeline,
-        cpu,
+        mut cpu,
         stages,
         startup,
         ..
@@ -358,6 +361,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
                 "profiler: note: trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
                 args.trace_events
             );
+        }
+    }
+    if let Some((maps, sym)) = &mut cpu {
+        if let Some(off) = cpuprof::collect_offcpu(maps, sym) {
+            let what = format!("PID {}", target.pid);
+            print!("\n{}", crate::sample::write_offcpu(&out, &off, &what)?);
         }
     }
     if let (Some((maps, mut sym)), Some(hz)) = (cpu, args.sample) {

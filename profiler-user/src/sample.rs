@@ -16,7 +16,50 @@ use crate::{
 };
 
 /// Files the CPU profile writes.
-pub const CPU_FILES: &[&str] = &["cpu.folded", "cpu.svg", "cpu.txt", "profile.pb.gz"];
+pub const CPU_FILES: &[&str] = &[
+    "cpu.folded",
+    "cpu.svg",
+    "cpu.txt",
+    "profile.pb.gz",
+    "offcpu.folded",
+    "offcpu.svg",
+    "offcpu.txt",
+];
+
+/// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
+/// off the CPU, from switch-out to switch-in); returns the summary text.
+pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
+    let mut folded = prof.folded.join("\n");
+    folded.push('\n');
+    out.write("offcpu.folded", folded.as_bytes())?;
+    let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
+    let svg = crate::report::flame::svg(&prof.folded, &title).map_err(|reason| Error::Output {
+        path: out.path().join("offcpu.svg"),
+        reason,
+    })?;
+    out.write("offcpu.svg", &svg)?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "Off-CPU time of {what}: {} blocked in total; complete stacks {:.1}%",
+        fmt_ns(prof.samples),
+        prof.complete_share() * 100.0
+    );
+    let _ = writeln!(
+        text,
+        "\nTop blocking frames (innermost), by time off the CPU"
+    );
+    for (leaf, ns) in prof.leaves.iter().take(20) {
+        let _ = writeln!(
+            text,
+            "{:>12} {:>6.1}%  {leaf}",
+            fmt_ns(*ns),
+            *ns as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("offcpu.txt", text.as_bytes())?;
+    Ok(text)
+}
 
 /// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
 pub fn write_cpu(
@@ -105,7 +148,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let pid = target.as_ref().map_or(0, |t| t.pid);
     let mut probes = Probes::load(pid, 0, 4096, args.all)?;
     cpuprof::start(probes.ebpf_mut(), hz)?;
-    let maps = CpuMaps::take(probes.ebpf_mut())?;
+    if args.off_cpu {
+        cpuprof::start_offcpu(probes.ebpf_mut())?;
+    }
+    let maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
     let what = match &target {
         Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
         None => "all processes".to_string(),
@@ -134,6 +180,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         &crate::export::cpu_pprof(&prof.folded, hz, duration_ns),
     )?;
     print!("{text}");
+    if let Some(off) = cpuprof::collect_offcpu(&maps, &mut sym) {
+        print!("\n{}", write_offcpu(&out, &off, &what)?);
+    }
     eprintln!(
         "profiler: wrote {}/{{{}}}",
         out.path().display(),
