@@ -20,6 +20,8 @@ pub struct Fixtures {
     pub many: PathBuf,
     /// `dispatch.c`, nop build: fast dispatches on the main thread.
     pub dispatch: PathBuf,
+    /// `burn.c`: a CPU-bound chain burn_a -> burn_b -> burn_c, frame pointers.
+    pub burn: PathBuf,
 }
 
 pub const NOP_FLAGS: &[&str] = &[
@@ -32,6 +34,14 @@ pub const NOP_FLAGS: &[&str] = &[
     "-no-pie",
 ];
 
+/// No `-g`: both samplers name frames from the symbol table alone (with
+/// DWARF the profiler reports the inlined `spin` loop as the leaf).
+pub const BURN_FLAGS: &[&str] = &[
+    "-O2",
+    "-fno-omit-frame-pointer",
+    "-fno-optimize-sibling-calls",
+];
+
 pub fn build(dir: &Path) -> Result<Fixtures> {
     let src = workspace_root().join("xtask/bench/calls.c");
     let f = Fixtures {
@@ -40,7 +50,13 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         mcount: dir.join("calls-mcount"),
         many: dir.join("many-funcs"),
         dispatch: dir.join("dispatch-nop"),
+        burn: dir.join("burn"),
     };
+    gcc(
+        &workspace_root().join("xtask/bench/burn.c"),
+        &f.burn,
+        BURN_FLAGS,
+    )?;
     gcc(
         &workspace_root().join("xtask/bench/dispatch.c"),
         &f.dispatch,

@@ -8,6 +8,7 @@ mod fixtures;
 mod percall;
 mod rate;
 mod run;
+mod sampling;
 
 use std::process::Command;
 use std::time::Instant;
@@ -30,6 +31,9 @@ pub struct Args {
     /// Seconds per step of the event-rate sweep.
     #[arg(long, default_value_t = 1.0)]
     rate_secs: f64,
+    /// Rounds of the sampling fixture (burn.c); 200,000 take about 1.8 s.
+    #[arg(long, default_value_t = 200_000)]
+    burn_rounds: u64,
     /// Run only these parts (repeatable); default: all.
     #[arg(long, value_enum)]
     only: Vec<Part>,
@@ -45,6 +49,8 @@ enum Part {
     Attach,
     /// e: cost per dispatch (sampler off / on) and agent memory.
     Dispatch,
+    /// f: sampling overhead against perf, blazesym time, top frames vs perf report.
+    Sampling,
 }
 
 impl Args {
@@ -128,6 +134,9 @@ pub fn run(args: &Args) -> Result<()> {
              (VmHWM) after 100,000 and 1,000,000 dispatches: flat means fast dispatches leave nothing behind.\n",
         );
     }
+    if args.wants(Part::Sampling) {
+        md.push_str(&sampling_section(&fx.burn, args, &work));
+    }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",
         started.elapsed().as_secs_f64()
@@ -138,6 +147,59 @@ pub fn run(args: &Args) -> Result<()> {
     println!("{md}");
     eprintln!("bench: wrote {}", path.display());
     Ok(())
+}
+
+fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path) -> String {
+    const ADDRS: u64 = 100_000;
+    let rows = sampling::overhead(burn, args.burn_rounds, args.repeat, work);
+    let agree = sampling::agreement(burn, args.burn_rounds, work);
+    let syms = sampling::symbolization(ADDRS);
+    let mut md = String::from(
+        "\n## f. Sampling\n\n### Overhead against `perf record -g` at the same rate\n\n",
+    );
+    md.push_str(&sampling::overhead_rows(&rows));
+    md.push_str(&format!(
+        "\nFixture `xtask/bench/burn.c` (`gcc {}`): {} rounds of a CPU-bound chain \
+         `burn_a` → `burn_b` → `burn_c` (1 : 2 : 5 units of self time), single-threaded; it \
+         reports its own elapsed time. Each sampler starts first (the profiler once it prints \
+         `attached cpu-clock sampler`, perf once it holds perf-event descriptors plus 0.5 s); the \
+         fixture then runs, and the sampler is stopped with SIGINT and waited for. Commands: \
+         `profiler sample --pid P --hz 997 --out DIR`, `perf record -g -F 997 -e cpu-clock -p P -o FILE`, \
+         `profiler sample --all --hz 99 --out DIR`, `perf record -a -g -F 99 -e cpu-clock -o FILE`. \
+         Median of {} runs. Overhead = fixture elapsed against the untraced median; sampler CPU time \
+         is the sampler process's user + system time (getrusage of the reaped child), including \
+         the writing of its outputs (the profiler symbolizes and writes folded/SVG/pprof; perf \
+         writes perf.data only). Work done in the sampled process's context (the BPF program or \
+         perf's stack copy at each tick) shows up in the overhead column. The profiler/perf ratio \
+         of overheads is shown only when both are at least 0.5% (below that it is noise). \
+         System-wide sample counts differ because perf also records idle CPUs (`swapper`).\n",
+        fixtures::BURN_FLAGS.join(" "),
+        args.burn_rounds,
+        args.repeat
+    ));
+    md.push_str("\n### Top frames: profiler against `perf report`, same process, same run\n\n");
+    md.push_str(&sampling::agreement_rows(&agree));
+    md.push_str(
+        "\nBoth samplers ran on the same fixture run at 997 Hz (`profiler sample --pid P --hz 997` and \
+         `perf record -g -F 997 -e cpu-clock -p P`). Profiler: the `Top frames by self samples` lines \
+         of cpu.txt; perf: `perf report --stdio --no-children --sort sym -q -g none`; kernel \
+         symbols from perf get the profiler's `_[k]` suffix. Expected shares: 62.5 / 25 / 12.5%.\n",
+    );
+    md.push_str(&format!(
+        "\n### Symbolization of {ADDRS} distinct addresses (blazesym, measured directly)\n\n"
+    ));
+    md.push_str(&sampling::sym_rows(&syms, ADDRS));
+    md.push_str(&format!(
+        "\nThe agent symbolizes with the blazesym crate; this measures that library directly, not \
+         the agent (same crate version, in xtask, optimized: `opt-level = 3` for blazesym, gimli and the demanglers). \
+         {ADDRS} distinct file offsets evenly spread over `.text`, one `Symbolizer::new()` per row \
+         and one `symbolize(Source::Elf, Input::FileOffset)` call with all of them (the first call \
+         includes opening and parsing the file), then the same call again (parsed data cached). \
+         `debug_syms: true` (the default) reads DWARF when the file has it; the release profiler \
+         binary has no DWARF, so both of its rows use the ELF symbol table. The second binary is \
+         this xtask (a debug build, with DWARF).\n"
+    ));
+    md
 }
 
 fn header() -> String {
