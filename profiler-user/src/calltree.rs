@@ -64,6 +64,20 @@ impl CallTree {
         n.self_ns += self_ns;
     }
 
+    /// Adds every path of `other` into this tree, summing the counts. Used
+    /// to fold an exited thread into the aggregate of its name.
+    pub fn absorb(&mut self, other: &CallTree) {
+        let mut map = vec![ROOT; other.nodes.len()];
+        for (id, n) in other.nodes.iter().enumerate().skip(1) {
+            let at = self.child(map[n.parent as usize], n.func);
+            let dst = &mut self.nodes[at as usize];
+            dst.calls += n.calls;
+            dst.total_ns += n.total_ns;
+            dst.self_ns += n.self_ns;
+            map[id] = at;
+        }
+    }
+
     /// All nodes; index 0 is the root.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
@@ -116,5 +130,16 @@ mod tests {
         assert_eq!(t.nodes()[b as usize].calls, 2);
         assert_eq!(t.nodes()[b as usize].total_ns, 30);
         assert_eq!(t.nodes()[b as usize].self_ns, 10);
+        let mut other = CallTree::default();
+        let x = other.child(ROOT, 1);
+        let y = other.child(x, 2);
+        other.complete(y, 5, 5);
+        let z = other.child(x, 9);
+        other.complete(z, 7, 7);
+        t.absorb(&other);
+        assert_eq!(t.nodes()[b as usize].calls, 3);
+        assert_eq!(t.nodes()[b as usize].total_ns, 35);
+        assert_eq!(t.path(t.child(a, 9)), vec![1, 9]);
+        assert_eq!(t.nodes()[t.child(a, 9) as usize].total_ns, 7);
     }
 }

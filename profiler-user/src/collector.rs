@@ -222,6 +222,12 @@ impl Sinks {
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
             }
+            // Exited threads' state folds into one aggregate per name.
+            let pid = self.pid;
+            self.stacks.reap(
+                |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+                false,
+            );
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.

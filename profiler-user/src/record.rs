@@ -276,6 +276,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         startup,
         ..
     } = sinks;
+    let mut stacks = stacks;
+    // Everything is drained: fold the threads that have exited.
+    stacks.reap(
+        |tid| std::path::Path::new(&format!("/proc/{}/task/{tid}", target.pid)).exists(),
+        true,
+    );
     let mut stacks = outputs::finished(stacks);
     stacks.name_new_threads(|_| None);
     let thread_names: HashMap<u32, String> = stacks

@@ -99,6 +99,9 @@ pub struct ThreadState {
     pub unfinished_frames: u64,
     /// The thread's name when first seen.
     pub name: Option<String>,
+    /// For the aggregate of exited threads of one name: how many it holds
+    /// (0 for a live thread).
+    pub exited_threads: u64,
     /// The thread's call paths.
     pub tree: CallTree,
     stack: Vec<Frame>,
@@ -121,6 +124,11 @@ pub struct Stacks {
     /// Events whose function index was out of range (should stay 0).
     pub invalid_events: u64,
     threads: HashMap<u32, ThreadState>,
+    /// Exited threads, folded together by name, so memory is bounded by the
+    /// distinct thread names rather than by how many threads ever ran.
+    exited: HashMap<String, ThreadState>,
+    /// Threads found dead at the last reap, folded at the next one.
+    seen_dead: std::collections::HashSet<u32>,
     new_tids: Vec<u32>,
 }
 
@@ -132,6 +140,8 @@ impl Stacks {
             events: 0,
             invalid_events: 0,
             threads: HashMap::new(),
+            exited: HashMap::new(),
+            seen_dead: Default::default(),
             new_tids: Vec::new(),
         }
     }
@@ -267,22 +277,72 @@ impl Stacks {
 
     /// Threads seen, by tid.
     pub fn threads(&self) -> impl Iterator<Item = &ThreadState> {
-        self.threads.values()
+        self.threads.values().chain(self.exited.values())
     }
 
-    /// Number of threads seen.
+    /// Number of threads seen (exited ones included).
     pub fn thread_count(&self) -> usize {
         self.threads.len()
+            + self
+                .exited
+                .values()
+                .map(|t| t.exited_threads as usize)
+                .sum::<usize>()
     }
 
     /// Exits that matched no open entry, over all threads.
     pub fn orphan_exits(&self) -> u64 {
-        self.threads.values().map(|t| t.orphan_exits).sum()
+        self.threads().map(|t| t.orphan_exits).sum()
     }
 
     /// Frames that never completed, over all threads.
     pub fn unfinished_frames(&self) -> u64 {
-        self.threads.values().map(|t| t.unfinished_frames).sum()
+        self.threads().map(|t| t.unfinished_frames).sum()
+    }
+
+    /// Folds exited threads into one aggregate per thread name: their open
+    /// frames become unfinished, their call paths are summed. A thread is
+    /// folded once `alive` said no at the previous call too, so everything
+    /// it sent before dying has been drained in between; with `now`, at
+    /// once (after the final drain). Returns how many threads were reaped.
+    pub fn reap(&mut self, alive: impl Fn(u32) -> bool, now: bool) -> usize {
+        let dead: std::collections::HashSet<u32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|&tid| !alive(tid))
+            .collect();
+        let gone: Vec<u32> = if now {
+            dead.iter().copied().collect()
+        } else {
+            dead.intersection(&self.seen_dead).copied().collect()
+        };
+        self.seen_dead = dead;
+        for tid in &gone {
+            let Some(mut t) = self.threads.remove(tid) else {
+                continue;
+            };
+            for f in t.stack.drain(..) {
+                self.funcs[f.func as usize].unfinished += 1;
+                t.unfinished_frames += 1;
+            }
+            let name = t.name.clone().unwrap_or_else(|| format!("tid-{tid}"));
+            match self.exited.get_mut(&name) {
+                Some(agg) => {
+                    agg.events += t.events;
+                    agg.orphan_exits += t.orphan_exits;
+                    agg.unfinished_frames += t.unfinished_frames;
+                    agg.tree.absorb(&t.tree);
+                    agg.exited_threads += 1;
+                }
+                None => {
+                    t.name = Some(name.clone());
+                    t.exited_threads = 1;
+                    self.exited.insert(name, t);
+                }
+            }
+        }
+        gone.len()
     }
 }
 
@@ -429,6 +489,32 @@ mod tests {
         // A return from a frame that never entered is an orphan.
         s.on_event(&at(300, X, 5008));
         assert_eq!(s.orphan_exits(), 1);
+    }
+
+    #[test]
+    fn exited_threads_fold_by_name() {
+        let mut s = Stacks::new(1);
+        for tid in 10..20 {
+            s.on_event(&ev(0, tid, E, 0));
+            s.on_event(&ev(5, tid, X, 0));
+            s.threads.get_mut(&tid).unwrap().name = Some("worker".into());
+        }
+        s.on_event(&ev(0, 99, E, 0)); // still open when its thread dies
+        s.threads.get_mut(&99).unwrap().name = Some("worker".into());
+        assert_eq!(
+            s.reap(|tid| tid == 1, false),
+            0,
+            "first sighting only marks them"
+        );
+        assert_eq!(s.reap(|tid| tid == 1, false), 11);
+        assert_eq!(s.threads().count(), 1);
+        let agg = s.threads().next().unwrap();
+        assert_eq!(agg.exited_threads, 11);
+        assert_eq!(agg.unfinished_frames, 1);
+        assert_eq!(agg.tree.nodes()[1].calls, 10);
+        assert_eq!(s.thread_count(), 11);
+        assert_eq!(s.funcs[0].calls, 10);
+        assert_eq!(s.funcs[0].unfinished, 1);
     }
 
     #[test]

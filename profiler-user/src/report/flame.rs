@@ -27,7 +27,7 @@ pub fn folded_frame(name: &str) -> String {
 pub fn folded(r: &Report) -> Vec<String> {
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     for t in r.stacks.threads() {
-        let root = folded_frame(&r.thread_name(t.tid));
+        let root = folded_frame(&r.name_of(t));
         for (id, node) in t.tree.nodes().iter().enumerate().skip(1) {
             if node.self_ns == 0 {
                 continue;

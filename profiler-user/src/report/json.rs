@@ -41,6 +41,9 @@ struct ThreadJson {
     events: u64,
     orphan_exits: u64,
     unfinished_frames: u64,
+    /// For the aggregate of exited threads of one name: how many (0: a
+    /// live thread, reported on its own).
+    exited_threads: u64,
     functions: Vec<ThreadFunctionJson>,
 }
 
@@ -100,10 +103,11 @@ pub fn render(r: &Report) -> String {
         .threads()
         .map(|t| ThreadJson {
             tid: t.tid,
-            name: r.thread_name(t.tid),
+            name: r.name_of(t),
             events: t.events,
             orphan_exits: t.orphan_exits,
             unfinished_frames: t.unfinished_frames,
+            exited_threads: t.exited_threads,
             functions: thread_functions(r, t),
         })
         .collect();

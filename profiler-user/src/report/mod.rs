@@ -48,6 +48,15 @@ pub struct Report<'a> {
 }
 
 impl Report<'_> {
+    /// The name to show for a thread: an aggregate of exited threads keeps
+    /// its own (its tid may have been reused since).
+    pub fn name_of(&self, t: &crate::stacks::ThreadState) -> String {
+        match (&t.name, t.exited_threads) {
+            (Some(n), 1..) => n.clone(),
+            _ => self.thread_name(t.tid),
+        }
+    }
+
     /// A thread's name, or `tid-N` when it exited before we could read it.
     pub fn thread_name(&self, tid: u32) -> String {
         self.thread_names
