@@ -139,7 +139,8 @@ mod tests {
         t.absorb(&other);
         assert_eq!(t.nodes()[b as usize].calls, 3);
         assert_eq!(t.nodes()[b as usize].total_ns, 35);
-        assert_eq!(t.path(t.child(a, 9)), vec![1, 9]);
-        assert_eq!(t.nodes()[t.child(a, 9) as usize].total_ns, 7);
+        let a9 = t.child(a, 9);
+        assert_eq!(t.path(a9), vec![1, 9]);
+        assert_eq!(t.nodes()[a9 as usize].total_ns, 7);
     }
 }
