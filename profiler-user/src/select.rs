@@ -131,7 +131,14 @@ pub struct Required {
 /// Dispatch functions of well-known native event loops: each runs one
 /// event's handlers and none of them includes the idle wait for events.
 pub const PRESETS: &[(&str, &str, &[&str])] = &[
-    ("GLib", "libglib-2.0", &["g_main_dispatch"]),
+    // g_main_dispatch is static (stripped from distribution builds);
+    // g_main_context_dispatch is exported. Both run after the poll, so
+    // neither includes the idle wait; the outermost call is the dispatch.
+    (
+        "GLib",
+        "libglib-2.0",
+        &["g_main_context_dispatch", "g_main_dispatch"],
+    ),
     (
         "Qt 5",
         "libQt5Core",

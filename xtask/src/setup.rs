@@ -18,6 +18,9 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("setpriv", "util-linux"),
     ("capsh", "libcap2-bin"),
+    ("pkg-config", "pkg-config"),
+    // The GLib preset test builds a real GMainLoop program.
+    ("glib-mkenums", "libglib2.0-dev"),
 ];
 
 /// Extra programs the bench needs.
