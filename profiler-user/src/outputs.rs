@@ -40,6 +40,12 @@ pub const RECORD_FILES: &[&str] = &[
     "startup.svg",
 ];
 
+/// Writes `{stem}.folded` and `{stem}.svg` (a flame graph titled `title`).
+pub fn flame(out: &OutDir, stem: &str, lines: &[String], title: &str) -> Result<()> {
+    out.write(&format!("{stem}.folded"), folded_text(lines).as_bytes())?;
+    svg_or_err(out, &format!("{stem}.svg"), lines, title)
+}
+
 fn svg_or_err(out: &OutDir, name: &str, lines: &[String], title: &str) -> Result<()> {
     let svg = report::flame::svg(lines, title).map_err(|reason| Error::Output {
         path: out.path().join(name),
@@ -138,17 +144,7 @@ pub fn startup(
             text,
             "\nStartup call tree of the main thread (trimmed like a slow dispatch):"
         );
-        for n in tree.trimmed(20) {
-            let _ = writeln!(
-                text,
-                "    {}{} {}x {} (self {})",
-                ".".repeat(n.depth as usize),
-                n.name,
-                n.calls,
-                fmt_ns(n.total_ns),
-                fmt_ns(n.self_ns)
-            );
-        }
+        dispatch::report::tree_lines(&mut text, &tree.trimmed(20));
     }
     let window_top = report::text::render(window);
     let _ = write!(text, "\nStartup window (exec to ready), calls in it (frames open at ready cut there):\n{window_top}");

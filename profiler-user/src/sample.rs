@@ -29,15 +29,8 @@ pub const CPU_FILES: &[&str] = &[
 /// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
 /// off the CPU, from switch-out to switch-in); returns the summary text.
 pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
-    let mut folded = prof.folded.join("\n");
-    folded.push('\n');
-    out.write("offcpu.folded", folded.as_bytes())?;
     let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
-    let svg = crate::report::flame::svg(&prof.folded, &title).map_err(|reason| Error::Output {
-        path: out.path().join("offcpu.svg"),
-        reason,
-    })?;
-    out.write("offcpu.svg", &svg)?;
+    crate::outputs::flame(out, "offcpu", &prof.folded, &title)?;
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -69,15 +62,8 @@ pub fn write_cpu(
     hz: u64,
     duration_ns: u64,
 ) -> Result<String> {
-    let mut folded = prof.folded.join("\n");
-    folded.push('\n');
-    out.write("cpu.folded", folded.as_bytes())?;
     let title = format!("profiler: CPU samples of {what} at {hz} Hz");
-    let svg = crate::report::flame::svg(&prof.folded, &title).map_err(|reason| Error::Output {
-        path: out.path().join("cpu.svg"),
-        reason,
-    })?;
-    out.write("cpu.svg", &svg)?;
+    crate::outputs::flame(out, "cpu", &prof.folded, &title)?;
     let mut text = String::new();
     let _ = writeln!(
         text,

@@ -9,15 +9,7 @@ use serde::Serialize;
 
 use crate::{report::fmt_ns, stages::Summary};
 
-/// `CLOCK_MONOTONIC` now, in ns.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use crate::collector::monotonic_ns;
 
 /// One launch's startup, split at `main`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -6,7 +6,11 @@
 //! counted, not written.
 use std::{fs::File, io};
 
-use crate::{dispatch::Dispatcher, export::trace::TraceWriter, stacks::Completed};
+use crate::{
+    dispatch::Dispatcher,
+    export::trace::{json_name, TraceWriter},
+    stacks::Completed,
+};
 
 /// The streaming timeline of one session.
 pub struct Timeline {
@@ -23,7 +27,8 @@ pub struct Timeline {
 
 impl Timeline {
     /// Starts `trace.json` in `file` for process `pid`; timestamps are
-    /// relative to `start_ns` (CLOCK_MONOTONIC).
+    /// relative to `start_ns` (CLOCK_MONOTONIC). `names` are the probed
+    /// functions' names, escaped here once.
     pub fn create(
         file: File,
         pid: u32,
@@ -38,7 +43,7 @@ impl Timeline {
             w,
             pid,
             start_ns,
-            names,
+            names: names.iter().map(|n| json_name(n)).collect(),
             limit,
             calls: 0,
             omitted: 0,
@@ -65,15 +70,9 @@ impl Timeline {
         }
         self.calls += 1;
         let start = self.rel(c.start_ns);
-        let r = self.w.complete(
-            self.pid,
-            tid,
-            &self.names[c.func as usize],
-            "call",
-            start,
-            c.dur_ns,
-            &[],
-        );
+        let r = self
+            .w
+            .call(self.pid, tid, &self.names[c.func as usize], start, c.dur_ns);
         self.keep(r);
     }
 

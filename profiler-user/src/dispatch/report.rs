@@ -181,7 +181,8 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
     out
 }
 
-fn tree_lines(out: &mut String, tree: &[FlatNode]) {
+/// Writes a pre-order tree as `<dots for depth>name Nx total (self s)` lines.
+pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
     for n in tree {
         let marker = match n.kind {
             super::tree::Kind::Traced => "",

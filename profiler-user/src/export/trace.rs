@@ -20,6 +20,11 @@ pub struct TraceWriter {
     events: u64,
 }
 
+/// `name` as a JSON string literal, safe inside HTML, for [`TraceWriter::call`].
+pub fn json_name(name: &str) -> String {
+    json_str(name)
+}
+
 /// A JSON string literal for `s`, safe inside HTML.
 fn json_str(s: &str) -> String {
     let quoted = serde_json::to_string(s).expect("strings always serialize");
@@ -130,6 +135,23 @@ impl TraceWriter {
         let (ts, dur) = (us(start_ns), us(dur_ns));
         self.event(format_args!(
             r#""name":{name},"cat":{cat},"ph":"X","ts":{ts},"dur":{dur},"pid":{pid},"tid":{tid},"args":{args}"#
+        ))
+    }
+
+    /// A call slice ("X", category "call", no args) whose name is already a
+    /// JSON string literal (see [`json_name`]): the hot path, one per traced
+    /// call, allocates nothing.
+    pub fn call(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        name_json: &str,
+        start_ns: u64,
+        dur_ns: u64,
+    ) -> io::Result<()> {
+        let (ts, dur) = (us(start_ns), us(dur_ns));
+        self.event(format_args!(
+            r#""name":{name_json},"cat":"call","ph":"X","ts":{ts},"dur":{dur},"pid":{pid},"tid":{tid},"args":{{}}"#
         ))
     }
 

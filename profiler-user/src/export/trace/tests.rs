@@ -113,3 +113,21 @@ fn dropped_writer_still_closes_the_json() {
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["traceEvents"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn call_events_take_a_pre_escaped_name() {
+    let hostile = "op</script>\"&\u{1}";
+    let name = json_name(hostile);
+    let (text, v) = write("call", |w| w.call(1, 2, &name, 1_500, 2_250).unwrap());
+    assert!(!text.contains("</script>"));
+    let e = &v["traceEvents"][0];
+    assert_eq!(e["name"], hostile);
+    assert_eq!(
+        (e["ph"].as_str(), e["cat"].as_str()),
+        (Some("X"), Some("call"))
+    );
+    assert_eq!(
+        (e["ts"].as_f64(), e["dur"].as_f64()),
+        (Some(1.5), Some(2.25))
+    );
+}
