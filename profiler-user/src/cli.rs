@@ -29,6 +29,35 @@ pub enum Command {
     Sample(SampleArgs),
     /// Differential flame graph of two recordings (red: grew, blue: shrank).
     Diff(DiffArgs),
+    /// Render a recording's outputs again from its profile.data, offline
+    /// and without root, optionally with other dispatch thresholds.
+    Report(ReportArgs),
+}
+
+/// `profiler report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A recording directory (holding profile.data) or a profile.data file.
+    pub recording: PathBuf,
+    /// Where to write (default: the recording's directory).
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Slow-dispatch threshold (default: the recording's).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub threshold: Option<Duration>,
+    /// Hang threshold (default: the recording's; checked at the recorded
+    /// 10 ms ticks).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub hang: Option<Duration>,
+    /// Frame interval (default: the recording's).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub frame_interval: Option<Duration>,
+    /// Keep whole dispatch trees.
+    #[arg(long)]
+    pub full_tree: bool,
+    /// Calls written to trace.json (default: the recording's).
+    #[arg(long, value_name = "N")]
+    pub trace_events: Option<u64>,
 }
 
 /// `profiler sample`.
@@ -129,6 +158,11 @@ pub struct RecordArgs {
     /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    /// Largest profile.data (K/M/G suffixes; 0: none). It holds every
+    /// event, for `profiler report` to replay; past the limit the recording
+    /// still completes, but cannot be replayed.
+    #[arg(long, default_value = "1G", value_parser = parse_size, value_name = "BYTES")]
+    pub data_limit: u64,
     /// Write at most this many calls to trace.json (0: no trace.json); calls
     /// past it are counted in the report.
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]

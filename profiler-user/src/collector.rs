@@ -18,8 +18,16 @@ use tokio::{
 };
 
 use crate::{
-    dispatch::Dispatcher, probes::CounterMap, stacks::Stacks, stages::StageTracker,
-    startup::StartupWatch, status::Status, target::thread_name, timeline::Timeline, Error, Result,
+    datafile::{DataWriter, Entry},
+    dispatch::Dispatcher,
+    probes::CounterMap,
+    stacks::Stacks,
+    stages::StageTracker,
+    startup::StartupWatch,
+    status::Status,
+    target::thread_name,
+    timeline::Timeline,
+    Error, Result,
 };
 
 /// Why recording stopped.
@@ -77,6 +85,8 @@ pub struct Sinks {
     /// Startup is ready at the first dispatch (no `--ready`, and dispatch
     /// functions are known).
     pub ready_on_first_dispatch: bool,
+    /// `profile.data`, journaling what the pipeline sees.
+    pub data: Option<DataWriter>,
     /// The target's executable as attached; checked once a second so an
     /// exec is noticed.
     pub exe: Option<std::path::PathBuf>,
@@ -177,10 +187,46 @@ impl Sinks {
     /// seen for the first time (while they are most likely alive).
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
         while let Some(item) = ring.next() {
+            if let Some(w) = &mut self.data {
+                w.record(&item);
+            }
             self.on_record(&item);
         }
         let pid = self.pid;
-        self.stacks.name_new_threads(|tid| thread_name(pid, tid));
+        let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
+        if let Some(w) = &mut self.data {
+            for (tid, name) in &named {
+                w.name(*tid, name);
+            }
+        }
+    }
+
+    /// Folds the threads that have exited (journaled for replay).
+    pub fn reap(&mut self, now: bool) {
+        let pid = self.pid;
+        let gone = self.stacks.reap(
+            |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+            now,
+        );
+        if let Some(w) = &mut self.data {
+            if !gone.is_empty() {
+                w.reap(now, &gone);
+            }
+        }
+    }
+
+    /// Applies one entry of a `profile.data` stream (offline replay).
+    pub fn replay(&mut self, entry: &Entry) {
+        match entry {
+            Entry::Record(rec) => self.on_record(rec),
+            Entry::Tick(now) => {
+                if let Some(d) = &mut self.dispatch {
+                    d.tick(*now);
+                }
+            }
+            Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
+            Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
+        }
     }
 
     /// True when the session should end: every scenario has its runs.
@@ -205,6 +251,7 @@ impl Sinks {
             stop_when_runs_done: false,
             startup: None,
             ready_on_first_dispatch: false,
+            data: None,
             exe: None,
             execd: false,
             ticks: 0,
@@ -223,11 +270,7 @@ impl Sinks {
                 d.remember_maps();
             }
             // Exited threads' state folds into one aggregate per name.
-            let pid = self.pid;
-            self.stacks.reap(
-                |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
-                false,
-            );
+            self.reap(false);
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
@@ -242,7 +285,11 @@ impl Sinks {
         }
         if let Some(d) = &mut self.dispatch {
             if d.is_open() {
-                d.tick(monotonic_ns());
+                let now = monotonic_ns();
+                if let Some(w) = &mut self.data {
+                    w.tick(now);
+                }
+                d.tick(now);
             }
         }
     }

@@ -127,7 +127,7 @@ impl CpuMaps {
 }
 
 /// A symbolized CPU profile.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CpuProfile {
     /// Folded stacks: `comm;outer;…;inner_[k] count`, sorted.
     pub folded: Vec<String>,

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::List(args) => profiler::outputs::list(args).map(|()| ExitCode::SUCCESS),
         Command::Sample(args) => profiler::sample::run(args).map(|()| ExitCode::SUCCESS),
         Command::Diff(args) => profiler::sample::diff(args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => profiler::replay::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -38,6 +38,7 @@ pub const RECORD_FILES: &[&str] = &[
     "startup.json",
     "startup.folded",
     "startup.svg",
+    "profile.data",
 ];
 
 /// Writes `{stem}.folded` and `{stem}.svg` (a flame graph titled `title`).
@@ -70,7 +71,11 @@ pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
     out.write("trace.folded", folded_text(&folded).as_bytes())?;
     out.write(
         "profile.pb.gz",
-        &crate::export::wall_pprof(&folded, report.session.duration_ns),
+        &crate::export::wall_pprof(
+            &folded,
+            report.session.duration_ns,
+            report.session.start_unix_ns,
+        ),
     )?;
     let title = format!(
         "profiler: PID {} wall-clock by call path",

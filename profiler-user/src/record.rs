@@ -8,13 +8,14 @@ use crate::{
     caps,
     cli::RecordArgs,
     collector::{self, Sinks, StopReason},
-    cpuprof,
+    cpuprof, datafile,
     dispatch::{self, Dispatcher},
+    finish,
     launch::{self, Launched},
     output::OutDir,
     outputs,
     probes::{self, Probes},
-    report::{Report, Session},
+    report::Session,
     select,
     stacks::Stacks,
     stages::{StageTracker, StagesConfig},
@@ -213,18 +214,76 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()
         .or_else(|| Some(target.exe.clone()));
-    let mut watch_exec_ns = 0;
-    let mut startup_report = None;
+    out.write("hangs.log", b"")?;
+    let mut exec_ns = 0;
     if let Some(c) = &child {
         c.release()?;
         let mut watch = StartupWatch::new(
             index_of("main"),
             args.stages.ready.as_deref().and_then(index_of),
         );
-        watch_exec_ns = c.exec_time_ns().unwrap_or(session_start_ns);
-        watch.set_exec(watch_exec_ns);
+        exec_ns = c.exec_time_ns().unwrap_or(session_start_ns);
+        watch.set_exec(exec_ns);
         sinks.startup = Some((watch, Stacks::new(sel.funcs.len())));
         sinks.ready_on_first_dispatch = args.stages.ready.is_none() && !sel.dispatch_fallback;
+    }
+    let start_unix_ns = crate::export::unix_ns_ago(0);
+    if args.data_limit > 0 {
+        let header = datafile::Header {
+            pid: target.pid,
+            exe: target.exe.display().to_string(),
+            binaries: sel
+                .binaries
+                .iter()
+                .map(|b| b.path.display().to_string())
+                .collect(),
+            funcs: sel
+                .funcs
+                .iter()
+                .map(|f| datafile::FuncInfo {
+                    name: f.name.clone(),
+                    binary: f.binary,
+                    offset: f.offset,
+                    dispatch: f.dispatch,
+                })
+                .collect(),
+            dispatch_rule: sel.dispatch_rule.clone(),
+            dispatch_fallback: sel.dispatch_fallback,
+            watch_tid,
+            watch_name: sinks
+                .dispatch
+                .as_ref()
+                .map(|d| d.cfg.thread_name.clone())
+                .unwrap_or_default(),
+            session_start_ns,
+            start_unix_ns,
+            dispatch_hz: args.dispatch.dispatch_hz,
+            exec_ns: child.as_ref().map(|_| exec_ns),
+            launch: child.is_some(),
+            stages: args.stages.stages.clone(),
+            scenarios: args.stages.scenarios.clone(),
+            runs: if launch_no.is_some() {
+                None
+            } else {
+                args.stages.runs
+            },
+            ready: args.stages.ready.clone(),
+            startup_threshold_ns: args.stages.startup_threshold.map(|d| d.as_nanos() as u64),
+            threshold_ns: args.dispatch.threshold.as_nanos() as u64,
+            hang_ns: args.dispatch.hang.as_nanos() as u64,
+            frame_interval_ns: args.dispatch.frame_interval.as_nanos() as u64,
+            full_tree: args.dispatch.full_tree,
+            trace_events: args.trace_events,
+        };
+        let file = out.create("profile.data")?;
+        sinks.data = Some(
+            datafile::DataWriter::create(file, &header, args.data_limit).map_err(|e| {
+                Error::Output {
+                    path: out.path().join("profile.data"),
+                    reason: e.to_string(),
+                }
+            })?,
+        );
     }
     let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -248,12 +307,8 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let counters_now = counters.read();
     status.finish();
     match reason {
-        StopReason::TargetExited => {
-            eprintln!("profiler: PID {} exited; writing the outputs", target.pid)
-        }
-        StopReason::RunsComplete => {
-            eprintln!("profiler: every scenario has its runs; probes detached")
-        }
+        StopReason::TargetExited => eprintln!("profiler: PID {} exited; writing the outputs", target.pid),
+        StopReason::RunsComplete => eprintln!("profiler: every scenario has its runs; probes detached"),
         StopReason::TargetExeced => eprintln!(
             "profiler: PID {} exec'd another program, which the probes do not cover; writing the outputs",
             target.pid
@@ -267,31 +322,23 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             let _ = c.forward_signal(sig);
         }
     }
-    let Sinks {
-        stacks,
-        dispatch,
-        timeline,
-        mut cpu,
-        stages,
-        startup,
-        ..
-    } = sinks;
-    let mut stacks = stacks;
     // Everything is drained: fold the threads that have exited.
-    stacks.reap(
-        |tid| std::path::Path::new(&format!("/proc/{}/task/{tid}", target.pid)).exists(),
-        true,
-    );
-    let mut stacks = outputs::finished(stacks);
-    stacks.name_new_threads(|_| None);
-    let thread_names: HashMap<u32, String> = stacks
+    sinks.reap(true);
+    let thread_names: HashMap<u32, String> = sinks
+        .stacks
         .threads()
         .filter_map(|t| {
-            target::thread_name(target.pid, t.tid)
-                .or_else(|| t.name.clone())
-                .map(|n| (t.tid, n))
+            let live = (t.exited_threads == 0)
+                .then(|| target::thread_name(target.pid, t.tid))
+                .flatten();
+            live.or_else(|| t.name.clone()).map(|n| (t.tid, n))
         })
         .collect();
+    let (mut cpu, mut offcpu) = (None, None);
+    if let Some((maps, sym)) = &mut sinks.cpu {
+        offcpu = cpuprof::collect_offcpu(maps, sym);
+        cpu = args.sample.map(|hz| (hz, cpuprof::collect(maps, sym)));
+    }
     let session = Session {
         pid: target.pid,
         exe: target.exe.display().to_string(),
@@ -301,97 +348,55 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         lost_events: counters_now.lost,
         capped: sel.capped,
         failed_probes,
+        start_unix_ns,
     };
-    let report = Report {
-        session: session.clone(),
-        funcs: &sel.funcs,
-        binaries: &sel.binaries,
-        stacks: &stacks,
-        thread_names: thread_names.clone(),
-    };
-    outputs::spine(&out, &report)?;
-    if let Some(d) = &dispatch {
-        outputs::dispatches(&out, d, duration_ns)?;
+    if let Some(data) = sinks.data.take() {
+        let mut names: Vec<(u32, String)> =
+            thread_names.iter().map(|(t, n)| (*t, n.clone())).collect();
+        names.sort();
+        let trailer = datafile::Trailer {
+            duration_ns,
+            stop_reason: session.stop_reason.clone(),
+            functions_probed: probed,
+            lost_events: counters_now.lost,
+            lost_sched: counters_now.lost_sched,
+            lost_comm: counters_now.lost_comm,
+            capped: sel.capped,
+            failed_probes,
+            thread_names: names,
+            symbols: sinks
+                .dispatch
+                .as_ref()
+                .map(|d| d.symbol_journal())
+                .unwrap_or_default(),
+            cpu: cpu.clone(),
+            offcpu: offcpu.clone(),
+            complete: true,
+        };
+        data.finish(&trailer).map_err(|e| Error::Output {
+            path: out.path().join("profile.data"),
+            reason: e.to_string(),
+        })?;
     }
-    if !stages.is_empty() {
-        let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
-        outputs::stages(&out, &results)?;
-    }
-    if let Some((mut watch, window)) = startup {
-        if let Some(first) = dispatch.as_ref().and_then(|d| d.first_start_ns) {
-            if args.stages.ready.is_none() && !sel.dispatch_fallback {
-                watch.mark_ready(first);
-            }
-        }
-        let mut window = window;
-        if let Some(ready) = watch
-            .report()
-            .and_then(|r| r.exec_to_ready_ns.map(|d| d + watch_exec_ns))
-        {
-            window.cut_window(ready);
-        }
-        let window = outputs::finished(window);
-        let window_report = Report {
-            session,
+    let startup_report = finish::write(
+        finish::Finish {
+            out: &out,
             funcs: &sel.funcs,
             binaries: &sel.binaries,
-            stacks: &window,
-            thread_names: thread_names.clone(),
-        };
-        let ready_what = match &args.stages.ready {
-            Some(f) => format!("entry of {f}"),
-            None if sel.dispatch_fallback => "never: give --ready FUNC or --dispatch".to_string(),
-            None => "first dispatch".to_string(),
-        };
-        let threshold = args.stages.startup_threshold.map(|d| d.as_nanos() as u64);
-        outputs::startup(
-            &out,
-            watch.report().as_ref(),
-            &ready_what,
-            threshold,
-            &window_report,
-        )?;
-        startup_report = watch.report();
-    }
-    if let Some(tl) = timeline {
-        let omitted = tl.omitted;
-        let mut threads: Vec<(u32, String)> = thread_names.into_iter().collect();
-        threads.sort();
-        tl.finish(&threads, dispatch.as_ref())
-            .map_err(|e| Error::Output {
-                path: out.path().join("trace.json"),
-                reason: e.to_string(),
-            })?;
-        if omitted > 0 {
-            eprintln!(
-                "profiler: note: trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
-                args.trace_events
-            );
-        }
-    }
-    if let Some((maps, sym)) = &mut cpu {
-        if let Some(off) = cpuprof::collect_offcpu(maps, sym) {
-            let what = format!("PID {}", target.pid);
-            print!("\n{}", crate::sample::write_offcpu(&out, &off, &what)?);
-        }
-    }
-    if let (Some((maps, mut sym)), Some(hz)) = (cpu, args.sample) {
-        let prof = cpuprof::collect(&maps, &mut sym);
-        print!(
-            "\n{}",
-            crate::sample::write_cpu(&out, &prof, &format!("PID {}", target.pid), hz, duration_ns)?
-        );
-        out.write(
-            "cpu.pb.gz",
-            &crate::export::cpu_pprof(&prof.folded, hz, duration_ns),
-        )?;
-    }
-    if counters_now.lost_sched + counters_now.lost_comm > 0 {
-        eprintln!(
-            "profiler: warning: {} scheduler/sample events and {} thread-name events were lost (ring full): raise --ring-size",
-            counters_now.lost_sched, counters_now.lost_comm
-        );
-    }
+            session,
+            thread_names,
+            dispatch_fallback: sel.dispatch_fallback,
+            ready: args.stages.ready.clone(),
+            startup_threshold_ns: args.stages.startup_threshold.map(|d| d.as_nanos() as u64),
+            exec_ns,
+            trace_events: args.trace_events,
+            cpu,
+            offcpu,
+            lost_sched: counters_now.lost_sched,
+            lost_comm: counters_now.lost_comm,
+        },
+        sinks,
+    )?;
     eprintln!("profiler: wrote the outputs to {}", out.path().display());
     match child {
         Some(c) => {

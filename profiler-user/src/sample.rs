@@ -163,7 +163,12 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let text = write_cpu(&out, &prof, &what, hz, duration_ns)?;
     out.write(
         "profile.pb.gz",
-        &crate::export::cpu_pprof(&prof.folded, hz, duration_ns),
+        &crate::export::cpu_pprof(
+            &prof.folded,
+            hz,
+            duration_ns,
+            crate::export::unix_ns_ago(duration_ns),
+        ),
     )?;
     print!("{text}");
     if let Some(off) = cpuprof::collect_offcpu(&maps, &mut sym) {

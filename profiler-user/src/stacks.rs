@@ -232,12 +232,18 @@ impl Stacks {
     /// Names the threads first seen since the last call, with `lookup`.
     /// A name read now wins over the kernel's first sighting (threads often
     /// rename themselves right after they start).
-    pub fn name_new_threads(&mut self, lookup: impl Fn(u32) -> Option<String>) {
+    pub fn name_new_threads(
+        &mut self,
+        lookup: impl Fn(u32) -> Option<String>,
+    ) -> Vec<(u32, String)> {
+        let mut set = Vec::new();
         for tid in self.new_tids.drain(..) {
             if let (Some(t), Some(name)) = (self.threads.get_mut(&tid), lookup(tid)) {
-                t.name = Some(name);
+                t.name = Some(name.clone());
+                set.push((tid, name));
             }
         }
+        set
     }
 
     /// Ends a time window at `cut_ns`: frames still open are completed at
@@ -305,7 +311,7 @@ impl Stacks {
     /// folded once `alive` said no at the previous call too, so everything
     /// it sent before dying has been drained in between; with `now`, at
     /// once (after the final drain). Returns how many threads were reaped.
-    pub fn reap(&mut self, alive: impl Fn(u32) -> bool, now: bool) -> usize {
+    pub fn reap(&mut self, alive: impl Fn(u32) -> bool, now: bool) -> Vec<u32> {
         let dead: std::collections::HashSet<u32> = self
             .threads
             .keys()
@@ -318,7 +324,14 @@ impl Stacks {
             dead.intersection(&self.seen_dead).copied().collect()
         };
         self.seen_dead = dead;
-        for tid in &gone {
+        self.fold_exited(&gone);
+        gone
+    }
+
+    /// Folds the threads `gone` (see [`Stacks::reap`]); replay applies the
+    /// recorded decisions through this.
+    pub fn fold_exited(&mut self, gone: &[u32]) {
+        for tid in gone {
             let Some(mut t) = self.threads.remove(tid) else {
                 continue;
             };
@@ -342,7 +355,13 @@ impl Stacks {
                 }
             }
         }
-        gone.len()
+    }
+
+    /// Sets a thread's name (replay of a name read from /proc).
+    pub fn set_name(&mut self, tid: u32, name: String) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.name = Some(name);
+        }
     }
 }
 
@@ -501,12 +520,11 @@ mod tests {
         }
         s.on_event(&ev(0, 99, E, 0)); // still open when its thread dies
         s.threads.get_mut(&99).unwrap().name = Some("worker".into());
-        assert_eq!(
-            s.reap(|tid| tid == 1, false),
-            0,
+        assert!(
+            s.reap(|tid| tid == 1, false).is_empty(),
             "first sighting only marks them"
         );
-        assert_eq!(s.reap(|tid| tid == 1, false), 11);
+        assert_eq!(s.reap(|tid| tid == 1, false).len(), 11);
         assert_eq!(s.threads().count(), 1);
         let agg = s.threads().next().unwrap();
         assert_eq!(agg.exited_threads, 11);

@@ -64,6 +64,10 @@ pub struct Symbolizer {
     pid: u32,
     cache: HashMap<(u32, u64), Frames>,
     maps: HashMap<u32, Vec<ExecMap>>,
+    /// Every address resolved, kept for `profile.data` (or, offline, the
+    /// only source of names).
+    journal: HashMap<(u32, u64), Frames>,
+    offline: bool,
 }
 
 /// Pseudo-pid under which kernel addresses are cached.
@@ -77,6 +81,8 @@ impl Symbolizer {
             pid,
             cache: HashMap::new(),
             maps: HashMap::new(),
+            journal: HashMap::new(),
+            offline: false,
         };
         s.remember_maps(pid);
         s
@@ -95,6 +101,30 @@ impl Symbolizer {
                 self.maps.insert(pid, maps);
             }
         }
+    }
+
+    /// A symbolizer that only answers from a journal (offline replay).
+    pub fn offline(pid: u32, journal: impl IntoIterator<Item = (u32, u64, Frames)>) -> Self {
+        let journal = journal.into_iter().map(|(p, a, f)| ((p, a), f)).collect();
+        Symbolizer {
+            blaze: Blaze::new(),
+            pid,
+            cache: HashMap::new(),
+            maps: HashMap::new(),
+            journal,
+            offline: true,
+        }
+    }
+
+    /// Every address resolved so far, for `profile.data`.
+    pub fn journal(&self) -> Vec<(u32, u64, Frames)> {
+        let mut v: Vec<_> = self
+            .journal
+            .iter()
+            .map(|(&(p, a), f)| (p, a, f.clone()))
+            .collect();
+        v.sort();
+        v
     }
 
     /// True once `pid`'s mappings were remembered.
@@ -133,6 +163,17 @@ impl Symbolizer {
             .copied()
             .filter(|a| !self.cache.contains_key(&(pid, *a)))
             .collect();
+        if self.offline {
+            return lookup
+                .iter()
+                .map(|a| {
+                    self.journal
+                        .get(&(pid, *a))
+                        .cloned()
+                        .unwrap_or_else(|| unknown(*a))
+                })
+                .collect();
+        }
         if !missing.is_empty() {
             if self.cache.len() + missing.len() > CACHE_CAP {
                 self.cache.clear();
@@ -169,6 +210,9 @@ impl Symbolizer {
                 frames
             };
             for (a, f) in missing.into_iter().zip(resolved) {
+                if self.journal.len() < CACHE_CAP {
+                    self.journal.insert((pid, a), f.clone());
+                }
                 self.cache.insert((pid, a), f);
             }
         }

@@ -398,6 +398,16 @@ impl Dispatcher {
         }
     }
 
+    /// The addresses the analysis symbolized, for `profile.data`.
+    pub fn symbol_journal(&self) -> Vec<(u32, u64, Vec<String>)> {
+        self.symbolizer.journal()
+    }
+
+    /// Replaces the symbolizer (offline replay answers from a journal).
+    pub fn set_symbolizer(&mut self, s: Symbolizer) {
+        self.symbolizer = s;
+    }
+
     /// Refreshes the symbolizer's snapshot of the target's mappings (after
     /// exec, after dlopen), so stacks still resolve once the target exits.
     pub fn remember_maps(&mut self) {

@@ -57,7 +57,7 @@ pub fn unix_ns_ago(ago_ns: u64) -> i64 {
 }
 
 /// `profile.pb.gz` for a wall-clock trace (`trace.folded` lines, ns).
-pub fn wall_pprof(lines: &[String], duration_ns: u64) -> Vec<u8> {
+pub fn wall_pprof(lines: &[String], duration_ns: u64, start_unix_ns: i64) -> Vec<u8> {
     let samples = pprof_from_folded(lines, |ns| vec![ns]);
     let wall = ValueType::new("wall", "nanoseconds");
     pprof::encode(
@@ -66,12 +66,12 @@ pub fn wall_pprof(lines: &[String], duration_ns: u64) -> Vec<u8> {
         wall.clone(),
         1,
         duration_ns as i64,
-        unix_ns_ago(duration_ns),
+        start_unix_ns,
     )
 }
 
 /// `profile.pb.gz` for a CPU profile (`cpu.folded` lines, sample counts).
-pub fn cpu_pprof(lines: &[String], hz: u64, duration_ns: u64) -> Vec<u8> {
+pub fn cpu_pprof(lines: &[String], hz: u64, duration_ns: u64, start_unix_ns: i64) -> Vec<u8> {
     let period = 1_000_000_000 / hz.max(1) as i64;
     let samples = pprof_from_folded(lines, |n| vec![n, n * period]);
     let types = [
@@ -84,7 +84,7 @@ pub fn cpu_pprof(lines: &[String], hz: u64, duration_ns: u64) -> Vec<u8> {
         ValueType::new("cpu", "nanoseconds"),
         period,
         duration_ns as i64,
-        unix_ns_ago(duration_ns),
+        start_unix_ns,
     )
 }
 

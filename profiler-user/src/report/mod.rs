@@ -31,6 +31,8 @@ pub struct Session {
     pub capped: usize,
     /// Functions whose probes could not be attached.
     pub failed_probes: usize,
+    /// Unix time at the start (pprof's time_nanos).
+    pub start_unix_ns: i64,
 }
 
 /// The finished recording, ready to render.

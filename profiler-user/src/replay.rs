@@ -1,0 +1,156 @@
+//! `profiler report DIR`: renders a recording's outputs again from its
+//! `profile.data`, offline and without root. The stream is fed through the
+//! same pipeline as live, with the journaled hang checks, thread exits,
+//! thread names and symbolized addresses, so with the recorded settings the
+//! outputs come out byte for byte the same; dispatch thresholds can be
+//! changed.
+use crate::{
+    cli::ReportArgs,
+    collector::Sinks,
+    datafile,
+    dispatch::{self, Dispatcher},
+    finish,
+    output::OutDir,
+    outputs,
+    report::Session,
+    select::{Binary, Func},
+    stacks::Stacks,
+    stages::{StageTracker, StagesConfig},
+    startup::StartupWatch,
+    symbolize::Symbolizer,
+    timeline::Timeline,
+    Error, Result,
+};
+
+/// Runs `profiler report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let file = if args.recording.is_dir() {
+        args.recording.join("profile.data")
+    } else {
+        args.recording.clone()
+    };
+    let data = datafile::read(&file)?;
+    let dir = args
+        .out
+        .clone()
+        .or_else(|| file.parent().map(|p| p.to_path_buf()))
+        .unwrap_or_else(|| ".".into());
+    let out = OutDir::prepare(&dir, outputs::RECORD_FILES)?;
+    let (h, t) = (&data.header, &data.trailer);
+    let funcs: Vec<Func> = h
+        .funcs
+        .iter()
+        .map(|f| Func {
+            name: f.name.clone(),
+            binary: f.binary,
+            offset: f.offset,
+            dispatch: f.dispatch,
+        })
+        .collect();
+    let binaries: Vec<Binary> = h
+        .binaries
+        .iter()
+        .map(|p| Binary {
+            path: p.into(),
+            open_path: p.into(),
+        })
+        .collect();
+    let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
+    let index_of = |name: &str| funcs.iter().position(|f| f.name == name).map(|i| i as u32);
+    let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
+    let mut dispatcher = Dispatcher::new(
+        dispatch::Config {
+            tid: h.watch_tid,
+            thread_name: h.watch_name.clone(),
+            rule: h.dispatch_rule.clone(),
+            threshold_ns: ns(args.threshold, h.threshold_ns),
+            hang_ns: ns(args.hang, h.hang_ns),
+            frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
+            full_tree: args.full_tree || h.full_tree,
+            sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
+            hang_log: Some(out.path().join("hangs.log")),
+        },
+        h.pid,
+        names.clone(),
+        funcs.iter().map(|f| f.dispatch).collect(),
+        h.session_start_ns,
+    );
+    dispatcher.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
+    let trace_events = args.trace_events.unwrap_or(h.trace_events);
+    let timeline = match trace_events {
+        0 => None,
+        limit => Some(
+            Timeline::create(
+                out.create("trace.json")?,
+                h.pid,
+                &h.exe,
+                h.session_start_ns,
+                names,
+                limit,
+            )
+            .map_err(|e| Error::Output {
+                path: out.path().join("trace.json"),
+                reason: e.to_string(),
+            })?,
+        ),
+    };
+    let mut sinks = Sinks::new(h.pid, Stacks::new(funcs.len()), Some(dispatcher), timeline);
+    let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;
+    let resolved = stage_cfg
+        .stages
+        .iter()
+        .map(|s| s.resolve(index_of))
+        .collect::<Result<Vec<_>>>()?;
+    sinks.stages = stage_cfg
+        .roots
+        .iter()
+        .map(|&root| StageTracker::new(resolved.clone(), root, stage_cfg.runs))
+        .collect();
+    let exec_ns = h.exec_ns.unwrap_or(0);
+    if h.launch {
+        let mut watch = StartupWatch::new(index_of("main"), h.ready.as_deref().and_then(index_of));
+        watch.set_exec(exec_ns);
+        sinks.startup = Some((watch, Stacks::new(funcs.len())));
+        sinks.ready_on_first_dispatch = h.ready.is_none() && !h.dispatch_fallback;
+    }
+    out.write("hangs.log", b"")?;
+    for entry in &data.entries {
+        sinks.replay(entry);
+    }
+    let session = Session {
+        pid: h.pid,
+        exe: h.exe.clone(),
+        duration_ns: t.duration_ns,
+        stop_reason: t.stop_reason.clone(),
+        functions_probed: t.functions_probed,
+        lost_events: t.lost_events,
+        capped: t.capped,
+        failed_probes: t.failed_probes,
+        start_unix_ns: h.start_unix_ns,
+    };
+    finish::write(
+        finish::Finish {
+            out: &out,
+            funcs: &funcs,
+            binaries: &binaries,
+            session,
+            thread_names: t.thread_names.iter().cloned().collect(),
+            dispatch_fallback: h.dispatch_fallback,
+            ready: h.ready.clone(),
+            startup_threshold_ns: h.startup_threshold_ns,
+            exec_ns,
+            trace_events,
+            cpu: t.cpu.clone(),
+            offcpu: t.offcpu.clone(),
+            lost_sched: t.lost_sched,
+            lost_comm: t.lost_comm,
+        },
+        sinks,
+    )?;
+    eprintln!(
+        "profiler: replayed {} into {}",
+        file.display(),
+        out.path().display()
+    );
+    Ok(())
+}
