@@ -126,6 +126,9 @@ impl CpuMaps {
     }
 }
 
+/// Leaves whose `file:line` is looked up.
+const TOP_LOCATIONS: usize = 20;
+
 /// A symbolized CPU profile.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CpuProfile {
@@ -141,6 +144,9 @@ pub struct CpuProfile {
     pub per_pid: BTreeMap<u32, u64>,
     /// Self samples per leaf frame, for the top list.
     pub leaves: Vec<(String, u64)>,
+    /// `file:line` of the top leaves, where DWARF says.
+    #[serde(default)]
+    pub locations: std::collections::BTreeMap<String, String>,
 }
 
 impl CpuProfile {
@@ -192,6 +198,7 @@ fn fold(
     let mut prof = CpuProfile::default();
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let mut leaves: HashMap<String, u64> = HashMap::new();
+    let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
     let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
     let mut read_stack = |id: i32| -> Vec<u64> {
         if id < 0 {
@@ -259,6 +266,11 @@ fn fold(
             Some(name) => folded_frame(name),
             None => line.rsplit(';').next().unwrap_or_default().to_string(),
         };
+        if kernel.is_empty() || offcpu {
+            if let Some(&addr) = user.first() {
+                leaf_addr.entry(leaf.clone()).or_insert((key.pid, addr));
+            }
+        }
         *leaves.entry(leaf).or_default() += count;
         *paths.entry(line).or_default() += count;
     }
@@ -266,5 +278,13 @@ fn fold(
     let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
     leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     prof.leaves = leaves;
+    for (leaf, _) in prof.leaves.iter().take(TOP_LOCATIONS) {
+        if let Some(loc) = leaf_addr
+            .get(leaf)
+            .and_then(|&(pid, addr)| sym.location(pid, addr))
+        {
+            prof.locations.insert(leaf.clone(), loc);
+        }
+    }
     prof
 }

@@ -83,9 +83,14 @@ pub fn write_cpu(
     }
     let _ = writeln!(text, "\nTop frames by self samples");
     for (leaf, n) in prof.leaves.iter().take(20) {
+        let loc = prof
+            .locations
+            .get(leaf)
+            .map(|l| format!("  ({l})"))
+            .unwrap_or_default();
         let _ = writeln!(
             text,
-            "{:>10} {:>6.1}%  {leaf}",
+            "{:>10} {:>6.1}%  {leaf}{loc}",
             n,
             *n as f64 * 100.0 / prof.samples.max(1) as f64
         );

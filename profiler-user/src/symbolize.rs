@@ -127,6 +127,32 @@ impl Symbolizer {
         v
     }
 
+    /// `file:line` of the instruction at `addr` in process `pid`, from DWARF,
+    /// when the binary has it (innermost, i.e. inside inlined code).
+    pub fn location(&self, pid: u32, addr: u64) -> Option<String> {
+        if self.offline {
+            return None;
+        }
+        let src = Source::Process(Process::new(Pid::from(pid)));
+        let syms = self.blaze.symbolize(&src, Input::AbsAddr(&[addr])).ok()?;
+        let Symbolized::Sym(sym) = syms.first()? else {
+            return None;
+        };
+        let ci = sym
+            .inlined
+            .last()
+            .and_then(|i| i.code_info.as_ref())
+            .or(sym.code_info.as_deref())?;
+        let file = std::path::Path::new(&ci.file)
+            .file_name()?
+            .to_string_lossy()
+            .into_owned();
+        Some(match ci.line {
+            Some(line) => format!("{file}:{line}"),
+            None => file,
+        })
+    }
+
     /// True once `pid`'s mappings were remembered.
     pub fn knows(&self, pid: u32) -> bool {
         self.maps.contains_key(&pid)
