@@ -48,8 +48,10 @@ pub const COUNTER_CPU_SAMPLES: u32 = 5;
 pub const COUNTER_CPU_USER_STACK_LOST: u32 = 6;
 /// CPU-profile samples not counted because the counts map was full.
 pub const COUNTER_CPU_COUNTS_FULL: u32 = 7;
+/// DWARF-mode samples that could not be put in the ring (it was full).
+pub const COUNTER_DWARF_LOST: u32 = 8;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 8;
+pub const COUNTER_COUNT: u32 = 9;
 
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
@@ -103,6 +105,13 @@ pub const KIND_SAMPLE: u32 = 6;
 pub const SCHED_RUNNABLE: u32 = 0;
 /// Left the CPU to sleep (I/O, a lock, a timer, …).
 pub const SCHED_BLOCKED: u32 = 1;
+/// A user-mode CPU sample with a copy of the user stack, for `.eh_frame`
+/// unwinding in the agent (`sample --dwarf`): a [`DwarfSample`].
+pub const KIND_DWARF: u32 = 7;
+/// Bytes of user stack a [`DwarfSample`] copies (from the stack pointer up).
+pub const DWARF_STACK_BYTES: usize = 16384;
+/// Global (`.rodata`): copy user stacks for DWARF unwinding (1) or not (0).
+pub const DWARF_MODE_GLOBAL: &str = "DWARF_MODE";
 /// Deepest user stack a [`StackEvent`] holds.
 pub const MAX_USER_FRAMES: usize = 64;
 /// Deepest kernel stack a [`StackEvent`] holds.
@@ -203,6 +212,26 @@ pub struct OffCpuStart {
     pub key: SampleKey,
 }
 
+/// A user-mode sample: registers and a copy of the top of the user stack.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct DwarfSample {
+    /// Header: [`KIND_DWARF`]; `sp` is the stack pointer.
+    pub event: Event,
+    /// Process id.
+    pub pid: u32,
+    /// Bytes of `stack` that are valid (0 if none could be read).
+    pub len: u32,
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Frame pointer register.
+    pub bp: u64,
+    /// `len` bytes of user stack from `event.sp` up.
+    pub stack: [u8; DWARF_STACK_BYTES],
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for DwarfSample {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleKey {}
 #[cfg(feature = "user")]

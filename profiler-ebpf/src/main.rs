@@ -17,7 +17,7 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
-        bpf_ktime_get_ns, generated::bpf_get_attach_cookie,
+        bpf_ktime_get_ns, generated::bpf_get_attach_cookie, generated::bpf_probe_read_user,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
@@ -28,12 +28,13 @@ use aya_ebpf::{
     EbpfContext, Global,
 };
 use profiler_common::{
-    CommEvent, Event, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH, COUNTER_COUNT,
-    COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_FOREIGN,
-    COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY,
-    CPU_STACKS_CAPACITY, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
-    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
-    SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    CommEvent, DwarfSample, Event, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH,
+    COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST,
+    COUNTER_DWARF_LOST, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_SCHED,
+    COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY, CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, KIND_COMM,
+    KIND_DWARF, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP,
+    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY,
+    WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// Set by the agent at load time: the traced process's tgid.
@@ -77,6 +78,46 @@ static OFFCPU_NS: PerCpuHashMap<SampleKey, u64> =
 
 #[map(name = "CPU_COMMS")]
 static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
+
+/// Set by the agent at load time: copy user stacks of user-mode samples
+/// for DWARF unwinding instead of walking frame pointers.
+#[unsafe(no_mangle)]
+static DWARF_MODE: Global<u32> = Global::new(0);
+
+/// Copies the top of the user stack and the registers of a user-mode
+/// sample into the ring. Tries shorter copies when the stack's mapping ends
+/// sooner (a read that crosses unmapped memory fails whole).
+#[inline(always)]
+fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: u64) {
+    let Some(mut slot) = EVENTS.reserve::<DwarfSample>(0) else {
+        bump(COUNTER_DWARF_LOST);
+        return;
+    };
+    let _ = ctx;
+    let ev = slot.as_mut_ptr();
+    unsafe {
+        (*ev).event = Event {
+            ts_ns: bpf_ktime_get_ns(),
+            tid,
+            word: Event::pack(KIND_DWARF, 0),
+            sp,
+        };
+        (*ev).pid = pid;
+        (*ev).ip = ip;
+        (*ev).bp = bp;
+        let dst = (*ev).stack.as_mut_ptr();
+        let src = sp as *const core::ffi::c_void;
+        let mut len = 0u32;
+        for size in [DWARF_STACK_BYTES, 8192, 4096, 2048, 1024, 512] {
+            if bpf_probe_read_user(dst.cast(), size as u32, src) == 0 {
+                len = size as u32;
+                break;
+            }
+        }
+        (*ev).len = len;
+    }
+    slot.submit(wakeup_flags());
+}
 
 /// Set by the agent at load time: sample every process (1) or only the target.
 #[unsafe(no_mangle)]
@@ -320,6 +361,13 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
         return 0;
     }
     bump(COUNTER_CPU_SAMPLES);
+    if DWARF_MODE.load() != 0 {
+        let regs = unsafe { &(*ctx.ctx).regs };
+        if regs.cs & 3 == 3 {
+            emit_dwarf(&ctx, pid, tid, regs.rip, regs.rsp, regs.rbp);
+            return 0;
+        }
+    }
     let user_stack = match ctx.get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64) {
         Ok(id) => id as i32,
         Err(_) => {

@@ -69,6 +69,11 @@ pub struct SampleArgs {
     /// Sample every process on every CPU.
     #[arg(long, short = 'a')]
     pub all: bool,
+    /// Unwind user stacks with the binaries' `.eh_frame` tables (for code
+    /// built without frame pointers): the kernel copies 16 KiB of user stack
+    /// per sample. With --pid only.
+    #[arg(long, conflicts_with = "all")]
+    pub dwarf: bool,
     /// Also record where threads block, weighted by the time off the CPU
     /// (offcpu.folded, offcpu.svg).
     #[arg(long)]

@@ -370,10 +370,11 @@ pub async fn collect(
 }
 
 /// Waits for a stop condition without reading any ring: for `sample`.
-/// Calls `tick` once a second meanwhile.
+/// Calls `tick` every `every` meanwhile.
 pub async fn wait_for_stop(
     pidfd: Option<&OwnedFd>,
     duration: Option<Duration>,
+    every: Duration,
     mut tick: impl FnMut(),
 ) -> Result<StopReason> {
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
@@ -399,7 +400,7 @@ pub async fn wait_for_stop(
         signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
     let deadline = sleep_or_forever(duration);
     tokio::pin!(deadline, exited);
-    let mut second = tokio::time::interval(Duration::from_secs(1));
+    let mut second = tokio::time::interval(every);
     Ok(loop {
         tokio::select! {
             _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),

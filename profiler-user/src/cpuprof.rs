@@ -176,6 +176,73 @@ pub fn collect_offcpu(maps: &CpuMaps, sym: &mut Symbolizer) -> Option<CpuProfile
     maps.offcpu.as_ref().map(|m| fold(maps, m, sym, true))
 }
 
+/// User stacks unwound in the agent (`--dwarf`): count per (pid, tid,
+/// return addresses innermost first).
+pub type Unwound = HashMap<(u32, u32, Vec<u64>), u64>;
+
+/// Adds stacks unwound in the agent to a profile (their samples were not
+/// counted in the kernel), named by `names` (tid -> comm).
+pub fn add_unwound(
+    prof: &mut CpuProfile,
+    stacks: &Unwound,
+    names: &HashMap<u32, String>,
+    sym: &mut Symbolizer,
+) {
+    let mut paths: BTreeMap<String, u64> = prof
+        .folded
+        .iter()
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(p, n)| Some((p.to_string(), n.parse().ok()?)))
+        })
+        .collect();
+    let mut leaves: HashMap<String, u64> = prof.leaves.iter().cloned().collect();
+    let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
+    for ((pid, tid, addrs), &count) in stacks {
+        prof.samples += count;
+        *prof.per_pid.entry(*pid).or_default() += count;
+        let frames = sym.frames(*pid, addrs);
+        if addrs.is_empty() {
+            prof.no_user_stack += count;
+        } else if frames
+            .last()
+            .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
+        {
+            prof.complete += count;
+        }
+        let comm = names
+            .get(tid)
+            .cloned()
+            .unwrap_or_else(|| format!("tid-{tid}"));
+        let mut line = folded_frame(&comm);
+        for f in frames.iter().rev().flatten() {
+            line.push(';');
+            line.push_str(&folded_frame(f));
+        }
+        let leaf = line.rsplit(';').next().unwrap_or_default().to_string();
+        if let Some(&a) = addrs.first() {
+            leaf_addr.entry(leaf.clone()).or_insert((*pid, a));
+        }
+        *leaves.entry(leaf).or_default() += count;
+        *paths.entry(line).or_default() += count;
+    }
+    prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
+    let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
+    leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    prof.leaves = leaves;
+    for (leaf, _) in prof.leaves.iter().take(TOP_LOCATIONS) {
+        if prof.locations.contains_key(leaf) {
+            continue;
+        }
+        if let Some(loc) = leaf_addr
+            .get(leaf)
+            .and_then(|&(pid, addr)| sym.location(pid, addr))
+        {
+            prof.locations.insert(leaf.clone(), loc);
+        }
+    }
+}
+
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.
 pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
     let prog: &mut RawTracePoint = ebpf

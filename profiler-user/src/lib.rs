@@ -28,5 +28,6 @@ pub mod symbolize;
 pub mod symbols;
 pub mod target;
 pub mod timeline;
+pub mod unwind;
 
 pub use error::{Error, Result};

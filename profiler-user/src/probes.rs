@@ -87,7 +87,13 @@ pub struct Probes {
 
 impl Probes {
     /// Loads the programs for process `tgid` with a ring of `ring_size` bytes.
-    pub fn load(tgid: u32, watch_tid: u32, ring_size: u32, sample_all: bool) -> Result<Self> {
+    pub fn load(
+        tgid: u32,
+        watch_tid: u32,
+        ring_size: u32,
+        sample_all: bool,
+        dwarf: bool,
+    ) -> Result<Self> {
         // Wake the agent only when a quarter of the ring is pending; the
         // agent's drain timer picks up the rest.
         let wakeup_bytes = u64::from(ring_size / 4);
@@ -95,6 +101,7 @@ impl Probes {
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
             .override_global(WATCH_TID_GLOBAL, &watch_tid, true)
             .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
+            .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .map_max_entries(EVENTS_MAP, ring_size)
             .load(EBPF_OBJECT)

@@ -132,7 +132,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
-    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false)?;
+    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false, false)?;
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;

@@ -2,16 +2,23 @@
 //! system, and the CPU-profile outputs shared with `record --sample`.
 use std::{fmt::Write, time::Instant};
 
+use std::{collections::HashMap, time::Duration};
+
+use profiler_common::{DwarfSample, KIND_DWARF};
+
 use crate::{
     caps,
     cli::SampleArgs,
     collector,
+    cpuprof::Unwound,
     cpuprof::{self, CpuMaps, CpuProfile},
     output::OutDir,
     probes::Probes,
     report::{fmt_count, fmt_ns},
     symbolize::Symbolizer,
+    target::thread_name,
     target::Target,
+    unwind::DwarfUnwinder,
     Error, Result,
 };
 
@@ -125,6 +132,39 @@ pub fn diff(args: &crate::cli::DiffArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--dwarf` state: the ring of copied stacks, the unwinder, the counts.
+struct Dwarf {
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    unwinder: DwarfUnwinder,
+    stacks: Unwound,
+    names: HashMap<u32, String>,
+}
+
+impl Dwarf {
+    /// Unwinds every pending sample.
+    fn drain(&mut self, pid: u32) {
+        while let Some(item) = self.ring.next() {
+            if item.len() < size_of::<DwarfSample>() {
+                continue;
+            }
+            // SAFETY: a whole DwarfSample written by the kernel program.
+            let s = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const DwarfSample) };
+            if s.event.kind() != KIND_DWARF {
+                continue;
+            }
+            let len = (s.len as usize).min(s.stack.len());
+            let addrs = self
+                .unwinder
+                .unwind(s.ip, s.event.sp, s.bp, &s.stack[..len]);
+            let tid = s.event.tid;
+            self.names
+                .entry(tid)
+                .or_insert_with(|| thread_name(pid, tid).unwrap_or_else(|| format!("tid-{tid}")));
+            *self.stacks.entry((s.pid, tid, addrs)).or_default() += 1;
+        }
+    }
+}
+
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
     caps::check()?;
@@ -137,7 +177,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         )));
     }
     let pid = target.as_ref().map_or(0, |t| t.pid);
-    let mut probes = Probes::load(pid, 0, 4096, args.all)?;
+    // --dwarf: 16 KiB per sample through the ring, drained every 20 ms.
+    let ring_size = if args.dwarf { 64 << 20 } else { 4096 };
+    let mut probes = Probes::load(pid, 0, ring_size, args.all, args.dwarf)?;
     cpuprof::start(probes.ebpf_mut(), hz)?;
     if args.off_cpu {
         cpuprof::start_offcpu(probes.ebpf_mut())?;
@@ -154,17 +196,50 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
     let mut sym = Symbolizer::new(pid);
-    let tick = || maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
+    let mut dwarf = match args.dwarf {
+        true => Some(Dwarf {
+            ring: probes.take_ring()?,
+            unwinder: DwarfUnwinder::new(pid),
+            stacks: Unwound::new(),
+            names: HashMap::new(),
+        }),
+        false => None,
+    };
+    let every = if dwarf.is_some() {
+        Duration::from_millis(20)
+    } else {
+        Duration::from_secs(1)
+    };
+    let mut ticks = 0u32;
+    let tick = || {
+        ticks = ticks.wrapping_add(1);
+        if let Some(d) = &mut dwarf {
+            d.drain(pid);
+        }
+        if dwarf.is_none() || ticks % 50 == 0 {
+            maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
+            if let Some(d) = &mut dwarf {
+                d.unwinder.refresh();
+            }
+        }
+    };
     let reason = rt.block_on(collector::wait_for_stop(
         target.as_ref().map(|t| &t.pidfd),
         args.duration,
+        every,
         tick,
     ))?;
+    if let Some(d) = &mut dwarf {
+        d.drain(pid);
+    }
     maps.remember_maps(&mut sym, None);
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
-    let prof = cpuprof::collect(&maps, &mut sym);
+    let mut prof = cpuprof::collect(&maps, &mut sym);
+    if let Some(d) = &dwarf {
+        cpuprof::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
+    }
     let text = write_cpu(&out, &prof, &what, hz, duration_ns)?;
     out.write(
         "profile.pb.gz",

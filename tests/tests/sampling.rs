@@ -135,7 +135,10 @@ fn system_wide_split_follows_cpu_time() {
     let full = Fixture::spawn(burn_fp(), &["20", "chain", &full_comm]);
     let half = Fixture::spawn(burn_fp(), &["20", "half", &half_comm]);
     let before = (cpu_ns(full.pid), cpu_ns(half.pid));
-    sample(out.path(), &["--all", "--duration", "3s"]);
+    // 499 Hz rather than the default 99: five times the samples, and a
+    // period (2 ms) shorter than the half-busy process's bursts, so the
+    // sampler cannot alias with them.
+    sample(out.path(), &["--all", "--hz", "499", "--duration", "3s"]);
     let after = (cpu_ns(full.pid), cpu_ns(half.pid));
     // Ground truth: the CPU time each really got around the sampling window.
     // Both run steadily, so the ratio of rates holds within the window; on a
@@ -168,7 +171,7 @@ fn system_wide_split_follows_cpu_time() {
             "PID {pid} not among cpu.txt's top processes:\n{txt}"
         );
     }
-    // 99 Hz x 3 s gives ~300 and ~150 samples: the sampling error of the
+    // 499 Hz x 3 s gives ~1500 and ~750 samples: the sampling error of the
     // ratio alone is a few %, so allow 10 % or 3 sigma of that, whichever
     // is larger (the second only matters when the machine is busy and our
     // processes get few samples).
@@ -191,9 +194,9 @@ impl Drop for Kill {
     }
 }
 
+/// With `--dwarf`, user stacks are unwound with `.eh_frame`, which Debian
+/// keeps in binaries built without frame pointers.
 #[test]
-#[ignore = "eh_frame (DWARF CFI) unwinding is not implemented: the kernel's frame-pointer walk \
-            stops after the leaf of a Debian binary built without frame pointers"]
 fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
     require_root!();
     let out = TempDir::new("sample-debian");
@@ -209,7 +212,13 @@ fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     sample(
         out.path(),
-        &["--pid", &py.0.id().to_string(), "--duration", "1s"],
+        &[
+            "--pid",
+            &py.0.id().to_string(),
+            "--duration",
+            "1s",
+            "--dwarf",
+        ],
     );
     let folded_text = read(out.path(), "cpu.folded");
     let stacks = folded(&folded_text);
@@ -240,4 +249,30 @@ fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
         multi * 2 >= total && total > 0,
         "only {multi} of {total} samples of python3 have >= 2 symbolized frames"
     );
+}
+
+#[test]
+fn dwarf_unwinding_completes_stacks_without_frame_pointers() {
+    require_root!();
+    let out = TempDir::new("sample-dwarf");
+    let fx = Fixture::spawn(burn_nofp(), &["10", "chain"]);
+    sample(
+        out.path(),
+        &["--pid", &fx.pid.to_string(), "--duration", "1s", "--dwarf"],
+    );
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let chain: u64 = stacks
+        .iter()
+        .filter(|(s, _)| has_chain(s, &["main", "a1", "b1", "c1"]))
+        .map(|(_, n)| n)
+        .sum();
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let share = complete_share(&read(out.path(), "cpu.txt"));
+    eprintln!("--dwarf, no frame pointers: main;a1;b1;c1 in {chain}/{total}, complete {share:.1}%");
+    assert!(
+        chain * 10 >= total * 9,
+        "main;a1;b1;c1 in only {chain} of {total}:\n{folded_text}"
+    );
+    assert!(share >= 90.0, "complete stacks {share}% < 90% with --dwarf");
 }
