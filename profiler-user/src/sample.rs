@@ -216,7 +216,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         if let Some(d) = &mut dwarf {
             d.drain(pid);
         }
-        if dwarf.is_none() || ticks % 50 == 0 {
+        if dwarf.is_none() || ticks.is_multiple_of(50) {
             maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
             if let Some(d) = &mut dwarf {
                 d.unwinder.refresh();
