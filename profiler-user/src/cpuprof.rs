@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use aya::{
     maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
     programs::{
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent, ProgramError, RawTracePoint,
     },
     Ebpf,
@@ -37,7 +37,10 @@ const STACK_ROOTS: &[&str] = &[
 ];
 
 /// Starts sampling at `hz` on every online CPU.
-pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<()> {
+/// Starts sampling at `hz` on every online CPU, with the hardware cycles
+/// event where the machine has one, else the software `cpu-clock` (VMs
+/// without a PMU). Returns the event's name.
+pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
     let prog: &mut PerfEvent = ebpf
         .program_mut(PROG_CPU_SAMPLE)
         .ok_or_else(|| Error::Load(format!("program {PROG_CPU_SAMPLE} missing")))?
@@ -45,21 +48,38 @@ pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<()> {
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     prog.load().map_err(|e| Error::Load(chain(&e)))?;
     let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
-    for cpu in cpus {
-        prog.attach(
+    let cycles = PerfEventConfig::Hardware(HardwareEvent::CpuCycles);
+    let first = cpus.first().copied().unwrap_or(0);
+    let (config, name) = match prog.attach(
+        cycles,
+        PerfEventScope::AllProcessesOneCpu { cpu: first },
+        SamplePolicy::Frequency(hz),
+        false,
+    ) {
+        Ok(_) => (cycles, "cycles"),
+        Err(_) => (
             PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            "cpu-clock",
+        ),
+    };
+    for cpu in cpus {
+        if name == "cycles" && cpu == first {
+            continue;
+        }
+        prog.attach(
+            config,
             PerfEventScope::AllProcessesOneCpu { cpu },
             SamplePolicy::Frequency(hz),
             false,
         )
         .map_err(|e| {
             Error::Load(format!(
-                "starting the cpu-clock sampler on CPU {cpu}: {}",
+                "starting the {name} sampler on CPU {cpu}: {}",
                 chain(&e)
             ))
         })?;
     }
-    Ok(())
+    Ok(name)
 }
 
 /// The maps the sampler fills, taken out of the object so they outlive it.
@@ -147,6 +167,11 @@ pub struct CpuProfile {
     /// `file:line` of the top leaves, where DWARF says.
     #[serde(default)]
     pub locations: std::collections::BTreeMap<String, String>,
+    /// Samples whose user stack the kernel could not store (kernel threads
+    /// included), samples not counted because the map was full, and
+    /// `--dwarf` samples dropped because the ring was full.
+    #[serde(default)]
+    pub lost: (u64, u64, u64),
 }
 
 impl CpuProfile {

@@ -67,6 +67,12 @@ pub struct Counters {
     pub lost_sched: u64,
     /// Stacks that could not be read.
     pub stack_errors: u64,
+    /// CPU samples whose user stack could not be stored.
+    pub cpu_stack_lost: u64,
+    /// CPU samples not counted (the counts map was full).
+    pub cpu_counts_full: u64,
+    /// `--dwarf` samples dropped (the ring was full).
+    pub dwarf_lost: u64,
 }
 
 /// Loaded programs and their links.
@@ -344,6 +350,9 @@ impl CounterMap {
             lost_comm: sum(COUNTER_LOST_COMM),
             lost_sched: sum(COUNTER_LOST_SCHED),
             stack_errors: sum(COUNTER_STACK_ERRORS),
+            cpu_stack_lost: sum(profiler_common::COUNTER_CPU_USER_STACK_LOST),
+            cpu_counts_full: sum(profiler_common::COUNTER_CPU_COUNTS_FULL),
+            dwarf_lost: sum(profiler_common::COUNTER_DWARF_LOST),
         }
     }
 }

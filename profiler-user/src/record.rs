@@ -337,7 +337,11 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let (mut cpu, mut offcpu) = (None, None);
     if let Some((maps, sym)) = &mut sinks.cpu {
         offcpu = cpuprof::collect_offcpu(maps, sym);
-        cpu = args.sample.map(|hz| (hz, cpuprof::collect(maps, sym)));
+        cpu = args.sample.map(|hz| {
+            let mut prof = cpuprof::collect(maps, sym);
+            prof.lost = (counters_now.cpu_stack_lost, counters_now.cpu_counts_full, 0);
+            (hz, prof)
+        });
     }
     let session = Session {
         pid: target.pid,

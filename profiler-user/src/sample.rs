@@ -72,9 +72,12 @@ pub fn write_cpu(
     let title = format!("profiler: CPU samples of {what} at {hz} Hz");
     crate::outputs::flame(out, "cpu", &prof.folded, &title)?;
     let mut text = String::new();
+    let (stack_lost, counts_full, dwarf_lost) = prof.lost;
     let _ = writeln!(
         text,
-        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}",
+        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}; \
+         lost: {stack_lost} user stacks unreadable, {counts_full} samples not counted (map full), \
+         {dwarf_lost} --dwarf samples dropped (ring full)",
         prof.samples,
         fmt_ns(duration_ns),
         prof.complete_share() * 100.0,
@@ -180,16 +183,17 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // --dwarf: 16 KiB per sample through the ring, drained every 20 ms.
     let ring_size = if args.dwarf { 64 << 20 } else { 4096 };
     let mut probes = Probes::load(pid, 0, ring_size, args.all, args.dwarf)?;
-    cpuprof::start(probes.ebpf_mut(), hz)?;
+    let event = cpuprof::start(probes.ebpf_mut(), hz)?;
     if args.off_cpu {
         cpuprof::start_offcpu(probes.ebpf_mut())?;
     }
     let maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
+    let counters = probes.take_counters()?;
     let what = match &target {
         Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
         None => "all processes".to_string(),
     };
-    eprintln!("profiler: attached cpu-clock sampler at {hz} Hz to {what}; stop with Ctrl-C");
+    eprintln!("profiler: attached {event} sampler at {hz} Hz to {what}; stop with Ctrl-C");
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -237,6 +241,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
     let mut prof = cpuprof::collect(&maps, &mut sym);
+    let c = counters.read();
+    prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
     if let Some(d) = &dwarf {
         cpuprof::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }

@@ -235,6 +235,17 @@ impl Symbolizer {
                 }
                 frames
             };
+            let resolved: Vec<Frames> = resolved
+                .into_iter()
+                .zip(&missing)
+                .map(|(f, &a)| {
+                    if f[0].starts_with("[unknown]") {
+                        self.unknown_in_binary(pid, a).unwrap_or(f)
+                    } else {
+                        f
+                    }
+                })
+                .collect();
             for (a, f) in missing.into_iter().zip(resolved) {
                 if self.journal.len() < CACHE_CAP {
                     self.journal.insert((pid, a), f.clone());
@@ -250,6 +261,30 @@ impl Symbolizer {
 }
 
 impl Symbolizer {
+    /// `[unknown] binary+0xoffset` for an address no symbol covers, when a
+    /// remembered mapping does.
+    fn unknown_in_binary(&mut self, pid: u32, addr: u64) -> Option<Frames> {
+        if pid == KERNEL {
+            return None;
+        }
+        if !self.maps.contains_key(&pid) {
+            self.remember_maps(pid);
+        }
+        let m = self
+            .maps
+            .get(&pid)?
+            .iter()
+            .find(|m| addr >= m.start && addr < m.end)?;
+        let name = m
+            .path
+            .file_name()
+            .map_or_else(|| m.path.to_string_lossy(), |n| n.to_string_lossy());
+        Some(vec![format!(
+            "[unknown] {name}+{:#x}",
+            addr - m.start + m.offset
+        )])
+    }
+
     /// Start of this process's own vDSO mapping.
     fn own_vdso_start(&self) -> u64 {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();

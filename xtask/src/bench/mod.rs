@@ -162,7 +162,7 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
         "\nFixture `xtask/bench/burn.c` (`gcc {}`): {} rounds of a CPU-bound chain \
          `burn_a` → `burn_b` → `burn_c` (1 : 2 : 5 units of self time), single-threaded; it \
          reports its own elapsed time. Each sampler starts first (the profiler once it prints \
-         `attached cpu-clock sampler`, perf once it holds perf-event descriptors plus 0.5 s); the \
+         `attached … sampler at … Hz`, perf once it holds perf-event descriptors plus 0.5 s); the \
          fixture then runs, and the sampler is stopped with SIGINT and waited for. Commands: \
          `profiler sample --pid P --hz 997 --out DIR`, `perf record -g -F 997 -e cpu-clock -p P -o FILE`, \
          `profiler sample --all --hz 99 --out DIR`, `perf record -a -g -F 99 -e cpu-clock -o FILE`. \

@@ -100,7 +100,7 @@ fn perf_event_fds(pid: u32) -> usize {
 fn start_sampler(mut cmd: Command, perf: bool) -> Result<Running> {
     let shown = display(&cmd);
     if !perf {
-        let t = Tracer::start(&mut cmd, ReadyOn::Stderr, "attached cpu-clock sampler")?;
+        let t = Tracer::start(&mut cmd, ReadyOn::Stderr, "sampler at")?;
         let Tracer { guard, lines, .. } = t;
         return Ok(Running {
             guard,
