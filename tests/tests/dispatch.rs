@@ -4,6 +4,8 @@
 //! (on-CPU vs blocked, the trimmed tree, one group per cause), report the hang
 //! while it is still running, and bucket every dispatch into frame classes as
 //! the fixture's own durations do.
+mod common;
+use common::*;
 use profiler_tests::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,31 +40,15 @@ const HANG_NS: u64 = 1_000_000_000;
 const MESSAGES: usize = 300;
 
 /// `target/fixtures/eventloop`, built once per test process from
-/// `fixtures/eventloop.c` (to a temporary name, then renamed into place).
+/// `fixtures/eventloop.c`.
 fn eventloop_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace().join("target"))
-            .join("fixtures");
-        std::fs::create_dir_all(&dir).expect("create target/fixtures");
-        let out = dir.canonicalize().unwrap().join("eventloop");
-        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/eventloop.c");
-        let res = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .output()
-            .expect("run gcc");
-        assert!(
-            res.status.success(),
-            "building eventloop failed:\n{}",
-            String::from_utf8_lossy(&res.stderr)
-        );
-        std::fs::rename(&tmp, &out).expect("rename eventloop into place");
-        out
+        build_c(
+            "eventloop.c",
+            "eventloop",
+            &["-O1", "-g", "-fno-omit-frame-pointer"],
+        )
     })
 }
 
