@@ -7,23 +7,21 @@ use std::{collections::HashMap, time::Instant};
 use crate::{
     caps,
     cli::RecordArgs,
-    collector::{self, Sinks, StopReason},
+    collector::{self, StopReason},
     cpuprof, datafile,
-    dispatch::{self, Dispatcher},
+    dispatch::{self},
     finish,
     launch::{self, Launched},
     output::OutDir,
-    outputs,
+    outputs, pipeline,
     probes::{self, Probes},
     report::Session,
     select,
-    stacks::Stacks,
-    stages::{StageTracker, StagesConfig},
-    startup::{StartupReport, StartupWatch},
+    stages::StagesConfig,
+    startup::StartupReport,
     status::Status,
     symbolize::Symbolizer,
     target::{self, Target},
-    timeline::Timeline,
     Error, Result,
 };
 
@@ -115,20 +113,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             sel.funcs.len() + sel.capped
         );
     }
-    let index_of = |name: &str| {
-        sel.funcs
-            .iter()
-            .position(|f| f.name == name)
-            .map(|i| i as u32)
-    };
-    let mut trackers = Vec::new();
-    let resolved = stage_cfg
-        .stages
-        .iter()
-        .map(|s| s.resolve(index_of))
-        .collect::<Result<Vec<_>>>()?;
-    for &root in &stage_cfg.roots {
-        trackers.push(StageTracker::new(resolved.clone(), root, stage_cfg.runs));
+    // Stage functions resolve now, so a bad --stage fails before attaching.
+    for spec in &stage_cfg.stages {
+        spec.resolve(|name| pipeline::index_of(&sel.funcs, name))?;
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
@@ -166,10 +153,19 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
 
     let started = Instant::now();
     let session_start_ns = collector::monotonic_ns();
-    let names: Vec<String> = sel.funcs.iter().map(|f| f.name.clone()).collect();
+    let mut exec_ns = 0;
+    if let Some(c) = &child {
+        c.release()?;
+        exec_ns = c.exec_time_ns().unwrap_or(session_start_ns);
+    }
     let d = &args.dispatch;
-    let dispatcher = Dispatcher::new(
-        dispatch::Config {
+    let exe = target.exe.display().to_string();
+    let mut sinks = pipeline::build(pipeline::Spec {
+        out: &out,
+        pid: target.pid,
+        exe: &exe,
+        funcs: &sel.funcs,
+        dispatch: dispatch::Config {
             tid: watch_tid,
             thread_name: watch_name,
             rule: sel.dispatch_rule.clone(),
@@ -178,55 +174,21 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             frame_interval_ns: d.frame_interval.as_nanos() as u64,
             full_tree: d.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(d.dispatch_hz).unwrap_or(0),
-            hang_log: Some(out.path().join("hangs.log")),
+            hang_log: None,
         },
-        target.pid,
-        names.clone(),
-        sel.funcs.iter().map(|f| f.dispatch).collect(),
         session_start_ns,
-    );
-    let timeline = match args.trace_events {
-        0 => None,
-        limit => Some(
-            Timeline::create(
-                out.create("trace.json")?,
-                target.pid,
-                &target.exe.display().to_string(),
-                session_start_ns,
-                names,
-                limit,
-            )
-            .map_err(|e| Error::Output {
-                path: out.path().join("trace.json"),
-                reason: e.to_string(),
-            })?,
-        ),
-    };
-    let mut sinks = Sinks::new(
-        target.pid,
-        Stacks::new(sel.funcs.len()),
-        Some(dispatcher),
-        timeline,
-    );
+        trace_events: args.trace_events,
+        stages: &stage_cfg,
+        startup: child
+            .as_ref()
+            .map(|_| (exec_ns, args.stages.ready.as_deref())),
+        dispatch_fallback: sel.dispatch_fallback,
+    })?;
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
-    sinks.stages = trackers;
     sinks.stop_when_runs_done = !args.stages.keep_going;
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()
         .or_else(|| Some(target.exe.clone()));
-    out.write("hangs.log", b"")?;
-    let mut exec_ns = 0;
-    if let Some(c) = &child {
-        c.release()?;
-        let mut watch = StartupWatch::new(
-            index_of("main"),
-            args.stages.ready.as_deref().and_then(index_of),
-        );
-        exec_ns = c.exec_time_ns().unwrap_or(session_start_ns);
-        watch.set_exec(exec_ns);
-        sinks.startup = Some((watch, Stacks::new(sel.funcs.len())));
-        sinks.ready_on_first_dispatch = args.stages.ready.is_none() && !sel.dispatch_fallback;
-    }
     let start_unix_ns = crate::export::unix_ns_ago(0);
     if args.data_limit > 0 {
         let header = datafile::Header {

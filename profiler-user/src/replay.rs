@@ -6,20 +6,16 @@
 //! changed.
 use crate::{
     cli::ReportArgs,
-    collector::Sinks,
     datafile,
-    dispatch::{self, Dispatcher},
+    dispatch::{self},
     finish,
     output::OutDir,
-    outputs,
+    outputs, pipeline,
     report::Session,
     select::{Binary, Func},
-    stacks::Stacks,
-    stages::{StageTracker, StagesConfig},
-    startup::StartupWatch,
+    stages::StagesConfig,
     symbolize::Symbolizer,
-    timeline::Timeline,
-    Error, Result,
+    Result,
 };
 
 /// Runs `profiler report`.
@@ -55,11 +51,16 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             open_path: p.into(),
         })
         .collect();
-    let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
-    let index_of = |name: &str| funcs.iter().position(|f| f.name == name).map(|i| i as u32);
     let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
-    let mut dispatcher = Dispatcher::new(
-        dispatch::Config {
+    let trace_events = args.trace_events.unwrap_or(h.trace_events);
+    let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;
+    let exec_ns = h.exec_ns.unwrap_or(0);
+    let mut sinks = pipeline::build(pipeline::Spec {
+        out: &out,
+        pid: h.pid,
+        exe: &h.exe,
+        funcs: &funcs,
+        dispatch: dispatch::Config {
             tid: h.watch_tid,
             thread_name: h.watch_name.clone(),
             rule: h.dispatch_rule.clone(),
@@ -68,52 +69,17 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
             full_tree: args.full_tree || h.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
-            hang_log: Some(out.path().join("hangs.log")),
+            hang_log: None,
         },
-        h.pid,
-        names.clone(),
-        funcs.iter().map(|f| f.dispatch).collect(),
-        h.session_start_ns,
-    );
-    dispatcher.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
-    let trace_events = args.trace_events.unwrap_or(h.trace_events);
-    let timeline = match trace_events {
-        0 => None,
-        limit => Some(
-            Timeline::create(
-                out.create("trace.json")?,
-                h.pid,
-                &h.exe,
-                h.session_start_ns,
-                names,
-                limit,
-            )
-            .map_err(|e| Error::Output {
-                path: out.path().join("trace.json"),
-                reason: e.to_string(),
-            })?,
-        ),
-    };
-    let mut sinks = Sinks::new(h.pid, Stacks::new(funcs.len()), Some(dispatcher), timeline);
-    let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;
-    let resolved = stage_cfg
-        .stages
-        .iter()
-        .map(|s| s.resolve(index_of))
-        .collect::<Result<Vec<_>>>()?;
-    sinks.stages = stage_cfg
-        .roots
-        .iter()
-        .map(|&root| StageTracker::new(resolved.clone(), root, stage_cfg.runs))
-        .collect();
-    let exec_ns = h.exec_ns.unwrap_or(0);
-    if h.launch {
-        let mut watch = StartupWatch::new(index_of("main"), h.ready.as_deref().and_then(index_of));
-        watch.set_exec(exec_ns);
-        sinks.startup = Some((watch, Stacks::new(funcs.len())));
-        sinks.ready_on_first_dispatch = h.ready.is_none() && !h.dispatch_fallback;
+        session_start_ns: h.session_start_ns,
+        trace_events,
+        stages: &stage_cfg,
+        startup: h.launch.then_some((exec_ns, h.ready.as_deref())),
+        dispatch_fallback: h.dispatch_fallback,
+    })?;
+    if let Some(d) = &mut sinks.dispatch {
+        d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
     }
-    out.write("hangs.log", b"")?;
     for entry in &data.entries {
         sinks.replay(entry);
     }
