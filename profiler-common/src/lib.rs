@@ -23,6 +23,14 @@ pub const WATCH_TASK: u32 = 1;
 pub const WATCH_SLOTS: u32 = 2;
 /// Bit of a probe cookie that marks a dispatch function.
 pub const COOKIE_DISPATCH: u64 = 1 << 32;
+/// Bit of a probe cookie that marks a Go function: its events are
+/// [`GoEvent`]s, keyed by goroutine rather than by thread.
+pub const COOKIE_GO: u64 = 1 << 33;
+/// Offset added to a Go event's stack depth so that it reads like a stack
+/// pointer: `sp - g.stack.hi + GO_STACK_BASE`. It is the same for a frame
+/// before and after Go copies the goroutine's stack to grow it, and, as
+/// with a real stack pointer, deeper frames have lower values.
+pub const GO_STACK_BASE: u64 = 1 << 46;
 /// Global (`.rodata`) holding the wake-up threshold in bytes: an event
 /// submitted while less than this much is pending does not wake the agent.
 pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
@@ -82,8 +90,12 @@ pub const PROG_SAMPLE: &str = "prof_sample";
 
 /// Name of the entry uprobe program.
 pub const PROG_ENTRY: &str = "prof_entry";
-/// Name of the return uprobe program.
+/// Name of the return uprobe program (a uretprobe).
 pub const PROG_EXIT: &str = "prof_exit";
+/// Name of the return-site program: a plain uprobe on a `ret` instruction
+/// (or a tail-call `jmp`), which reports the stack pointer plus 8, as a
+/// return uprobe would after the return.
+pub const PROG_RET: &str = "prof_ret";
 
 /// Kind of an [`Event`], stored in the top bits of [`Event::word`].
 pub const KIND_ENTRY: u32 = 0;
@@ -116,6 +128,10 @@ pub const DWARF_MODE_GLOBAL: &str = "DWARF_MODE";
 pub const MAX_USER_FRAMES: usize = 64;
 /// Deepest kernel stack a [`StackEvent`] holds.
 pub const MAX_KERNEL_FRAMES: usize = 32;
+/// A Go function was entered: a [`GoEvent`].
+pub const KIND_GO_ENTRY: u32 = 8;
+/// A Go function returned: a [`GoEvent`].
+pub const KIND_GO_EXIT: u32 = 9;
 /// Bits of [`Event::word`] that hold the function index.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
@@ -157,6 +173,20 @@ impl Event {
     pub const fn func(&self) -> u32 {
         self.word & FUNC_MASK
     }
+}
+
+/// An entry or exit of a Go function: 32 bytes. Goroutines move between
+/// threads and their stacks move when they grow, so calls pair by
+/// goroutine and by depth from the stack's top, not by thread and raw
+/// stack pointer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoEvent {
+    /// Header: [`KIND_GO_ENTRY`] or [`KIND_GO_EXIT`]; `tid` is the thread
+    /// the goroutine ran on, `sp` is `sp - g.stack.hi + GO_STACK_BASE`.
+    pub event: Event,
+    /// The goroutine's `g` (register r14 under Go's register ABI).
+    pub goroutine: u64,
 }
 
 /// A thread's first appearance, with its name: 40 bytes. Sent once per
@@ -242,6 +272,8 @@ unsafe impl aya::Pod for Event {}
 unsafe impl aya::Pod for StackEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for CommEvent {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for GoEvent {}
 
 #[cfg(test)]
 mod tests {
@@ -251,6 +283,7 @@ mod tests {
     fn layouts_and_packing() {
         assert_eq!(core::mem::size_of::<Event>(), 24);
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);
+        assert_eq!(core::mem::size_of::<GoEvent>(), 32);
         assert_eq!(
             core::mem::size_of::<StackEvent>(),
             32 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)

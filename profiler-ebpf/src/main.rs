@@ -1,9 +1,11 @@
 //! Kernel programs of the profiler.
 //!
-//! - `prof_entry` / `prof_exit`: one entry and one return uprobe per traced
-//!   function, with the function's index as the probe cookie (plus
-//!   [`COOKIE_DISPATCH`] for dispatch functions). Each hit writes a 16-byte
-//!   [`Event`] to the `EVENTS` ring buffer.
+//! - `prof_entry`, and `prof_ret` or `prof_exit`: one entry uprobe per
+//!   traced function and either a uprobe on each of its return instructions
+//!   (`prof_ret`) or a return uprobe (`prof_exit`), with the function's
+//!   index as the probe cookie (plus [`COOKIE_DISPATCH`] for dispatch
+//!   functions). Each hit writes a 24-byte [`Event`] to the `EVENTS` ring
+//!   buffer.
 //! - `prof_sched_switch` / `prof_sched_wakeup`: scheduler transitions of the
 //!   watched thread only, so the agent can split a dispatch's wall time into
 //!   on-CPU, blocked and runnable time exactly.
@@ -17,7 +19,8 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
-        bpf_ktime_get_ns, generated::bpf_get_attach_cookie, generated::bpf_probe_read_user,
+        bpf_ktime_get_ns, bpf_probe_read_user, generated::bpf_get_attach_cookie,
+        generated::bpf_probe_read_user as bpf_probe_read_user_raw,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
@@ -28,13 +31,14 @@ use aya_ebpf::{
     EbpfContext, Global,
 };
 use profiler_common::{
-    CommEvent, DwarfSample, Event, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH,
-    COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST,
-    COUNTER_DWARF_LOST, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_SCHED,
-    COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY, CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, KIND_COMM,
-    KIND_DWARF, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP,
-    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY,
-    WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH,
+    COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES,
+    COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN, COUNTER_LOST,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY,
+    CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM, KIND_DWARF, KIND_ENTRY,
+    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT,
+    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
+    SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// Set by the agent at load time: the traced process's tgid.
@@ -109,7 +113,7 @@ fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: 
         let src = sp as *const core::ffi::c_void;
         let mut len = 0u32;
         for size in [DWARF_STACK_BYTES, 8192, 4096, 2048, 1024, 512] {
-            if bpf_probe_read_user(dst.cast(), size as u32, src) == 0 {
+            if bpf_probe_read_user_raw(dst.cast(), size as u32, src) == 0 {
                 len = size as u32;
                 break;
             }
@@ -253,10 +257,50 @@ fn track_watched(kind: u32, cookie: u64) {
     }
 }
 
-/// Handles one probe hit. Does nothing for other processes (the probes are
-/// scoped to the PID already; this is a second guard).
+/// Writes a Go function's entry or exit, keyed by goroutine (`g`, in r14
+/// under Go's register ABI) with the depth below the goroutine stack's top
+/// (`g.stack.hi`, at offset 8 of `runtime.g`). Returns false when `g`
+/// cannot be read; the caller then writes a plain event.
 #[inline(always)]
-fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64) {
+fn emit_go(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, g: u64) -> bool {
+    if g == 0 {
+        return false;
+    }
+    // SAFETY: bpf_probe_read_user copes with any address; failure is an Err.
+    let Ok(hi) = (unsafe { bpf_probe_read_user((g + 8) as *const u64) }) else {
+        return false;
+    };
+    if hi < sp || hi - sp >= GO_STACK_BASE {
+        return false;
+    }
+    let kind = if kind == KIND_ENTRY {
+        KIND_GO_ENTRY
+    } else {
+        KIND_GO_EXIT
+    };
+    match EVENTS.reserve::<GoEvent>(0) {
+        Some(mut slot) => {
+            slot.write(GoEvent {
+                event: Event {
+                    ts_ns,
+                    tid,
+                    word: Event::pack(kind, func),
+                    sp: sp - hi + GO_STACK_BASE,
+                },
+                goroutine: g,
+            });
+            slot.submit(wakeup_flags());
+        }
+        None => bump(COUNTER_LOST),
+    }
+    true
+}
+
+/// Handles one probe hit. Does nothing for other processes (the probes are
+/// scoped to the PID already; this is a second guard). `g` is register r14
+/// (Go's current goroutine, for Go functions).
+#[inline(always)]
+fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64, g: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
     if (pid_tgid >> 32) as u32 != TARGET_TGID.load() {
         bump(COUNTER_FOREIGN);
@@ -269,20 +313,36 @@ fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64) {
         track_watched(kind, cookie);
     }
     announce_thread(tid, ts_ns);
+    if cookie & COOKIE_GO != 0 && emit_go(ts_ns, tid, kind, cookie as u32, sp, g) {
+        return;
+    }
     emit_event(ts_ns, tid, kind, cookie as u32, sp, COUNTER_LOST);
 }
 
 #[uprobe]
 pub fn prof_entry(ctx: ProbeContext) -> u32 {
-    let sp = unsafe { (*ctx.regs).rsp };
-    on_probe(&ctx, KIND_ENTRY, sp);
+    let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
+    on_probe(&ctx, KIND_ENTRY, sp, g);
     0
 }
 
 #[uretprobe]
 pub fn prof_exit(ctx: RetProbeContext) -> u32 {
-    let sp = unsafe { (*ctx.regs).rsp };
-    on_probe(&ctx, KIND_EXIT, sp);
+    let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
+    on_probe(&ctx, KIND_EXIT, sp, g);
+    0
+}
+
+/// Return-site probe: a plain uprobe on one of a function's `ret`
+/// instructions (or a tail-call `jmp`), which leaves the return address on
+/// the stack alone, unlike a uretprobe. The frame is torn down there, so
+/// the stack pointer points at the return address, as at entry; adding 8
+/// gives what a uretprobe would report after the return, and the agent
+/// pairs both the same way.
+#[uprobe]
+pub fn prof_ret(ctx: ProbeContext) -> u32 {
+    let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
+    on_probe(&ctx, KIND_EXIT, sp.wrapping_add(8), g);
     0
 }
 

@@ -137,6 +137,25 @@ pub struct SelectArgs {
     /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
     #[arg(long, default_value_t = 2000, value_name = "N")]
     pub max_funcs: usize,
+    /// How returns are seen: `ret` puts a uprobe on each return instruction
+    /// of a function (the target's stack is left alone, so C++ exceptions,
+    /// Rust panics and Go stack copies are safe); `uretprobe` uses the
+    /// kernel's return probes, which rewrite the return address; `auto`
+    /// uses `ret` wherever an unwinder or Go's runtime may walk the frames.
+    #[arg(long, value_enum, default_value_t = ExitProbes::Auto, value_name = "HOW")]
+    pub exit_probes: ExitProbes,
+}
+
+/// `--exit-probes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExitProbes {
+    /// A uprobe on every return instruction.
+    Ret,
+    /// Return uprobes (they rewrite the return address on the stack).
+    Uretprobe,
+    /// `ret` where unwinding or Go can meet a rewritten return address.
+    #[default]
+    Auto,
 }
 
 /// `profiler record`.

@@ -9,8 +9,9 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{
-    CommEvent, Event, StackEvent, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
-    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED,
+    CommEvent, Event, GoEvent, StackEvent, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY,
+    KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES,
+    MAX_USER_FRAMES, SCHED_BLOCKED,
 };
 use tokio::{
     io::{unix::AsyncFd, Interest},
@@ -20,6 +21,7 @@ use tokio::{
 use crate::{
     datafile::{DataWriter, Entry},
     dispatch::Dispatcher,
+    goroutines::Goroutines,
     probes::CounterMap,
     stacks::Stacks,
     stages::StageTracker,
@@ -92,9 +94,51 @@ pub struct Sinks {
     pub exe: Option<std::path::PathBuf>,
     execd: bool,
     ticks: u32,
+    goroutines: Goroutines,
 }
 
 impl Sinks {
+    /// Applies one function entry or exit.
+    #[inline]
+    fn on_call(&mut self, ev: &Event) {
+        if self.stacks.is_entry_only(ev.func()) {
+            // No exit probe: counted, and seen by nothing that needs the
+            // call's end.
+            self.stacks.on_event(ev);
+            return;
+        }
+        if let (Some(done), Some(tl)) = (self.stacks.on_event(ev), &mut self.timeline) {
+            tl.call(ev.tid, &done);
+        }
+        if let Some(d) = &mut self.dispatch {
+            if ev.tid == d.cfg.tid {
+                d.on_call(ev);
+            }
+        }
+        for st in &mut self.stages {
+            if ev.kind() == KIND_ENTRY {
+                st.on_entry(ev.tid, ev.func(), ev.ts_ns);
+            } else {
+                st.on_exit(ev.tid, ev.func(), ev.ts_ns);
+            }
+        }
+        if let Some((watch, window)) = &mut self.startup {
+            if !watch.is_ready() {
+                if ev.kind() == KIND_ENTRY {
+                    watch.on_entry(ev.func(), ev.ts_ns);
+                }
+                if self.ready_on_first_dispatch {
+                    if let Some(first) = self.dispatch.as_ref().and_then(|d| d.first_start_ns) {
+                        watch.mark_ready(first);
+                    }
+                }
+                if !watch.is_ready() {
+                    window.on_event(ev);
+                }
+            }
+        }
+    }
+
     /// Applies one ring-buffer record.
     #[inline]
     fn on_record(&mut self, rec: &[u8]) {
@@ -105,40 +149,18 @@ impl Sinks {
         // kernel program; `read_unaligned` copes with any alignment.
         let ev = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const Event) };
         match ev.kind() {
-            KIND_ENTRY | KIND_EXIT => {
-                if let (Some(done), Some(tl)) = (self.stacks.on_event(&ev), &mut self.timeline) {
-                    tl.call(ev.tid, &done);
-                }
-                if let Some(d) = &mut self.dispatch {
-                    if ev.tid == d.cfg.tid {
-                        d.on_call(&ev);
-                    }
-                }
-                for st in &mut self.stages {
-                    if ev.kind() == KIND_ENTRY {
-                        st.on_entry(ev.tid, ev.func(), ev.ts_ns);
-                    } else {
-                        st.on_exit(ev.tid, ev.func(), ev.ts_ns);
-                    }
-                }
-                if let Some((watch, window)) = &mut self.startup {
-                    if !watch.is_ready() {
-                        if ev.kind() == KIND_ENTRY {
-                            watch.on_entry(ev.func(), ev.ts_ns);
-                        }
-                        if self.ready_on_first_dispatch {
-                            if let Some(first) =
-                                self.dispatch.as_ref().and_then(|d| d.first_start_ns)
-                            {
-                                watch.mark_ready(first);
-                            }
-                        }
-                        if !watch.is_ready() {
-                            window.on_event(&ev);
-                        }
+            KIND_GO_ENTRY | KIND_GO_EXIT if rec.len() >= size_of::<GoEvent>() => {
+                // SAFETY: as above, for the longer record.
+                let g = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const GoEvent) };
+                let (ev, new) = self.goroutines.event(&g);
+                if let Some(ev) = ev {
+                    self.on_call(&ev);
+                    if new {
+                        self.stacks.set_name(ev.tid, "goroutine".into());
                     }
                 }
             }
+            KIND_ENTRY | KIND_EXIT => self.on_call(&ev),
             KIND_COMM if rec.len() >= size_of::<CommEvent>() => {
                 // SAFETY: as above, for the longer record.
                 let c = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const CommEvent) };
@@ -255,6 +277,7 @@ impl Sinks {
             exe: None,
             execd: false,
             ticks: 0,
+            goroutines: Goroutines::default(),
         }
     }
 

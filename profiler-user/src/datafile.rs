@@ -41,6 +41,9 @@ pub struct FuncInfo {
     pub offset: u64,
     /// A dispatch function.
     pub dispatch: bool,
+    /// How its returns were observed (`ret`, `uretprobe`, `entry`).
+    #[serde(default)]
+    pub exit: String,
 }
 
 /// What is known when recording starts.
@@ -58,6 +61,9 @@ pub struct Header {
     pub dispatch_rule: String,
     /// No dispatch function was known.
     pub dispatch_fallback: bool,
+    /// How returns were observed, in words.
+    #[serde(default)]
+    pub exit_rule: String,
     /// Watched thread and its name.
     pub watch_tid: u32,
     /// Watched thread's name.
@@ -321,8 +327,10 @@ mod tests {
                 binary: 0,
                 offset: 16,
                 dispatch: true,
+                exit: "ret".into(),
             }],
             dispatch_rule: "r".into(),
+            exit_rule: "x".into(),
             dispatch_fallback: false,
             watch_tid: 7,
             watch_name: "x".into(),

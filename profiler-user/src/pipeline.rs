@@ -5,6 +5,7 @@
 use crate::{
     collector::Sinks,
     dispatch::{self, Dispatcher},
+    exits::ExitProbe,
     output::OutDir,
     select::Func,
     stacks::Stacks,
@@ -85,7 +86,14 @@ pub fn build(spec: Spec) -> Result<Sinks> {
             })?,
         ),
     };
-    let mut sinks = Sinks::new(pid, Stacks::new(funcs.len()), Some(dispatcher), timeline);
+    let mut stacks = Stacks::new(funcs.len());
+    stacks.set_entry_only(
+        funcs
+            .iter()
+            .map(|f| matches!(f.exit, ExitProbe::EntryOnly(_)))
+            .collect(),
+    );
+    let mut sinks = Sinks::new(pid, stacks, Some(dispatcher), timeline);
     let resolved = stages
         .stages
         .iter()

@@ -19,13 +19,13 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use profiler_common::{
-    COOKIE_DISPATCH, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM,
+    COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM,
     COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
-    PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
-    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL,
+    TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{multi, select::Selection, Error, Result};
+use crate::{exits::ExitProbe, multi, select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -75,13 +75,55 @@ pub struct Counters {
     pub dwarf_lost: u64,
 }
 
+/// The programs loaded for uprobe_multi links.
+struct MultiPrograms {
+    entry: OwnedFd,
+    exit: OwnedFd,
+    ret: OwnedFd,
+}
+
+/// Which kind of probe point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeKind {
+    /// A function's first instruction.
+    Entry,
+    /// A return uprobe on the function.
+    Return,
+    /// A return instruction (or tail-call jump) of the function.
+    ReturnSite,
+}
+
+/// File offsets and cookies of the `kind` probes of functions `idx`.
+fn probe_points(
+    sel: &Selection,
+    idx: &[usize],
+    kind: ProbeKind,
+    cookie: impl Fn(usize) -> u64,
+) -> (Vec<u64>, Vec<u64>) {
+    let mut offsets = Vec::new();
+    let mut cookies = Vec::new();
+    for &i in idx {
+        let f = &sel.funcs[i];
+        let points: &[u64] = match (kind, &f.exit) {
+            (ProbeKind::Entry, _) | (ProbeKind::Return, ExitProbe::Uretprobe) => {
+                std::slice::from_ref(&f.offset)
+            }
+            (ProbeKind::ReturnSite, ExitProbe::Sites(sites)) => sites,
+            _ => &[],
+        };
+        offsets.extend_from_slice(points);
+        cookies.extend(points.iter().map(|_| cookie(i)));
+    }
+    (offsets, cookies)
+}
+
 /// Loaded programs and their links.
 pub struct Probes {
     /// uprobe_multi links (dropped first: each detaches all its probes in
     /// one RCU grace period).
     multi_links: Vec<OwnedFd>,
     /// Programs loaded for the uprobe_multi links.
-    multi: Option<(OwnedFd, OwnedFd)>,
+    multi: Option<MultiPrograms>,
     /// Probes attached one perf event each (the fallback path).
     per_probe: usize,
     ebpf: Ebpf,
@@ -112,7 +154,7 @@ impl Probes {
             .map_max_entries(EVENTS_MAP, ring_size)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
-        for name in [PROG_ENTRY, PROG_EXIT] {
+        for name in [PROG_ENTRY, PROG_EXIT, PROG_RET] {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(load_error)?;
         }
@@ -129,22 +171,26 @@ impl Probes {
         })
     }
 
-    /// Attaches return probes, then entry probes, to every selected
-    /// function. Returns first so that a call entered mid-attach shows up as
-    /// an orphan exit (counted) rather than as a frame that never closes.
-    /// Returns the number of functions probed.
+    /// Attaches exit probes (return-site uprobes or return uprobes), then
+    /// entry probes, to every selected function. Exits first, so that a
+    /// call entered mid-attach shows up as an orphan exit (counted) rather
+    /// than as a frame that never closes. Returns the number of functions
+    /// probed.
     pub fn attach(&mut self, sel: &Selection, pid: u32) -> Result<usize> {
         assert!(sel.funcs.len() <= MAX_FUNCS as usize);
         let start = Instant::now();
         let cookie = |i: usize| {
-            i as u64
-                | if sel.funcs[i].dispatch {
-                    COOKIE_DISPATCH
-                } else {
-                    0
-                }
+            let f = &sel.funcs[i];
+            let mut c = i as u64;
+            if f.dispatch {
+                c |= COOKIE_DISPATCH;
+            }
+            if sel.binaries[f.binary as usize].go {
+                c |= COOKIE_GO;
+            }
+            c
         };
-        // Fast path: one uprobe_multi link per binary and direction, which
+        // Fast path: one uprobe_multi link per binary and program, which
         // also detaches in one grace period instead of one per probe.
         let mut pending = vec![true; sel.funcs.len()];
         if let Some(progs) = self.multi.as_ref() {
@@ -155,17 +201,24 @@ impl Probes {
                 if idx.is_empty() {
                     continue;
                 }
-                let offsets: Vec<u64> = idx.iter().map(|&i| sel.funcs[i].offset).collect();
-                let cookies: Vec<u64> = idx.iter().map(|&i| cookie(i)).collect();
                 let mut links = Vec::new();
-                for (prog, ret) in [(&progs.1, true), (&progs.0, false)] {
+                let mut failed = false;
+                for (prog, kind) in [
+                    (&progs.ret, ProbeKind::ReturnSite),
+                    (&progs.exit, ProbeKind::Return),
+                    (&progs.entry, ProbeKind::Entry),
+                ] {
+                    let (offsets, cookies) = probe_points(sel, &idx, kind, cookie);
+                    if offsets.is_empty() {
+                        continue;
+                    }
                     match multi::attach_uprobe_multi(
                         prog.as_fd(),
                         &bin.open_path,
                         &offsets,
                         &cookies,
                         pid,
-                        ret,
+                        kind == ProbeKind::Return,
                     ) {
                         Ok(link) => links.push(link),
                         Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
@@ -180,11 +233,12 @@ impl Probes {
                                     bin.open_path.display()
                                 );
                             }
+                            failed = true;
                             break;
                         }
                     }
                 }
-                if links.len() == 2 {
+                if !failed {
                     self.multi_links.extend(links);
                     for i in idx {
                         pending[i] = false;
@@ -194,33 +248,41 @@ impl Probes {
         }
         let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid > 0"));
         let mut ok = vec![true; sel.funcs.len()];
-        for name in [PROG_EXIT, PROG_ENTRY] {
+        for (name, kind) in [
+            (PROG_RET, ProbeKind::ReturnSite),
+            (PROG_EXIT, ProbeKind::Return),
+            (PROG_ENTRY, ProbeKind::Entry),
+        ] {
             let prog: &mut UProbe = program(&mut self.ebpf, name)?;
             for (i, f) in sel.funcs.iter().enumerate() {
                 if !ok[i] || !pending[i] {
                     continue;
                 }
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::AbsoluteOffset(f.offset),
-                    cookie: Some(cookie(i)),
-                };
                 let bin = &sel.binaries[f.binary as usize];
-                let attached = prog.attach(point, &bin.open_path, scope);
-                if attached.is_ok() {
-                    self.per_probe += 1;
-                }
-                if let Err(e) = attached {
-                    let reason = chain(&e);
-                    if reason.contains("Operation not permitted") {
-                        return Err(Error::MissingCapability {
-                            missing: "CAP_SYS_ADMIN".into(),
-                        });
+                let (offsets, _) = probe_points(sel, &[i], kind, cookie);
+                for offset in offsets {
+                    let point = UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(offset),
+                        cookie: Some(cookie(i)),
+                    };
+                    let attached = prog.attach(point, &bin.open_path, scope);
+                    if attached.is_ok() {
+                        self.per_probe += 1;
                     }
-                    if reason.contains("No such process") || reason.contains("No such file") {
-                        return Err(Error::TargetGone(pid));
+                    if let Err(e) = attached {
+                        let reason = chain(&e);
+                        if reason.contains("Operation not permitted") {
+                            return Err(Error::MissingCapability {
+                                missing: "CAP_SYS_ADMIN".into(),
+                            });
+                        }
+                        if reason.contains("No such process") || reason.contains("No such file") {
+                            return Err(Error::TargetGone(pid));
+                        }
+                        ok[i] = false;
+                        self.failed.push((f.name.clone(), reason));
+                        break;
                     }
-                    ok[i] = false;
-                    self.failed.push((f.name.clone(), reason));
                 }
             }
         }
@@ -239,9 +301,10 @@ impl Probes {
         Ok(attached)
     }
 
-    /// The entry and exit programs loaded for uprobe_multi links, or None
-    /// when this kernel cannot (the per-probe path is used then).
-    fn multi_programs(ebpf: &Ebpf) -> Option<(OwnedFd, OwnedFd)> {
+    /// The entry, exit and return-site programs loaded for uprobe_multi
+    /// links, or None when this kernel cannot (the per-probe path is used
+    /// then).
+    fn multi_programs(ebpf: &Ebpf) -> Option<MultiPrograms> {
         let load = |name| {
             multi::load_multi_program(EBPF_OBJECT, ebpf, name)
                 .map_err(|e| {
@@ -251,9 +314,11 @@ impl Probes {
                 })
                 .ok()
         };
-        let entry = load(PROG_ENTRY)?;
-        let exit = load(PROG_EXIT)?;
-        Some((entry, exit))
+        Some(MultiPrograms {
+            entry: load(PROG_ENTRY)?,
+            exit: load(PROG_EXIT)?,
+            ret: load(PROG_RET)?,
+        })
     }
 
     /// How the probes were attached, for the attached line.

@@ -146,7 +146,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     };
     eprintln!(
         "profiler: attached {probed} functions ({} probes) to {what} in {} ms ({}); stop with Ctrl-C",
-        probed * 2,
+        sel.probe_count(),
         probes.attach_ms,
         probes.attach_kind()
     );
@@ -207,10 +207,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
                     binary: f.binary,
                     offset: f.offset,
                     dispatch: f.dispatch,
+                    exit: f.exit.kind().into(),
                 })
                 .collect(),
             dispatch_rule: sel.dispatch_rule.clone(),
             dispatch_fallback: sel.dispatch_fallback,
+            exit_rule: sel.exit_rule.clone(),
             watch_tid,
             watch_name: sinks
                 .dispatch
@@ -315,6 +317,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         capped: sel.capped,
         failed_probes,
         start_unix_ns,
+        exit_rule: sel.exit_rule.clone(),
     };
     if let Some(data) = sinks.data.take() {
         let mut names: Vec<(u32, String)> =

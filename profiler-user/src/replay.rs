@@ -8,6 +8,7 @@ use crate::{
     cli::ReportArgs,
     datafile,
     dispatch::{self},
+    exits::ExitProbe,
     finish,
     output::OutDir,
     outputs, pipeline,
@@ -41,6 +42,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             binary: f.binary,
             offset: f.offset,
             dispatch: f.dispatch,
+            exit: ExitProbe::from_kind(&f.exit),
+            unprobed: None,
         })
         .collect();
     let binaries: Vec<Binary> = h
@@ -49,6 +52,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .map(|p| Binary {
             path: p.into(),
             open_path: p.into(),
+            go: false,
         })
         .collect();
     let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
@@ -93,6 +97,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         capped: t.capped,
         failed_probes: t.failed_probes,
         start_unix_ns: h.start_unix_ns,
+        exit_rule: h.exit_rule.clone(),
     };
     finish::write(
         finish::Finish {

@@ -4,7 +4,13 @@ use std::path::PathBuf;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::{cli::SelectArgs, symbols, target::Target, Error, Result};
+use crate::{
+    cli::{ExitProbes, SelectArgs},
+    exits::{self, ExitProbe, Runtime, Unprobed},
+    symbols,
+    target::Target,
+    Error, Result,
+};
 
 /// Runtime and startup internals left out when no `--func` is given: they
 /// are not the program's own work, and some never return.
@@ -89,6 +95,24 @@ pub struct Func {
     /// True for dispatch functions: an outermost call of one on the watched
     /// thread is one dispatch.
     pub dispatch: bool,
+    /// How its returns are observed.
+    pub exit: ExitProbe,
+    /// A way its frame can end that no exit probe sees (it is closed by
+    /// stack pointer then), with return-site probes.
+    pub unprobed: Option<Unprobed>,
+}
+
+impl Func {
+    fn new(sym: &symbols::Symbol, binary: u32, dispatch: bool) -> Self {
+        Func {
+            name: sym.name.clone(),
+            binary,
+            offset: sym.offset,
+            dispatch,
+            exit: ExitProbe::Uretprobe,
+            unprobed: None,
+        }
+    }
 }
 
 /// A binary searched for functions.
@@ -98,6 +122,8 @@ pub struct Binary {
     pub path: PathBuf,
     /// Path that opens the same file from here (for reading and attaching).
     pub open_path: PathBuf,
+    /// A Go binary: its calls are paired by goroutine.
+    pub go: bool,
 }
 
 /// The outcome of selection.
@@ -114,6 +140,22 @@ pub struct Selection {
     /// True when no dispatch function is known and every outermost traced
     /// call counts as one.
     pub dispatch_fallback: bool,
+    /// How returns are observed, in words, for the reports.
+    pub exit_rule: String,
+}
+
+impl Selection {
+    /// Probes attached: one per entry, return uprobe and return site.
+    pub fn probe_count(&self) -> usize {
+        self.funcs
+            .iter()
+            .map(|f| match &f.exit {
+                ExitProbe::Sites(sites) => 1 + sites.len(),
+                ExitProbe::Uretprobe => 2,
+                ExitProbe::EntryOnly(_) => 1,
+            })
+            .sum()
+    }
 }
 
 /// A function the session needs whatever `--func` says (a stage trigger,
@@ -204,6 +246,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
     let mut binaries = vec![Binary {
         path: target.exe.clone(),
         open_path: target.exe_open_path(),
+        go: false,
     }];
     for lib in &args.libs {
         let m = target.find_library(lib)?;
@@ -212,6 +255,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
             Binary {
                 open_path: m.open_path(target.pid),
                 path: m.path,
+                go: false,
             },
         );
     }
@@ -226,12 +270,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         for (bi, syms) in symbols.iter().enumerate() {
             for sym in syms.iter().filter(|s| pats.matches(s)) {
                 taken.insert((bi as u32, sym.offset));
-                sel.funcs.push(Func {
-                    name: sym.name.clone(),
-                    binary: bi as u32,
-                    offset: sym.offset,
-                    dispatch: true,
-                });
+                sel.funcs.push(Func::new(sym, bi as u32, true));
             }
         }
         if sel.funcs.is_empty() {
@@ -253,7 +292,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         });
         match found {
             Some((bi, sym)) if taken.insert((bi, sym.offset)) => {
-                sel.funcs.push(Func { name: sym.name.clone(), binary: bi, offset: sym.offset, dispatch: false });
+                sel.funcs.push(Func::new(sym, bi, false));
             }
             Some(_) => {}
             None if req.must => {
@@ -284,12 +323,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
                 sel.capped += 1;
                 continue;
             }
-            sel.funcs.push(Func {
-                name: sym.name.clone(),
-                binary: bi as u32,
-                offset: sym.offset,
-                dispatch: false,
-            });
+            sel.funcs.push(Func::new(sym, bi as u32, false));
         }
     }
     sel.binaries = binaries;
@@ -306,6 +340,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
             pid: target.pid,
         });
     }
+    plan_exits(&mut sel, &symbols, args.exit_probes)?;
     if !sel.funcs.iter().any(|f| f.dispatch) {
         for f in &mut sel.funcs {
             f.dispatch = true;
@@ -317,6 +352,83 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
                 .to_string();
     }
     Ok(sel)
+}
+
+/// With `--exit-probes auto`, whether a process with no C++, Rust or Go
+/// code also gets return-site probes (no unwinder walks its frames, so
+/// return uprobes are safe there; the choice is the cheaper one, as
+/// `cargo xtask bench` measures it).
+const AUTO_RET_IN_PLAIN_PROCESS: bool = true;
+
+/// Decides how each selected function's returns are observed (see
+/// [`ExitProbes`]) and finds its return sites.
+fn plan_exits(
+    sel: &mut Selection,
+    symbols: &[Vec<symbols::Symbol>],
+    mode: ExitProbes,
+) -> Result<()> {
+    let mut datas = Vec::with_capacity(sel.binaries.len());
+    for b in &sel.binaries {
+        datas.push(std::fs::read(&b.open_path).map_err(|e| Error::BadElf {
+            path: b.path.clone(),
+            reason: e.to_string(),
+        })?);
+    }
+    let runtimes: Vec<Runtime> = datas.iter().map(|d| exits::runtime_of(d)).collect();
+    let unwinding = runtimes.iter().any(|&r| r != Runtime::Plain);
+    for (b, r) in sel.binaries.iter_mut().zip(&runtimes) {
+        b.go = *r == Runtime::Go;
+    }
+    for (bi, data) in datas.iter().enumerate() {
+        let (use_ret, fallback) = match mode {
+            ExitProbes::Ret => (true, false),
+            ExitProbes::Uretprobe => (false, false),
+            ExitProbes::Auto if unwinding => (true, false),
+            ExitProbes::Auto => (AUTO_RET_IN_PLAIN_PROCESS, true),
+        };
+        let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
+            symbols[bi].iter().map(|s| (s.offset, s)).collect();
+        let mine: Vec<usize> = (0..sel.funcs.len())
+            .filter(|&i| sel.funcs[i].binary as usize == bi)
+            .collect();
+        let plans = exits::plan(
+            data,
+            &symbols[bi],
+            mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
+            use_ret,
+            fallback,
+        );
+        for (i, (exit, unprobed)) in mine.into_iter().zip(plans) {
+            sel.funcs[i].exit = exit;
+            sel.funcs[i].unprobed = unprobed;
+        }
+    }
+    let n = |p: fn(&ExitProbe) -> bool| sel.funcs.iter().filter(|f| p(&f.exit)).count();
+    let (sites, uret, entry_only) = (
+        n(|e| matches!(e, ExitProbe::Sites(_))),
+        n(|e| matches!(e, ExitProbe::Uretprobe)),
+        n(|e| matches!(e, ExitProbe::EntryOnly(_))),
+    );
+    let why = match mode {
+        ExitProbes::Auto if unwinding => {
+            let what: Vec<&str> = runtimes
+                .iter()
+                .filter_map(|r| match r {
+                    Runtime::Go => Some("Go"),
+                    Runtime::Unwinding => Some("C++/Rust unwinding"),
+                    Runtime::Plain => None,
+                })
+                .collect();
+            format!(" (auto: the target has {})", what[0])
+        }
+        ExitProbes::Auto => " (auto)".to_string(),
+        ExitProbes::Ret => " (--exit-probes ret)".to_string(),
+        ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
+    };
+    sel.exit_rule = format!(
+        "{sites} at their return instructions, {uret} with return uprobes, {entry_only} at entry only{why}"
+    );
+    Ok(())
 }
 
 /// Adds the dispatch functions of the first preset whose library (or the
@@ -338,6 +450,7 @@ fn apply_presets(
                 Binary {
                     open_path: m.open_path(target.pid),
                     path: m.path,
+                    go: false,
                 },
             );
             if binaries.len() > before {
@@ -348,12 +461,7 @@ fn apply_presets(
         for bi in candidates {
             for sym in symbols[bi as usize].iter().filter(|s| pats.matches(s)) {
                 if taken.insert((bi, sym.offset)) {
-                    sel.funcs.push(Func {
-                        name: sym.name.clone(),
-                        binary: bi,
-                        offset: sym.offset,
-                        dispatch: true,
-                    });
+                    sel.funcs.push(Func::new(sym, bi, true));
                 }
             }
         }

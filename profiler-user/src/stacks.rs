@@ -5,11 +5,17 @@
 //! function made from the same stack frame (the entry's stack pointer is 8
 //! bytes below the exit's: the return address was popped). If there is none,
 //! the exit is an orphan: counted, and the stack is left intact (never "pop
-//! until match"). The frame check keeps pairing exact when the kernel skips
-//! the returns of calls nested more than 64 deep. Frames above the matched one
-//! lost their exits (a lost event, longjmp, an exception): they are counted
-//! as unfinished and never given invented durations. So are frames still
-//! open at the end.
+//! until match").
+//!
+//! Frames left without a return (an exception, `longjmp`, a tail call
+//! through a pointer, a return the kernel skipped) are closed by stack
+//! pointer: an event whose frame sits at or above an open frame's (a
+//! higher or equal stack pointer; the stack grows down) proves that frame
+//! gone. It is closed then, *unwound*: counted as a call, with its time up
+//! to that event, and marked so the reports say how many. Counts stay
+//! exact, and a frame's time never exceeds its parent's, so self time never
+//! exceeds total time. Frames still open at the end are unfinished and get
+//! no invented duration.
 use std::collections::HashMap;
 
 use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
@@ -33,6 +39,10 @@ pub struct FuncStats {
     pub sum_ns: u64,
     /// Invocations that never completed (still open, or their exit was lost).
     pub unfinished: u64,
+    /// Invocations closed by stack pointer, without a return (included in
+    /// `calls`): an exception or `longjmp` went through them, or a return
+    /// was not seen.
+    pub unwound: u64,
 }
 
 impl FuncStats {
@@ -75,6 +85,19 @@ pub fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
     entry_sp == 0 || exit_sp == 0 || entry_sp.wrapping_add(8) == exit_sp
 }
 
+/// How far above an open frame an event's stack pointer may be and still
+/// prove that frame gone: one thread stack (8 MiB, the usual limit). An
+/// event further up runs on another stack (a signal handler on a
+/// `sigaltstack`), and nests instead.
+const STACK_SPAN: u64 = 8 << 20;
+
+/// True when an event whose frame is at `level` (the stack pointer at its
+/// function's entry) proves the frame entered at `sp` gone.
+#[inline]
+fn is_dead(sp: u64, level: u64) -> bool {
+    sp != 0 && sp <= level && level - sp < STACK_SPAN
+}
+
 /// A call that just completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completed {
@@ -97,6 +120,8 @@ pub struct ThreadState {
     pub orphan_exits: u64,
     /// Frames that never completed.
     pub unfinished_frames: u64,
+    /// Frames closed by stack pointer, without a return.
+    pub unwound_frames: u64,
     /// The thread's name when first seen.
     pub name: Option<String>,
     /// For the aggregate of exited threads of one name: how many it holds
@@ -111,6 +136,33 @@ impl ThreadState {
     /// Current depth of the shadow stack.
     pub fn depth(&self) -> usize {
         self.stack.len()
+    }
+
+    /// Completes the innermost open frame at `ts_ns`; `unwound` when no
+    /// return closed it.
+    fn close_top(&mut self, funcs: &mut [FuncStats], ts_ns: u64, unwound: bool) -> Frame {
+        let f = self.stack.pop().expect("an open frame");
+        let dur = ts_ns.saturating_sub(f.entry_ns);
+        let self_ns = dur.saturating_sub(f.child_ns);
+        let stats = &mut funcs[f.func as usize];
+        stats.complete(dur, self_ns, f.outermost);
+        if unwound {
+            stats.unwound += 1;
+            self.unwound_frames += 1;
+        }
+        self.tree.complete(f.node, dur, self_ns);
+        if let Some(parent) = self.stack.last_mut() {
+            parent.child_ns += dur;
+        }
+        f
+    }
+
+    /// Closes, as unwound, the open frames that an event whose frame sits
+    /// at stack level `level` proves gone.
+    fn unwind_to(&mut self, funcs: &mut [FuncStats], level: u64, ts_ns: u64) {
+        while self.stack.last().is_some_and(|f| is_dead(f.sp, level)) {
+            self.close_top(funcs, ts_ns, true);
+        }
     }
 }
 
@@ -130,6 +182,9 @@ pub struct Stacks {
     /// Threads found dead at the last reap, folded at the next one.
     seen_dead: std::collections::HashSet<u32>,
     new_tids: Vec<u32>,
+    /// Functions with no exit probe: an entry is a call with no duration,
+    /// and opens no frame.
+    entry_only: Vec<bool>,
 }
 
 impl Stacks {
@@ -143,7 +198,19 @@ impl Stacks {
             exited: HashMap::new(),
             seen_dead: Default::default(),
             new_tids: Vec::new(),
+            entry_only: Vec::new(),
         }
+    }
+
+    /// Marks the functions that have no exit probe (`true` at their index).
+    pub fn set_entry_only(&mut self, entry_only: Vec<bool>) {
+        self.entry_only = entry_only;
+    }
+
+    /// True for a function with no exit probe.
+    #[inline]
+    pub fn is_entry_only(&self, func: u32) -> bool {
+        self.entry_only.get(func as usize).copied().unwrap_or(false)
     }
 
     /// Records a thread's name as the kernel saw it on its first event.
@@ -184,7 +251,16 @@ impl Stacks {
         });
         t.events += 1;
         match ev.kind() {
+            KIND_ENTRY if self.entry_only.get(func as usize).copied().unwrap_or(false) => {
+                let parent = t.stack.last().map_or(ROOT, |f| f.node);
+                let node = t.tree.child(parent, func);
+                t.tree.complete(node, 0, 0);
+                funcs[func as usize].complete(0, 0, false);
+            }
             KIND_ENTRY => {
+                if ev.sp != 0 {
+                    t.unwind_to(funcs, ev.sp, ev.ts_ns);
+                }
                 let parent = t.stack.last().map_or(ROOT, |f| f.node);
                 let node = t.tree.child(parent, func);
                 let outermost = !t.stack.iter().any(|f| f.func == func);
@@ -203,25 +279,22 @@ impl Stacks {
                     .iter()
                     .rposition(|f| f.func == func && same_frame(f.sp, ev.sp))
                 else {
+                    // The returning frame was never seen entering, yet
+                    // frames at or below its level are gone.
+                    if ev.sp != 0 {
+                        t.unwind_to(funcs, ev.sp.wrapping_sub(8), ev.ts_ns);
+                    }
                     t.orphan_exits += 1;
                     return None;
                 };
-                for lost in t.stack.drain(pos + 1..) {
-                    funcs[lost.func as usize].unfinished += 1;
-                    t.unfinished_frames += 1;
+                while t.stack.len() > pos + 1 {
+                    t.close_top(funcs, ev.ts_ns, true);
                 }
-                let f = t.stack.pop().expect("pos is in the stack");
-                let dur = ev.ts_ns.saturating_sub(f.entry_ns);
-                let self_ns = dur.saturating_sub(f.child_ns);
-                funcs[func as usize].complete(dur, self_ns, f.outermost);
-                t.tree.complete(f.node, dur, self_ns);
-                if let Some(parent) = t.stack.last_mut() {
-                    parent.child_ns += dur;
-                }
+                let f = t.close_top(funcs, ev.ts_ns, false);
                 return Some(Completed {
                     func,
                     start_ns: f.entry_ns,
-                    dur_ns: dur,
+                    dur_ns: ev.ts_ns.saturating_sub(f.entry_ns),
                 });
             }
             _ => self.invalid_events += 1,
@@ -252,14 +325,8 @@ impl Stacks {
     pub fn cut_window(&mut self, cut_ns: u64) -> u64 {
         let mut cut = 0;
         for t in self.threads.values_mut() {
-            while let Some(f) = t.stack.pop() {
-                let dur = cut_ns.saturating_sub(f.entry_ns);
-                let self_ns = dur.saturating_sub(f.child_ns);
-                self.funcs[f.func as usize].complete(dur, self_ns, f.outermost);
-                t.tree.complete(f.node, dur, self_ns);
-                if let Some(parent) = t.stack.last_mut() {
-                    parent.child_ns += dur;
-                }
+            while !t.stack.is_empty() {
+                t.close_top(&mut self.funcs, cut_ns, false);
                 cut += 1;
             }
         }
@@ -306,17 +373,23 @@ impl Stacks {
         self.threads().map(|t| t.unfinished_frames).sum()
     }
 
+    /// Frames closed by stack pointer, over all threads.
+    pub fn unwound_frames(&self) -> u64 {
+        self.threads().map(|t| t.unwound_frames).sum()
+    }
+
     /// Folds exited threads into one aggregate per thread name: their open
     /// frames become unfinished, their call paths are summed. A thread is
     /// folded once `alive` said no at the previous call too, so everything
     /// it sent before dying has been drained in between; with `now`, at
     /// once (after the final drain). Returns how many threads were reaped.
     pub fn reap(&mut self, alive: impl Fn(u32) -> bool, now: bool) -> Vec<u32> {
+        // Goroutines are not threads: they are never reaped.
         let dead: std::collections::HashSet<u32> = self
             .threads
             .keys()
             .copied()
-            .filter(|&tid| !alive(tid))
+            .filter(|&tid| !crate::goroutines::is_goroutine(tid) && !alive(tid))
             .collect();
         let gone: Vec<u32> = if now {
             dead.iter().copied().collect()
@@ -345,6 +418,7 @@ impl Stacks {
                     agg.events += t.events;
                     agg.orphan_exits += t.orphan_exits;
                     agg.unfinished_frames += t.unfinished_frames;
+                    agg.unwound_frames += t.unwound_frames;
                     agg.tree.absorb(&t.tree);
                     agg.exited_threads += 1;
                 }
@@ -454,14 +528,17 @@ mod tests {
     }
 
     #[test]
-    fn lost_exit_marks_inner_frame_unfinished() {
-        // a { b (exit lost) } : a's duration is unchanged; b is unfinished.
+    fn lost_exit_closes_inner_frame_unwound() {
+        // a { b (exit lost) } : a's duration is unchanged; b is closed at
+        // a's return, marked unwound.
         let s = run(2, &[(0, 1, E, 0), (10, 1, E, 1), (50, 1, X, 0)]);
         assert_eq!(s.funcs[0].calls, 1);
         assert_eq!(s.funcs[0].total_ns, 50);
-        assert_eq!(s.funcs[1].calls, 0);
-        assert_eq!(s.funcs[1].unfinished, 1);
-        assert_eq!(s.unfinished_frames(), 1);
+        assert_eq!(s.funcs[0].self_ns, 10);
+        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!(s.funcs[1].total_ns, 40);
+        assert_eq!(s.unfinished_frames(), 0);
+        assert_eq!(s.unwound_frames(), 1);
     }
 
     #[test]
@@ -500,11 +577,13 @@ mod tests {
         }
         s.on_event(&at(100, X, 908));
         s.on_event(&at(200, X, 1008));
-        assert_eq!(s.funcs[0].calls, 2);
+        // The two frames without a return close at their caller's return.
+        assert_eq!(s.funcs[0].calls, 4);
+        assert_eq!(s.funcs[0].unwound, 2);
         assert_eq!(s.funcs[0].total_ns, 200);
         assert_eq!(s.funcs[0].max_ns, 200);
-        assert_eq!(s.funcs[0].min_ns, 90);
-        assert_eq!(s.funcs[0].unfinished, 2);
+        assert_eq!(s.funcs[0].min_ns, 70);
+        assert_eq!(s.funcs[0].unfinished, 0);
         // A return from a frame that never entered is an orphan.
         s.on_event(&at(300, X, 5008));
         assert_eq!(s.orphan_exits(), 1);
@@ -533,6 +612,85 @@ mod tests {
         assert_eq!(s.thread_count(), 11);
         assert_eq!(s.funcs[0].calls, 10);
         assert_eq!(s.funcs[0].unfinished, 1);
+    }
+
+    fn at(ts: u64, kind: u32, func: u32, sp: u64) -> Event {
+        Event {
+            ts_ns: ts,
+            tid: 1,
+            word: Event::pack(kind, func),
+            sp,
+        }
+    }
+
+    #[test]
+    fn exception_through_frames_closes_them_unwound() {
+        // outer(sp 1000) { middle(900) { thrower(800) throws } } caught in
+        // outer, which then calls middle again and returns.
+        let mut s = Stacks::new(3);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.on_event(&at(20, E, 2, 800));
+        // Caught: the next call from outer is at middle's level.
+        s.on_event(&at(50, E, 1, 900));
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[2].unwound, 1);
+        assert_eq!((s.funcs[1].calls, s.funcs[1].total_ns), (1, 40));
+        assert_eq!((s.funcs[2].calls, s.funcs[2].total_ns), (1, 30));
+        s.on_event(&at(60, X, 1, 908));
+        s.on_event(&at(100, X, 0, 1008));
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 100 - 40 - 10);
+        assert_eq!(s.unwound_frames(), 2);
+        assert_eq!(s.unfinished_frames() + s.orphan_exits(), 0);
+        for f in &s.funcs {
+            assert!(f.self_ns <= f.total_ns, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn longjmp_closes_frames_at_the_return_of_the_setjmp_caller() {
+        // jumper(1000) { via(900) { via(800) longjmp } } back in jumper,
+        // which returns: both via frames close at that return.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.on_event(&at(20, E, 1, 800));
+        s.on_event(&at(70, X, 0, 1008));
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].unwound, 2);
+        assert_eq!(s.funcs[1].total_ns, 60);
+        assert_eq!(s.funcs[1].self_ns, 60);
+        assert_eq!(s.funcs[0].total_ns, 70);
+        assert_eq!(s.funcs[0].self_ns, 10);
+    }
+
+    #[test]
+    fn signal_handler_on_its_own_stack_nests() {
+        // a(sp 0x7000_0000) interrupted by a handler on a sigaltstack far
+        // above: the handler's call nests and does not close a.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 0x7000_0000));
+        s.on_event(&at(10, E, 1, 0x7fff_0000));
+        s.on_event(&at(20, X, 1, 0x7fff_0008));
+        s.on_event(&at(30, X, 0, 0x7000_0008));
+        assert_eq!(s.unwound_frames(), 0);
+        assert_eq!(s.funcs[0].total_ns, 30);
+        assert_eq!(s.funcs[0].self_ns, 20);
+    }
+
+    #[test]
+    fn orphan_exit_still_proves_deeper_frames_gone() {
+        // b(800) open; a return from a frame at 900 never seen entering.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 1, 800));
+        s.on_event(&at(10, X, 0, 908));
+        assert_eq!(s.orphan_exits(), 1);
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[1].total_ns, 10);
     }
 
     #[test]

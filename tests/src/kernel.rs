@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Names of the profiler's BPF programs (profiler-common `PROG_ENTRY`/`PROG_EXIT`).
-pub const PROG_NAMES: [&str; 2] = ["prof_entry", "prof_exit"];
+/// Names of the profiler's BPF programs (profiler-common `PROG_ENTRY`/`PROG_EXIT`/`PROG_RET`).
+pub const PROG_NAMES: [&str; 3] = ["prof_entry", "prof_exit", "prof_ret"];
 
 /// Whether the effective user is root.
 pub fn is_root() -> bool {

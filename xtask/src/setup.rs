@@ -15,6 +15,8 @@ const BPF_LINKER_VERSION: &str = "0.10.0";
 /// Programs the build and the tests need, and the Debian package of each.
 const TEST_TOOLS: &[(&str, &str)] = &[
     ("gcc", "gcc"),
+    // The C++ exception fixture (tests/fixtures/unwind.cpp).
+    ("g++", "g++"),
     ("bpftool", "bpftool"),
     ("setpriv", "util-linux"),
     ("capsh", "libcap2-bin"),

@@ -17,6 +17,8 @@ struct FunctionsJson<'a> {
     lost_events: u64,
     orphan_exits: u64,
     unfinished_frames: u64,
+    unwound_frames: u64,
+    exit_rule: &'a str,
     functions: Vec<FunctionJson<'a>>,
     threads: Vec<ThreadJson>,
 }
@@ -32,6 +34,11 @@ struct FunctionJson<'a> {
     avg_ns: u64,
     max_ns: u64,
     unfinished: u64,
+    /// Calls closed without a return (included in `calls`).
+    unwound: u64,
+    /// How returns were seen: `ret`, `uretprobe` or `entry` (no exit
+    /// probe: `calls` counts entries and there are no durations).
+    exit_probe: &'static str,
 }
 
 #[derive(Serialize)]
@@ -41,6 +48,7 @@ struct ThreadJson {
     events: u64,
     orphan_exits: u64,
     unfinished_frames: u64,
+    unwound_frames: u64,
     /// For the aggregate of exited threads of one name: how many (0: a
     /// live thread, reported on its own).
     exited_threads: u64,
@@ -95,6 +103,8 @@ pub fn render(r: &Report) -> String {
                 avg_ns: st.avg_ns(),
                 max_ns: st.max_ns,
                 unfinished: st.unfinished,
+                unwound: st.unwound,
+                exit_probe: f.exit.kind(),
             }
         })
         .collect();
@@ -107,6 +117,7 @@ pub fn render(r: &Report) -> String {
             events: t.events,
             orphan_exits: t.orphan_exits,
             unfinished_frames: t.unfinished_frames,
+            unwound_frames: t.unwound_frames,
             exited_threads: t.exited_threads,
             functions: thread_functions(r, t),
         })
@@ -124,6 +135,8 @@ pub fn render(r: &Report) -> String {
         lost_events: s.lost_events,
         orphan_exits: r.stacks.orphan_exits(),
         unfinished_frames: r.stacks.unfinished_frames(),
+        unwound_frames: r.stacks.unwound_frames(),
+        exit_rule: &s.exit_rule,
         functions,
         threads,
     };

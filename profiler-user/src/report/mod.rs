@@ -33,6 +33,8 @@ pub struct Session {
     pub failed_probes: usize,
     /// Unix time at the start (pprof's time_nanos).
     pub start_unix_ns: i64,
+    /// How returns were observed, in words.
+    pub exit_rule: String,
 }
 
 /// The finished recording, ready to render.

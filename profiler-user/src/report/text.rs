@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use super::{fmt_ns, Report};
-use crate::stacks::FuncStats;
+use crate::{exits::ExitProbe, stacks::FuncStats};
 
 /// How many functions each table lists.
 const TOP: usize = 20;
@@ -26,15 +26,31 @@ fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]
             fmt_ns(st.avg_ns()),
             fmt_ns(st.max_ns),
             r.funcs[*i].name,
-            if st.unfinished > 0 {
-                format!("  ({} unfinished)", st.unfinished)
-            } else {
-                String::new()
-            },
+            notes(st, &r.funcs[*i]),
         );
     }
     if rows.len() > TOP {
         let _ = writeln!(out, "  ... {} more in functions.json", rows.len() - TOP);
+    }
+}
+
+/// What to say beside a function's row: frames without a return, and
+/// functions counted at entry only.
+fn notes(st: &FuncStats, f: &crate::select::Func) -> String {
+    let mut parts = Vec::new();
+    if st.unfinished > 0 {
+        parts.push(format!("{} unfinished", st.unfinished));
+    }
+    if st.unwound > 0 {
+        parts.push(format!("{} unwound", st.unwound));
+    }
+    if let ExitProbe::EntryOnly(_) = f.exit {
+        parts.push("entry only: no durations".to_string());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", parts.join(", "))
     }
 }
 
@@ -60,6 +76,17 @@ pub fn render(r: &Report) -> String {
         r.stacks.orphan_exits(),
         r.stacks.unfinished_frames(),
     );
+    if !s.exit_rule.is_empty() {
+        let _ = writeln!(out, "returns: {}", s.exit_rule);
+    }
+    let unwound = r.stacks.unwound_frames();
+    if unwound > 0 {
+        let _ = writeln!(
+            out,
+            "note: {unwound} frames ended without a return (an exception, longjmp, a tail call, or a return not seen); \
+             they were closed when the stack showed them gone, marked unwound"
+        );
+    }
     if s.lost_events > 0 {
         let _ = writeln!(
             out,
