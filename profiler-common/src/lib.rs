@@ -260,6 +260,59 @@ pub struct DwarfSample {
     pub stack: [u8; DWARF_STACK_BYTES],
 }
 
+/// How to find the canonical frame address (CFA: the stack pointer just
+/// before the call that made this frame) in an [`UnwindRow`].
+pub mod cfa {
+    /// `rsp + offset`.
+    pub const RSP: u8 = 1;
+    /// `rbp + offset`.
+    pub const RBP: u8 = 2;
+    /// A lazy-binding PLT stub (`.plt`): `rsp + 8`, plus 8 more once the
+    /// stub has pushed its index, i.e. when `(rip & 15) >= cfa_offset`
+    /// (11 in classic PLTs, 10 in some linkers' output), as the standard
+    /// `DW_CFA_def_cfa_expression` of x86-64 PLTs computes.
+    pub const PLT: u8 = 3;
+    /// The return address is undefined: the outermost frame (`_start`,
+    /// `clone`, a thread's start). The stack is complete.
+    pub const END: u8 = 4;
+    /// A rule the unwinder cannot follow (another DWARF expression, or a
+    /// return address not at `CFA - 8`): unwinding stops, counted.
+    pub const UNSUPPORTED: u8 = 5;
+}
+
+/// Where the caller's `rbp` is, in an [`UnwindRow`].
+pub mod rbp {
+    /// Unchanged (not saved by this frame).
+    pub const SAME: u8 = 0;
+    /// Saved at `CFA + offset`.
+    pub const AT_CFA: u8 = 1;
+    /// A rule the unwinder cannot follow: `rbp` becomes unknown.
+    pub const UNSUPPORTED: u8 = 2;
+}
+
+/// One row of a compiled unwind table: how to unwind one frame whose
+/// program counter is at or after `pc` (an ELF virtual address of its
+/// binary) and before the next row's. The return address is always at
+/// `CFA - 8` on x86-64. 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindRow {
+    /// First ELF virtual address the row covers.
+    pub pc: u64,
+    /// How to compute the CFA: a [`cfa`] constant.
+    pub cfa_kind: u8,
+    /// Where the caller's `rbp` is: a [`rbp`] constant.
+    pub rbp_kind: u8,
+    /// Offset of the CFA from its base register.
+    pub cfa_offset: i16,
+    /// Offset of the saved `rbp` from the CFA (for [`rbp::AT_CFA`]).
+    pub rbp_offset: i16,
+    /// Zero.
+    pub pad: u16,
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for UnwindRow {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for DwarfSample {}
 #[cfg(feature = "user")]
@@ -284,6 +337,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Event>(), 24);
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);
         assert_eq!(core::mem::size_of::<GoEvent>(), 32);
+        assert_eq!(core::mem::size_of::<UnwindRow>(), 16);
         assert_eq!(
             core::mem::size_of::<StackEvent>(),
             32 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)
