@@ -135,7 +135,7 @@ pub struct SelectArgs {
     pub dispatch: Vec<String>,
     /// Probe at most this many functions. Each probed call costs about 4 µs
     /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
-    #[arg(long, default_value_t = 2000, value_name = "N")]
+    #[arg(long, default_value_t = 2000, value_name = "N", value_parser = parse_max_funcs)]
     pub max_funcs: usize,
     /// How returns are seen: `ret` puts a uprobe on each return instruction
     /// of a function (the target's stack is left alone, so C++ exceptions,
@@ -316,6 +316,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("bad size {s:?}: use bytes with an optional K, M or G suffix"))
+}
+
+fn parse_max_funcs(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("--max-funcs 0 would probe nothing: give at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a count: give a positive integer")),
+    }
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {

@@ -8,6 +8,14 @@ pub enum Error {
     /// The PID names no live process.
     #[error("no process with PID {0}: check the PID with `pgrep` or `ps`")]
     NoSuchProcess(u32),
+    /// The PID names a kernel thread, which runs no user code.
+    #[error("PID {pid} is a kernel thread ({name}): it runs no user-space code to probe; give the PID of a user process")]
+    KernelThread {
+        /// The PID.
+        pid: u32,
+        /// Its name.
+        name: String,
+    },
     /// The target exited or was replaced while we were setting up.
     #[error("PID {0} exited while attaching; start it again and retry")]
     TargetGone(u32),

@@ -60,7 +60,14 @@ impl Target {
         }
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
+            // A live process without an executable is a kernel thread.
+            std::io::ErrorKind::NotFound => match fs::read_to_string(format!("/proc/{pid}/comm")) {
+                Ok(name) => Error::KernelThread {
+                    pid,
+                    name: name.trim_end().to_string(),
+                },
+                Err(_) => Error::NoSuchProcess(pid),
+            },
             _ => Error::io(
                 format!("reading /proc/{pid}/exe (is it a kernel thread?)"),
                 e,

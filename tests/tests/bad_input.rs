@@ -248,3 +248,26 @@ fn output_file_is_symlink() {
         "link target changed"
     );
 }
+
+#[test]
+fn kernel_thread_is_named_as_such() {
+    require_root!();
+    let out = TempDir::new("kthread");
+    let o = out.path().to_str().unwrap();
+    // PID 2 is kthreadd on Linux.
+    let fin = profiler(&["record", "--pid", "2", "--out", o, "--duration", "1s"]);
+    assert_error(&fin, "PID 2 is a kernel thread (kthreadd)", true);
+    assert_nothing_attached();
+}
+
+#[test]
+fn zero_max_funcs_is_refused_by_name() {
+    let fin = profiler(&["record", "--pid", "1", "--max-funcs", "0"]);
+    assert_eq!(fin.status.code(), Some(2), "{fin:?}");
+    assert_eq!(fin.stderr.len(), 1, "{fin:?}");
+    assert!(
+        fin.stderr[0].starts_with("profiler: error: ")
+            && fin.stderr[0].contains("--max-funcs 0 would probe nothing"),
+        "{fin:?}"
+    );
+}

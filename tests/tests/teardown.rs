@@ -24,12 +24,14 @@ fn sigkill_during_calls_leaves_target_unharmed() {
     fx.release();
 }
 
-/// Runs rec_fn(100) 5 times under the profiler; checks the target ran
-/// normally and nothing was left behind.
-fn deep_recursion() -> (serde_json::Value, Outputs) {
+/// Runs rec_fn(100) 5 times under the profiler (with `extra` options);
+/// checks the target ran normally and nothing was left behind.
+fn deep_recursion(extra: &[&str]) -> (serde_json::Value, Outputs) {
     let out = TempDir::new("deep");
     let mut fx = Fixture::spawn(calls_exe(), &["deep"]);
-    let rec = Recording::start(fx.pid, out.path(), &["--func", "rec_fn"]);
+    let mut args = vec!["--func", "rec_fn"];
+    args.extend_from_slice(extra);
+    let rec = Recording::start(fx.pid, out.path(), &args);
     let truth = fx.run();
     assert_eq!(
         num(truth_fn(&truth, "rec_fn"), "calls"),
@@ -47,31 +49,49 @@ fn deep_recursion() -> (serde_json::Value, Outputs) {
 #[test]
 fn recursion_past_uretprobe_limit_leaves_target_unharmed() {
     require_root!();
-    deep_recursion();
+    deep_recursion(&[]);
+}
+
+#[test]
+fn recursion_100_deep_sees_every_return_with_return_site_probes() {
+    require_root!();
+    let (truth, o) = deep_recursion(&[]);
+    // Return-site probes have no nesting limit: every return is seen.
+    assert_eq!(o.get("lost_events"), 0);
+    assert_eq!(o.get("events"), 1000, "500 entries + 500 exits");
+    assert_eq!(o.sum("rec_fn", "calls"), 500);
+    assert_eq!(o.get("unwound_frames") + o.get("unfinished_frames"), 0);
+    assert_close(
+        "outermost total of rec_fn",
+        o.sum("rec_fn", "total_ns"),
+        num(truth_fn(&truth, "rec_fn"), "total_ns"),
+    );
 }
 
 #[test]
 fn recursion_past_uretprobe_limit_pairs_returns_with_their_frames() {
     require_root!();
-    let (truth, o) = deep_recursion();
+    let (truth, o) = deep_recursion(&["--exit-probes", "uretprobe"]);
     // The kernel gives a return probe to the 64 outermost frames only
     // (prepare_uretprobe's MAX_URETPROBE_DEPTH): each rec_fn(100) has 64
-    // completed calls, including the outermost, and 36 frames that never
-    // report a return. Those must be unfinished, and the returns that do
-    // arrive must close the frames they belong to, not the innermost open one.
+    // returns, including the outermost, and 36 frames that never report
+    // one. The returns that do arrive must close the frames they belong to,
+    // not the innermost open one; the 36 are closed with them, unwound.
     assert_eq!(o.get("lost_events"), 0);
     assert_eq!(o.get("events"), 500 + 5 * 64, "500 entries + 320 exits");
     assert_eq!(
         o.sum("rec_fn", "calls"),
-        5 * 64,
-        "completed calls: {}",
+        500,
+        "every call counted: {}",
         o.json
     );
     assert_eq!(
-        o.get("unfinished_frames"),
+        o.get("unwound_frames"),
         5 * 36,
         "frames whose return was omitted"
     );
+    assert_eq!(o.get("unfinished_frames"), 0);
+    assert!(o.report.contains("with return uprobes"), "{}", o.report);
     let t = truth_fn(&truth, "rec_fn");
     assert_close(
         "outermost total of rec_fn",

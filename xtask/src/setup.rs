@@ -17,6 +17,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("gcc", "gcc"),
     // The C++ exception fixture (tests/fixtures/unwind.cpp).
     ("g++", "g++"),
+    // The Go fixture (tests/fixtures/gostack.go).
+    ("go", "golang-go"),
     ("bpftool", "bpftool"),
     ("setpriv", "util-linux"),
     ("capsh", "libcap2-bin"),

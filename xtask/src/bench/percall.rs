@@ -36,21 +36,33 @@ pub fn measure(label: &'static str, bin: &Path, iters: u64, repeat: usize, work:
         "prof-{}",
         label.split_whitespace().next().unwrap_or("x")
     ));
-    let profiler = repeated(repeat, || {
-        run(
-            bin,
-            &args,
-            With::Profiler {
-                out: out.clone(),
-                extra: &[],
-            },
-        )
-    });
+    // Both exit-probe mechanisms, side by side: a uprobe on each `ret`
+    // (the stack is left alone) and a return uprobe (it rewrites the
+    // return address, like bpftrace's uretprobe).
+    let profiler = |how: &str| {
+        let extra = ["--exit-probes".to_string(), how.to_string()];
+        repeated(repeat, || {
+            run(
+                bin,
+                &args,
+                With::Profiler {
+                    out: out.clone(),
+                    extra: &extra,
+                },
+            )
+        })
+    };
+    let ret = profiler("ret");
+    let uretprobe = profiler("uretprobe");
     let bpftrace = repeated(repeat, || run(bin, &args, With::Bpftrace));
     Case {
         label,
         untraced,
-        tracers: vec![("profiler", profiler), ("bpftrace", bpftrace)],
+        tracers: vec![
+            ("profiler, ret sites", ret),
+            ("profiler, uretprobe", uretprobe),
+            ("bpftrace", bpftrace),
+        ],
     }
 }
 
