@@ -58,8 +58,10 @@ pub const COUNTER_CPU_USER_STACK_LOST: u32 = 6;
 pub const COUNTER_CPU_COUNTS_FULL: u32 = 7;
 /// DWARF-mode samples that could not be put in the ring (it was full).
 pub const COUNTER_DWARF_LOST: u32 = 8;
+/// User stacks the table unwinder could not store (the stacks map was full).
+pub const COUNTER_USER_STACKS_FULL: u32 = 9;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 9;
+pub const COUNTER_COUNT: u32 = 10;
 
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
@@ -226,10 +228,92 @@ pub struct SampleKey {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// User stack id in [`CPU_STACKS_MAP`], or -1.
+    /// User stack id in [`CPU_STACKS_MAP`] (frame-pointer walk), or -1.
     pub user_stack: i32,
     /// Kernel stack id in [`CPU_STACKS_MAP`], or -1.
     pub kernel_stack: i32,
+    /// Key of the user stack in [`USER_STACKS_MAP`] (table unwinder), or 0.
+    pub user_hash: u64,
+}
+
+/// How user stacks are walked in the kernel ([`UNWIND_MODE_GLOBAL`]).
+pub mod unwind_mode {
+    /// Frame pointers only (the kernel's own walk).
+    pub const FP: u32 = 0;
+    /// Compiled unwind tables, frame pointers where a mapping has none.
+    pub const TABLES: u32 = 1;
+}
+/// Global (`.rodata`): an [`unwind_mode`] constant.
+pub const UNWIND_MODE_GLOBAL: &str = "UNWIND_MODE";
+/// Deepest user stack the table unwinder walks.
+pub const MAX_UNWIND_FRAMES: usize = 128;
+/// Most executable mappings of one process the table unwinder knows.
+pub const MAX_MAPPINGS: usize = 256;
+/// Array of [`UnwindRow`]s: every compiled table, each a contiguous range.
+pub const UNWIND_ROWS_MAP: &str = "UNWIND_ROWS";
+/// Hash of tgid -> [`ProcMaps`].
+pub const UNWIND_PROCS_MAP: &str = "UNWIND_PROCS";
+/// Hash of stack key -> [`UserStack`] (the table unwinder's stacks).
+pub const USER_STACKS_MAP: &str = "USER_STACKS";
+/// Capacity of [`UNWIND_PROCS_MAP`].
+pub const UNWIND_PROCS_CAPACITY: u32 = 8192;
+
+/// Why the table unwinder stopped ([`UserStack::end`]).
+pub mod unwind_end {
+    /// The outermost frame: its return address is undefined by the CFI.
+    pub const ROOT: u32 = 1;
+    /// A frame-pointer walk reached a null frame pointer or return address.
+    pub const FP_END: u32 = 2;
+    /// Reading the stack failed (unmapped, or paged out in the sampler).
+    pub const READ_FAULT: u32 = 3;
+    /// [`super::MAX_UNWIND_FRAMES`] frames.
+    pub const DEPTH: u32 = 4;
+    /// A CFI rule the unwinder does not follow.
+    pub const UNSUPPORTED: u32 = 5;
+    /// The process has no tables (yet): the kernel's frame-pointer walk.
+    pub const NO_TABLES: u32 = 6;
+    /// The walk went nowhere (the stack pointer did not move up).
+    pub const BAD_FRAME: u32 = 7;
+}
+
+/// A user stack walked with the unwind tables.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UserStack {
+    /// Frames used.
+    pub len: u32,
+    /// Why the walk stopped: an [`unwind_end`] constant.
+    pub end: u32,
+    /// Return addresses, innermost first (the first is the sampled pc).
+    pub frames: [u64; MAX_UNWIND_FRAMES],
+}
+
+/// One executable file mapping of a process, for the table unwinder.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecMapping {
+    /// First address.
+    pub start: u64,
+    /// End (exclusive).
+    pub end: u64,
+    /// Subtracted from an address to give the ELF virtual address.
+    pub bias: u64,
+    /// First row of its table in [`UNWIND_ROWS_MAP`].
+    pub table_start: u32,
+    /// Rows in its table; 0: no table, walk frame pointers.
+    pub table_len: u32,
+}
+
+/// A process's executable mappings, sorted by `start`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcMaps {
+    /// Entries used in `maps`.
+    pub len: u32,
+    /// Zero.
+    pub pad: u32,
+    /// The mappings.
+    pub maps: [ExecMapping; MAX_MAPPINGS],
 }
 
 /// Where and since when a thread has been off the CPU.
@@ -314,6 +398,12 @@ pub struct UnwindRow {
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for UnwindRow {}
 #[cfg(feature = "user")]
+unsafe impl aya::Pod for UserStack {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ExecMapping {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ProcMaps {}
+#[cfg(feature = "user")]
 unsafe impl aya::Pod for DwarfSample {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for SampleKey {}
@@ -338,6 +428,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);
         assert_eq!(core::mem::size_of::<GoEvent>(), 32);
         assert_eq!(core::mem::size_of::<UnwindRow>(), 16);
+        assert_eq!(core::mem::size_of::<SampleKey>(), 24);
+        assert_eq!(core::mem::size_of::<ExecMapping>(), 32);
+        assert_eq!(core::mem::size_of::<ProcMaps>(), 8 + 32 * MAX_MAPPINGS);
+        assert_eq!(core::mem::size_of::<UserStack>(), 8 + 8 * MAX_UNWIND_FRAMES);
         assert_eq!(
             core::mem::size_of::<StackEvent>(),
             32 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)

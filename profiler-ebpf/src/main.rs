@@ -15,6 +15,8 @@
 #![no_std]
 #![no_main]
 
+mod unwind;
+
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
@@ -28,33 +30,53 @@ use aya_ebpf::{
         tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext,
         RetProbeContext,
     },
-    EbpfContext, Global,
+    EbpfContext,
 };
 use profiler_common::{
-    CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, SampleKey, StackEvent, COOKIE_DISPATCH,
-    COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES,
+    unwind_mode, CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, SampleKey, StackEvent,
+    COOKIE_DISPATCH, COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES,
     COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN, COUNTER_LOST,
-    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, CPU_COUNTS_CAPACITY,
-    CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM, KIND_DWARF, KIND_ENTRY,
-    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT,
-    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, COUNTER_USER_STACKS_FULL,
+    CPU_COUNTS_CAPACITY, CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM,
+    KIND_DWARF, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
+    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
     SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
+/// A value the agent sets at load time (`.rodata`, through
+/// `EbpfLoader::override_global`), read with a volatile load so the
+/// compiler cannot fold the placeholder. Unlike aya's `Global`, it holds no
+/// `MaybeUninit`: the kernel refuses that union's BTF, and without BTF a
+/// program cannot use a `bpf_loop` callback (the table unwinder does).
+#[repr(transparent)]
+struct Setting<T>(T);
+
+impl<T: Copy> Setting<T> {
+    const fn new(value: T) -> Self {
+        Setting(value)
+    }
+
+    #[inline(always)]
+    fn load(&self) -> T {
+        // SAFETY: a plain read of a static.
+        unsafe { core::ptr::read_volatile(&self.0) }
+    }
+}
+
 /// Set by the agent at load time: the traced process's tgid.
 #[unsafe(no_mangle)]
-static TARGET_TGID: Global<u32> = Global::new(0);
+static TARGET_TGID: Setting<u32> = Setting::new(0);
 
 /// Set by the agent at load time: the watched thread (0: none).
 #[unsafe(no_mangle)]
-static WATCH_TID: Global<u32> = Global::new(0);
+static WATCH_TID: Setting<u32> = Setting::new(0);
 
 /// Set by the agent at load time: wake the agent only once this many bytes
 /// are pending, so a busy target does not pay for a wake-up per event. The
 /// agent also drains the ring on a short timer, so quiet periods are not
 /// delayed by more than that tick.
 #[unsafe(no_mangle)]
-static WAKEUP_BYTES: Global<u64> = Global::new(0);
+static WAKEUP_BYTES: Setting<u64> = Setting::new(0);
 
 /// Size is overridden by the agent (`--ring-size`).
 #[map(name = "EVENTS")]
@@ -86,7 +108,7 @@ static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_C
 /// Set by the agent at load time: copy user stacks of user-mode samples
 /// for DWARF unwinding instead of walking frame pointers.
 #[unsafe(no_mangle)]
-static DWARF_MODE: Global<u32> = Global::new(0);
+static DWARF_MODE: Setting<u32> = Setting::new(0);
 
 /// Copies the top of the user stack and the registers of a user-mode
 /// sample into the ring. Tries shorter copies when the stack's mapping ends
@@ -123,9 +145,36 @@ fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: 
     slot.submit(wakeup_flags());
 }
 
+/// Set by the agent at load time: how user stacks are walked (an
+/// `unwind_mode` constant: frame pointers, or the compiled tables).
+#[unsafe(no_mangle)]
+static UNWIND_MODE: Setting<u32> = Setting::new(0);
+
+/// True when user stacks are walked with the compiled tables.
+#[inline(always)]
+fn tables() -> bool {
+    UNWIND_MODE.load() == unwind_mode::TABLES
+}
+
+/// The current user stack's id in `CPU_STACKS` (frame pointers) or key in
+/// `USER_STACKS` (tables): `(user_stack, user_hash)`.
+#[inline(always)]
+fn user_stack_key<C: EbpfContext + StackIdContext>(ctx: &C, pid: u32) -> (i32, u64) {
+    if tables() {
+        return (-1, unwind::store(pid, || bump(COUNTER_USER_STACKS_FULL)));
+    }
+    match ctx.get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64) {
+        Ok(id) => (id as i32, 0),
+        Err(_) => {
+            bump(COUNTER_CPU_USER_STACK_LOST);
+            (-1, 0)
+        }
+    }
+}
+
 /// Set by the agent at load time: sample every process (1) or only the target.
 #[unsafe(no_mangle)]
-static SAMPLE_ALL: Global<u32> = Global::new(0);
+static SAMPLE_ALL: Setting<u32> = Setting::new(0);
 
 #[map(name = "WATCH")]
 static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
@@ -192,16 +241,33 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
             word: Event::pack(kind, state),
             sp: 0,
         };
-        let user = bpf_get_stack(
-            ctx.as_ptr(),
-            (*ev).user.as_mut_ptr().cast(),
-            (MAX_USER_FRAMES * 8) as u32,
-            BPF_F_USER_STACK as u64,
-        );
-        if user < 0 {
-            bump(COUNTER_STACK_ERRORS);
+        if tables() {
+            let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            (*ev).user_len = 0;
+            if let Some((stack, _)) = unwind::walk(pid) {
+                let len = ((*stack).len as usize).min(MAX_USER_FRAMES);
+                for i in 0..MAX_USER_FRAMES {
+                    if i >= len {
+                        break;
+                    }
+                    (*ev).user[i] = (*stack).frames[i];
+                }
+                (*ev).user_len = len as u32;
+            } else {
+                bump(COUNTER_STACK_ERRORS);
+            }
+        } else {
+            let user = bpf_get_stack(
+                ctx.as_ptr(),
+                (*ev).user.as_mut_ptr().cast(),
+                (MAX_USER_FRAMES * 8) as u32,
+                BPF_F_USER_STACK as u64,
+            );
+            if user < 0 {
+                bump(COUNTER_STACK_ERRORS);
+            }
+            (*ev).user_len = if user > 0 { (user / 8) as u32 } else { 0 };
         }
-        (*ev).user_len = if user > 0 { (user / 8) as u32 } else { 0 };
         let kernel = bpf_get_stack(
             ctx.as_ptr(),
             (*ev).kernel.as_mut_ptr().cast(),
@@ -428,13 +494,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
             return 0;
         }
     }
-    let user_stack = match ctx.get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64) {
-        Ok(id) => id as i32,
-        Err(_) => {
-            bump(COUNTER_CPU_USER_STACK_LOST);
-            -1
-        }
-    };
+    let (user_stack, user_hash) = user_stack_key(&ctx, pid);
     let kernel_stack = match ctx.get_stackid(&CPU_STACKS, 0) {
         Ok(id) => id as i32,
         // No kernel stack: the sample was taken in user mode.
@@ -445,6 +505,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
         tid,
         user_stack,
         kernel_stack,
+        user_hash,
     };
     match CPU_COUNTS.get_ptr_mut(key) {
         // Per-CPU values: no other CPU writes this slot.
@@ -478,15 +539,14 @@ pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
     let tid = pid_tgid as u32;
     let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load());
     if wanted && preempt & 0xff == 0 && prev_state as u32 != 0 {
-        let user_stack = ctx
-            .get_stackid(&CPU_STACKS, BPF_F_USER_STACK as u64)
-            .map_or(-1, |id| id as i32);
+        let (user_stack, user_hash) = user_stack_key(&ctx, pid);
         let kernel_stack = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);
         let key = SampleKey {
             pid,
             tid,
             user_stack,
             kernel_stack,
+            user_hash,
         };
         let _ = OFFCPU_START.insert(prev, OffCpuStart { ts_ns, key }, 0);
         if unsafe { CPU_COMMS.get(tid) }.is_none() {

@@ -69,10 +69,14 @@ pub struct SampleArgs {
     /// Sample every process on every CPU.
     #[arg(long, short = 'a')]
     pub all: bool,
-    /// Unwind user stacks with the binaries' `.eh_frame` tables (for code
-    /// built without frame pointers): the kernel copies 16 KiB of user stack
-    /// per sample. With --pid only.
-    #[arg(long, conflicts_with = "all")]
+    /// How user stacks are walked: `tables` (default: each binary's
+    /// `.eh_frame` compiled into tables the kernel walks; frame pointers in
+    /// JIT code), `fp` (frame pointers only), or `copy` (16 KiB of stack
+    /// copied per sample and unwound in the agent; with --pid only).
+    #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
+    pub unwind: UnwindMode,
+    /// Same as `--unwind copy` (kept for older scripts).
+    #[arg(long, hide = true, conflicts_with = "all")]
     pub dwarf: bool,
     /// Also record where threads block, weighted by the time off the CPU
     /// (offcpu.folded, offcpu.svg).
@@ -146,6 +150,20 @@ pub struct SelectArgs {
     pub exit_probes: ExitProbes,
 }
 
+/// `--unwind`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnwindMode {
+    /// Compiled `.eh_frame` tables walked in the kernel, frame pointers
+    /// where a binary has none.
+    #[default]
+    Tables,
+    /// Frame pointers only (the kernel's own walk).
+    Fp,
+    /// A copy of the top 16 KiB of the stack per sample, unwound in the
+    /// agent (`--pid` only).
+    Copy,
+}
+
 /// `--exit-probes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExitProbes {
@@ -199,6 +217,11 @@ pub struct RecordArgs {
     /// (default 997): writes cpu.folded and cpu.svg.
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]
     pub sample: Option<u64>,
+    /// How user stacks are walked by every sampler (`--sample`, the
+    /// in-dispatch sampler, blocked and off-CPU stacks): `tables` (default)
+    /// or `fp`. See `profiler sample --help`.
+    #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
+    pub unwind: UnwindMode,
     #[command(flatten)]
     pub dispatch: DispatchArgs,
     #[command(flatten)]

@@ -95,6 +95,9 @@ pub struct Sinks {
     execd: bool,
     ticks: u32,
     goroutines: Goroutines,
+    /// The kernel's unwind tables (`--unwind tables`), refreshed once a
+    /// second (dlopen, and the exec of a launched command).
+    pub tables: Option<crate::tables::Tables>,
 }
 
 impl Sinks {
@@ -278,6 +281,7 @@ impl Sinks {
             execd: false,
             ticks: 0,
             goroutines: Goroutines::default(),
+            tables: None,
         }
     }
 
@@ -291,6 +295,9 @@ impl Sinks {
             }
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
+            }
+            if let Some(t) = &mut self.tables {
+                t.add_process(self.pid);
             }
             // Exited threads' state folds into one aggregate per name.
             self.reap(false);

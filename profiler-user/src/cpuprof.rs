@@ -13,8 +13,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    SampleKey, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE,
-    PROG_OFFCPU,
+    unwind_end, SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, OFFCPU_NS_MAP,
+    PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
 };
 
 use crate::{probes::chain, report::flame::folded_frame, symbolize::Symbolizer, Error, Result};
@@ -33,8 +33,22 @@ const STACK_ROOTS: &[&str] = &[
     "__clone3",
     "__GI___clone3",
     "thread_start",
-    "main",
+    "runtime.goexit",
 ];
+
+/// Words for an `unwind_end` reason, for cpu.txt.
+pub fn end_reason(end: u32) -> &'static str {
+    match end {
+        unwind_end::ROOT => "reached the outermost frame",
+        unwind_end::FP_END => "frame-pointer chain ended",
+        unwind_end::READ_FAULT => "stack unreadable",
+        unwind_end::DEPTH => "depth limit (128 frames)",
+        unwind_end::UNSUPPORTED => "CFI rule not supported",
+        unwind_end::NO_TABLES => "no tables for the process (frame pointers)",
+        unwind_end::BAD_FRAME => "bad frame (stack pointer did not move up)",
+        _ => "unknown",
+    }
+}
 
 /// Starts sampling at `hz` on every online CPU.
 /// Starts sampling at `hz` on every online CPU, with the hardware cycles
@@ -85,6 +99,8 @@ pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
 /// The maps the sampler fills, taken out of the object so they outlive it.
 pub struct CpuMaps {
     stacks: StackTraceMap<MapData>,
+    /// Stacks walked with the unwind tables, by key.
+    user_stacks: MapHash<MapData, u64, UserStack>,
     counts: PerCpuHashMap<MapData, SampleKey, u64>,
     comms: MapHash<MapData, u32, [u8; 16]>,
     /// Off-CPU nanoseconds per (thread, stacks), when `--off-cpu` is on.
@@ -103,6 +119,8 @@ impl CpuMaps {
         let counts =
             PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
         let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        let user_stacks =
+            MapHash::try_from(take(USER_STACKS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
         let offcpu = match offcpu {
             true => Some(
                 PerCpuHashMap::try_from(take(OFFCPU_NS_MAP)?)
@@ -112,6 +130,7 @@ impl CpuMaps {
         };
         Ok(CpuMaps {
             stacks,
+            user_stacks,
             counts,
             comms,
             offcpu,
@@ -172,6 +191,13 @@ pub struct CpuProfile {
     /// `--dwarf` samples dropped because the ring was full.
     #[serde(default)]
     pub lost: (u64, u64, u64),
+    /// Samples by why the table unwinder stopped (`--unwind tables`).
+    #[serde(default)]
+    pub ends: BTreeMap<String, u64>,
+    /// How each binary's frames were unwound (`tables`, or frame pointers
+    /// and why), and what the tables cost.
+    #[serde(default)]
+    pub unwinding: Option<crate::tables::TablesStats>,
 }
 
 impl CpuProfile {
@@ -291,6 +317,19 @@ fn fold(
     let mut paths: BTreeMap<String, u64> = BTreeMap::new();
     let mut leaves: HashMap<String, u64> = HashMap::new();
     let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
+    let mut walked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
+    let mut read_walked = |key: u64| -> (Vec<u64>, u32) {
+        walked
+            .entry(key)
+            .or_insert_with(|| match maps.user_stacks.get(&key, 0) {
+                Ok(s) => {
+                    let len = (s.len as usize).min(s.frames.len());
+                    (s.frames[..len].to_vec(), s.end)
+                }
+                Err(_) => (Vec::new(), 0),
+            })
+            .clone()
+    };
     let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
     let mut read_stack = |id: i32| -> Vec<u64> {
         if id < 0 {
@@ -319,14 +358,23 @@ fn fold(
             .get(&key.tid, 0)
             .map(|c| comm_name(&c))
             .unwrap_or_else(|_| format!("tid-{}", key.tid));
-        let user = read_stack(key.user_stack);
+        let (user, end) = match key.user_hash {
+            0 => (read_stack(key.user_stack), 0),
+            h => read_walked(h),
+        };
         let kernel = read_stack(key.kernel_stack);
         let user_frames = sym.frames(key.pid, &user);
+        if end != 0 {
+            *prof.ends.entry(end_reason(end).to_string()).or_default() += count;
+        }
+        // Complete means the walk reached the outermost frame: the CFI said
+        // so, or the last frame is a known process or thread start.
         if user.is_empty() {
             prof.no_user_stack += count;
-        } else if user_frames
-            .last()
-            .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
+        } else if end == unwind_end::ROOT
+            || user_frames
+                .last()
+                .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
         {
             prof.complete += count;
         }

@@ -29,8 +29,10 @@ pub mod startup;
 pub mod status;
 pub mod symbolize;
 pub mod symbols;
+pub mod tables;
 pub mod target;
 pub mod timeline;
 pub mod unwind;
+pub mod unwind_table;
 
 pub use error::{Error, Result};

@@ -19,13 +19,13 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use profiler_common::{
-    COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST, COUNTER_LOST_COMM,
-    COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY, PROG_EXIT,
-    PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL,
-    TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY,
+    PROG_EXIT, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL,
+    TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{exits::ExitProbe, multi, select::Selection, Error, Result};
+use crate::{cli::UnwindMode, exits::ExitProbe, multi, select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -134,14 +134,23 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Loads the programs for process `tgid` with a ring of `ring_size` bytes.
+    /// Loads the programs for process `tgid` with a ring of `ring_size`
+    /// bytes, walking user stacks as `unwind` says.
     pub fn load(
         tgid: u32,
         watch_tid: u32,
         ring_size: u32,
         sample_all: bool,
-        dwarf: bool,
+        unwind: UnwindMode,
     ) -> Result<Self> {
+        let dwarf = unwind == UnwindMode::Copy;
+        let (mode, rows) = match unwind {
+            UnwindMode::Tables if sample_all => {
+                (unwind_mode::TABLES, crate::tables::DEFAULT_ROWS_ALL)
+            }
+            UnwindMode::Tables => (unwind_mode::TABLES, crate::tables::DEFAULT_ROWS),
+            _ => (unwind_mode::FP, 1),
+        };
         // Wake the agent only when a quarter of the ring is pending; the
         // agent's drain timer picks up the rest.
         let wakeup_bytes = u64::from(ring_size / 4);
@@ -151,7 +160,9 @@ impl Probes {
             .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
+            .override_global(UNWIND_MODE_GLOBAL, &mode, true)
             .map_max_entries(EVENTS_MAP, ring_size)
+            .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
         for name in [PROG_ENTRY, PROG_EXIT, PROG_RET] {

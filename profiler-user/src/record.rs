@@ -119,7 +119,23 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
     probes::raise_fd_limit();
-    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false, false)?;
+    let unwind = match args.unwind {
+        crate::cli::UnwindMode::Copy => return Err(Error::Usage(
+            "--unwind copy is for `profiler sample --pid`; record walks stacks with tables or fp"
+                .into(),
+        )),
+        u => u,
+    };
+    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false, unwind)?;
+    let mut tables = match unwind {
+        crate::cli::UnwindMode::Tables => {
+            let mut t =
+                crate::tables::Tables::take(probes.ebpf_mut(), crate::tables::DEFAULT_ROWS)?;
+            t.add_process(target.pid);
+            Some(t)
+        }
+        _ => None,
+    };
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
@@ -185,6 +201,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         dispatch_fallback: sel.dispatch_fallback,
     })?;
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
+    sinks.tables = tables.take();
     sinks.stop_when_runs_done = !args.stages.keep_going;
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()

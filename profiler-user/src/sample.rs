@@ -9,6 +9,7 @@ use profiler_common::{DwarfSample, KIND_DWARF};
 use crate::{
     caps,
     cli::SampleArgs,
+    cli::UnwindMode,
     collector,
     cpuprof::Unwound,
     cpuprof::{self, CpuMaps, CpuProfile},
@@ -16,6 +17,7 @@ use crate::{
     probes::Probes,
     report::{fmt_count, fmt_ns},
     symbolize::Symbolizer,
+    tables::Tables,
     target::thread_name,
     target::Target,
     unwind::DwarfUnwinder,
@@ -83,6 +85,38 @@ pub fn write_cpu(
         prof.complete_share() * 100.0,
         prof.no_user_stack
     );
+    if let Some(u) = &prof.unwinding {
+        let fp: Vec<String> = u
+            .methods
+            .iter()
+            .filter(|(_, how)| *how != "tables")
+            .map(|(bin, how)| format!("{bin}: {how}"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "unwinding: compiled .eh_frame tables for {} binaries ({} rows, {:.1} MiB of {:.0} MiB, built in {} ms){}",
+            u.methods.values().filter(|h| *h == "tables").count(),
+            u.rows,
+            (u.rows * 16) as f64 / (1 << 20) as f64,
+            (u.capacity * 16) as f64 / (1 << 20) as f64,
+            u.build_ms,
+            if fp.is_empty() {
+                String::new()
+            } else {
+                format!("; frame pointers for {}", fp.join(", "))
+            }
+        );
+    }
+    if !prof.ends.is_empty() {
+        let total: u64 = prof.ends.values().sum();
+        let mut ends: Vec<(&String, &u64)> = prof.ends.iter().collect();
+        ends.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = ends
+            .iter()
+            .map(|(why, n)| format!("{why} {:.1}%", **n as f64 * 100.0 / total.max(1) as f64))
+            .collect();
+        let _ = writeln!(text, "stack walks ended: {}", parts.join(", "));
+    }
     if prof.per_pid.len() > 1 {
         let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
         pids.sort_by(|a, b| b.1.cmp(a.1));
@@ -180,9 +214,38 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         )));
     }
     let pid = target.as_ref().map_or(0, |t| t.pid);
-    // --dwarf: 16 KiB per sample through the ring, drained every 20 ms.
-    let ring_size = if args.dwarf { 64 << 20 } else { 4096 };
-    let mut probes = Probes::load(pid, 0, ring_size, args.all, args.dwarf)?;
+    let unwind = if args.dwarf {
+        UnwindMode::Copy
+    } else {
+        args.unwind
+    };
+    if unwind == UnwindMode::Copy && args.all {
+        return Err(Error::Usage(
+            "--unwind copy needs --pid (it copies 16 KiB of stack per sample); use --unwind tables with --all".into(),
+        ));
+    }
+    let copy = unwind == UnwindMode::Copy;
+    // copy: 16 KiB per sample through the ring, drained every 20 ms.
+    let ring_size = if copy { 64 << 20 } else { 4096 };
+    let mut probes = Probes::load(pid, 0, ring_size, args.all, unwind)?;
+    let rows = if args.all {
+        crate::tables::DEFAULT_ROWS_ALL
+    } else {
+        crate::tables::DEFAULT_ROWS
+    };
+    let mut tables = match unwind {
+        UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), rows)?),
+        _ => None,
+    };
+    // The processes whose stacks get tables: the target; with --all, those
+    // on a CPU now and, from then on, those sampled (so that busy
+    // processes get the table memory first).
+    if let Some(t) = &mut tables {
+        match args.all {
+            false => t.add_process(pid),
+            true => t.sync(&crate::tables::running_pids(), false),
+        }
+    }
     let event = cpuprof::start(probes.ebpf_mut(), hz)?;
     if args.off_cpu {
         cpuprof::start_offcpu(probes.ebpf_mut())?;
@@ -200,7 +263,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
     let mut sym = Symbolizer::new(pid);
-    let mut dwarf = match args.dwarf {
+    let mut dwarf = match copy {
         true => Some(Dwarf {
             ring: probes.take_ring()?,
             unwinder: DwarfUnwinder::new(pid),
@@ -221,6 +284,16 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             d.drain(pid);
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
+            if let Some(t) = &mut tables {
+                match args.all {
+                    false => t.add_process(pid),
+                    true => {
+                        let mut pids: Vec<u32> = maps.pids().into_iter().collect();
+                        pids.extend(crate::tables::running_pids());
+                        t.sync(&pids, false);
+                    }
+                }
+            }
             maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
             if let Some(d) = &mut dwarf {
                 d.unwinder.refresh();
@@ -243,6 +316,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let mut prof = cpuprof::collect(&maps, &mut sym);
     let c = counters.read();
     prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
+    prof.unwinding = tables.as_ref().map(|t| t.stats.clone());
     if let Some(d) = &dwarf {
         cpuprof::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }

@@ -1,0 +1,318 @@
+//! The table unwinder: walks the current task's user stack with the unwind
+//! tables the agent compiled from each binary's `.eh_frame`
+//! ([`UnwindRow`]s in `UNWIND_ROWS`, one contiguous range per binary) and
+//! each process's executable mappings (`UNWIND_PROCS`), without copying
+//! the stack. Where a pc has no table (JIT code, anonymous memory, a
+//! binary without CFI) it follows frame pointers.
+//!
+//! One frame per `bpf_loop` iteration, so the verifier checks the step once;
+//! inside it, two bounded binary searches (the mapping, then the row).
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::{pt_regs, BPF_F_MMAPABLE, BPF_F_NO_PREALLOC},
+    helpers::{
+        bpf_get_current_task_btf, bpf_probe_read_user,
+        generated::{bpf_loop, bpf_probe_read_kernel, bpf_task_pt_regs},
+    },
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use profiler_common::{
+    cfa, rbp, unwind_end, ProcMaps, UnwindRow, UserStack, CPU_STACKS_CAPACITY, MAX_MAPPINGS,
+    MAX_UNWIND_FRAMES, UNWIND_PROCS_CAPACITY,
+};
+
+/// Every compiled table; its size is set by the agent.
+#[map(name = "UNWIND_ROWS")]
+static UNWIND_ROWS: Array<UnwindRow> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+/// Executable mappings by tgid.
+#[map(name = "UNWIND_PROCS")]
+static UNWIND_PROCS: HashMap<u32, ProcMaps> =
+    HashMap::with_max_entries(UNWIND_PROCS_CAPACITY, BPF_F_NO_PREALLOC);
+
+/// Walked stacks by key, for the aggregated profiles.
+#[map(name = "USER_STACKS")]
+pub static USER_STACKS: HashMap<u64, UserStack> =
+    HashMap::with_max_entries(CPU_STACKS_CAPACITY, BPF_F_NO_PREALLOC);
+
+/// Where the current walk is written (a stack is too big for the BPF stack).
+#[map]
+static UNWIND_SCRATCH: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// The bounds of a binary search in progress. Kept in a map rather than in
+/// registers so that the verifier sees unknown values at every step: both
+/// branches of a comparison then reach the same state and are pruned,
+/// instead of doubling the paths to explore at every step.
+#[map]
+static SEARCH: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+/// Binary-search steps over a process's mappings (2^9 > MAX_MAPPINGS).
+const MAPPING_STEPS: usize = 9;
+/// Binary-search steps over one table (tables up to 2^24 rows).
+const ROW_STEPS: usize = 24;
+
+/// The state of the walk in progress (per CPU). Like [`SEARCH`], it lives in
+/// a map so that the verifier sees the same state at every iteration of
+/// the loop and checks the step once, not once per frame.
+#[map]
+static WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
+/// The state of one walk.
+#[repr(C)]
+struct Walk {
+    pc: u64,
+    sp: u64,
+    bp: u64,
+    hash: u64,
+    pid: u32,
+    n: u32,
+    end: u32,
+    /// 1 when the process has no tables at all.
+    no_tables: u32,
+}
+
+/// The user registers of the current task: live in a user-mode sample, or
+/// saved at its last entry into the kernel. None for kernel threads.
+#[inline(always)]
+fn user_regs() -> Option<(u64, u64, u64)> {
+    // SAFETY: the helpers take any pointer; a failed read is an error code.
+    unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        let read = |field: *const u64| -> Option<u64> {
+            let mut v = 0u64;
+            (bpf_probe_read_kernel((&mut v as *mut u64).cast(), 8, field.cast()) == 0).then_some(v)
+        };
+        let cs = read(core::ptr::addr_of!((*regs).cs))?;
+        if cs & 3 != 3 {
+            return None;
+        }
+        Some((
+            read(core::ptr::addr_of!((*regs).rip))?,
+            read(core::ptr::addr_of!((*regs).rsp))?,
+            read(core::ptr::addr_of!((*regs).rbp))?,
+        ))
+    }
+}
+
+/// Reads a u64 of user memory.
+#[inline(always)]
+fn read_user(addr: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user copes with any address.
+    unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+/// The mapping of `pid` holding `pc`: (bias, first row, rows), or None when
+/// the process has no tables or `pc` is in no known file mapping.
+#[inline(always)]
+fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u32, u32)> {
+    // SAFETY: the value is only read.
+    let procs = unsafe { UNWIND_PROCS.get(&pid) }?;
+    let bounds = SEARCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch; every index is masked into range.
+    let lo = unsafe {
+        (*bounds)[0] = 0;
+        (*bounds)[1] = u64::from(procs.len.min(MAX_MAPPINGS as u32));
+        for _ in 0..MAPPING_STEPS {
+            let (lo, hi) = ((*bounds)[0], (*bounds)[1]);
+            if lo >= hi {
+                break;
+            }
+            let mid = (lo + hi) / 2;
+            if procs.maps[mid as usize & (MAX_MAPPINGS - 1)].start <= pc {
+                (*bounds)[0] = mid + 1;
+            } else {
+                (*bounds)[1] = mid;
+            }
+        }
+        (*bounds)[0]
+    };
+    if lo == 0 {
+        return None;
+    }
+    let m = &procs.maps[(lo - 1) as usize & (MAX_MAPPINGS - 1)];
+    (pc < m.end).then_some((m.bias, m.table_start, m.table_len))
+}
+
+/// The last row of the table at `start` (`len` rows) whose pc is at or
+/// before `vaddr`.
+#[inline(always)]
+fn find_row(start: u32, len: u32, vaddr: u64) -> Option<UnwindRow> {
+    let bounds = SEARCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch.
+    let lo = unsafe {
+        (*bounds)[0] = 0;
+        (*bounds)[1] = u64::from(len);
+        for _ in 0..ROW_STEPS {
+            let (lo, hi) = ((*bounds)[0], (*bounds)[1]);
+            if lo >= hi {
+                break;
+            }
+            let mid = (lo + hi) / 2;
+            let row = UNWIND_ROWS.get(start.wrapping_add(mid as u32))?;
+            if row.pc <= vaddr {
+                (*bounds)[0] = mid + 1;
+            } else {
+                (*bounds)[1] = mid;
+            }
+        }
+        (*bounds)[0] as u32
+    };
+    if lo == 0 {
+        return None;
+    }
+    UNWIND_ROWS.get(start.wrapping_add(lo - 1)).copied()
+}
+
+/// One frame by frame pointer: the caller's pc and rbp are saved at rbp.
+#[inline(always)]
+fn fp_step(w: &mut Walk) -> i64 {
+    if w.bp == 0 || w.bp < w.sp {
+        w.end = if w.no_tables != 0 {
+            unwind_end::NO_TABLES
+        } else {
+            unwind_end::FP_END
+        };
+        return 1;
+    }
+    let (Some(ra), Some(bp)) = (read_user(w.bp + 8), read_user(w.bp)) else {
+        w.end = unwind_end::READ_FAULT;
+        return 1;
+    };
+    w.sp = w.bp + 16;
+    w.bp = bp;
+    w.pc = ra;
+    0
+}
+
+/// One frame: records the pc, then finds the caller's pc, sp and rbp.
+/// Returns 1 to stop the loop.
+#[inline(never)]
+extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
+    let (Some(w), Some(stack)) = (WALK.get_ptr_mut(0), UNWIND_SCRATCH.get_ptr_mut(0)) else {
+        return 1;
+    };
+    // SAFETY: per-CPU scratch, written by `walk` before the loop.
+    let w = unsafe { &mut *w };
+    let n = w.n as usize;
+    if n >= MAX_UNWIND_FRAMES {
+        w.end = unwind_end::DEPTH;
+        return 1;
+    }
+    // SAFETY: per-CPU scratch, index masked into range.
+    unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = w.pc };
+    w.n += 1;
+    w.hash = (w.hash ^ w.pc).wrapping_mul(FNV_PRIME);
+    if w.pc == 0 {
+        w.end = unwind_end::FP_END;
+        return 1;
+    }
+    // A return address points after the call: look up the call itself.
+    let lookup = if n == 0 { w.pc } else { w.pc - 1 };
+    let row = match find_mapping(w.pid, lookup) {
+        Some((bias, start, len)) if len > 0 => find_row(start, len, lookup.wrapping_sub(bias)),
+        _ => None,
+    };
+    let Some(row) = row else {
+        return fp_step(w);
+    };
+    let cfa = match row.cfa_kind {
+        cfa::RSP => w.sp.wrapping_add(row.cfa_offset as i64 as u64),
+        cfa::RBP => w.bp.wrapping_add(row.cfa_offset as i64 as u64),
+        cfa::PLT => {
+            let pushed = (w.pc & 15) >= row.cfa_offset as u64;
+            w.sp + 8 + if pushed { 8 } else { 0 }
+        }
+        cfa::END => {
+            w.end = unwind_end::ROOT;
+            return 1;
+        }
+        // No CFI at this pc (a gap between functions' tables).
+        cfa::UNSUPPORTED if row.cfa_offset == 0 => return fp_step(w),
+        _ => {
+            w.end = unwind_end::UNSUPPORTED;
+            return 1;
+        }
+    };
+    if cfa <= w.sp {
+        w.end = unwind_end::BAD_FRAME;
+        return 1;
+    }
+    let Some(ra) = read_user(cfa - 8) else {
+        w.end = unwind_end::READ_FAULT;
+        return 1;
+    };
+    w.bp = match row.rbp_kind {
+        rbp::SAME => w.bp,
+        rbp::AT_CFA => read_user(cfa.wrapping_add(row.rbp_offset as i64 as u64)).unwrap_or(0),
+        _ => 0,
+    };
+    w.sp = cfa;
+    w.pc = ra;
+    0
+}
+
+/// Walks the current task's user stack into the per-CPU scratch stack.
+/// Returns it (valid until the next walk on this CPU) and its key (0:
+/// no user stack, e.g. a kernel thread).
+#[inline(always)]
+pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
+    let (pc, sp, bp) = user_regs()?;
+    let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: the value is only checked for presence.
+    let no_tables = u32::from(unsafe { UNWIND_PROCS.get(&pid) }.is_none());
+    let w = WALK.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
+    // expects.
+    let w = unsafe {
+        *w = Walk {
+            pc,
+            sp,
+            bp,
+            hash: FNV_OFFSET,
+            pid,
+            n: 0,
+            end: 0,
+            no_tables,
+        };
+        bpf_loop(
+            MAX_UNWIND_FRAMES as u32,
+            step as *mut c_void,
+            core::ptr::null_mut(),
+            0,
+        );
+        &mut *w
+    };
+    if w.end == 0 {
+        w.end = unwind_end::DEPTH;
+    }
+    // SAFETY: per-CPU scratch.
+    unsafe {
+        (*stack).len = w.n;
+        (*stack).end = w.end;
+    }
+    let key = (w.hash ^ u64::from(w.end)).wrapping_mul(FNV_PRIME) | 1;
+    Some((stack, key))
+}
+
+/// Walks the user stack and stores it in `USER_STACKS`. Returns its key,
+/// or 0 when there is none or the map is full (counted in `full`).
+#[inline(always)]
+pub fn store(pid: u32, full: impl Fn()) -> u64 {
+    let Some((stack, key)) = walk(pid) else {
+        return 0;
+    };
+    // SAFETY: the value is only checked for presence.
+    if unsafe { USER_STACKS.get(&key) }.is_some() {
+        return key;
+    }
+    // SAFETY: `stack` points at the per-CPU scratch value.
+    if USER_STACKS.insert(&key, unsafe { &*stack }, 0).is_err() {
+        full();
+        return 0;
+    }
+    key
+}
