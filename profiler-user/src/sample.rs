@@ -202,6 +202,11 @@ impl Dwarf {
     }
 }
 
+/// Time spent on unwind tables per tick of `sample --all`; processes not
+/// reached wait for the next tick (their stacks use frame pointers until
+/// then, counted as `no tables`).
+const TABLES_BUDGET: Duration = Duration::from_millis(300);
+
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
     caps::check()?;
@@ -243,7 +248,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(t) = &mut tables {
         match args.all {
             false => t.add_process(pid),
-            true => t.sync(&crate::tables::running_pids(), false),
+            true => t.sync(&crate::tables::running_pids(), false, TABLES_BUDGET),
         }
     }
     let event = cpuprof::start(probes.ebpf_mut(), hz)?;
@@ -288,9 +293,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 match args.all {
                     false => t.add_process(pid),
                     true => {
-                        let mut pids: Vec<u32> = maps.pids().into_iter().collect();
-                        pids.extend(crate::tables::running_pids());
-                        t.sync(&pids, false);
+                        // Busy now first, then everything sampled so far.
+                        let mut pids = crate::tables::running_pids();
+                        pids.extend(maps.pids());
+                        t.sync(&pids, false, TABLES_BUDGET);
                     }
                 }
             }

@@ -358,10 +358,12 @@ impl Tables {
         self.stats.tables = self.loaded.len();
     }
 
-    /// Adds or refreshes the tables of the processes `pids`; with `exact`,
-    /// also drops those of every other process. Processes that exited lose
-    /// theirs either way.
-    pub fn sync(&mut self, pids: &[u32], exact: bool) {
+    /// Adds or refreshes the tables of the processes `pids`, in that order,
+    /// until `budget` is spent (the rest wait for the next call); with
+    /// `exact`, also drops those of every other process. Processes that
+    /// exited lose theirs either way.
+    pub fn sync(&mut self, pids: &[u32], exact: bool, budget: std::time::Duration) {
+        let start = Instant::now();
         let want: HashSet<u32> = pids.iter().copied().collect();
         let gone: Vec<u32> = self
             .per_pid
@@ -375,8 +377,14 @@ impl Tables {
         for pid in gone {
             self.remove_process(pid);
         }
-        for pid in want {
-            self.add_process(pid);
+        let mut done = HashSet::new();
+        for &pid in pids {
+            if start.elapsed() > budget {
+                break;
+            }
+            if done.insert(pid) {
+                self.add_process(pid);
+            }
         }
     }
 }

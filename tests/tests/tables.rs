@@ -1,0 +1,258 @@
+//! The table unwinder (issue 8): user stacks walked in the kernel with each
+//! binary's `.eh_frame` compiled into tables, by default in every sampler.
+//! A frameless leaf keeps its caller, binaries without frame pointers
+//! (Debian's python3.11) unwind to their root, per PID and system-wide,
+//! JIT frames are still named, and the tables agree with the stack-copy
+//! unwinder.
+mod common;
+use common::*;
+use profiler_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// `fixtures/chain.c` built with frame pointers (gcc still gives the leaf
+/// no frame) or without any.
+fn chain(fp: bool) -> &'static Path {
+    static FP: OnceLock<PathBuf> = OnceLock::new();
+    static NOFP: OnceLock<PathBuf> = OnceLock::new();
+    if fp {
+        FP.get_or_init(|| {
+            build_c(
+                "chain.c",
+                "chain_fp",
+                &["-O1", "-g", "-fno-omit-frame-pointer"],
+            )
+        })
+    } else {
+        NOFP.get_or_init(|| {
+            build_c(
+                "chain.c",
+                "chain_nofp",
+                &["-O2", "-g", "-fomit-frame-pointer"],
+            )
+        })
+    }
+}
+
+/// A running program, killed on drop.
+struct Running(Child);
+
+impl Running {
+    fn spawn(cmd: &mut Command) -> Running {
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        // Let it reach its steady state (and the interpreter its loop).
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        Running(child)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `profiler sample args… --out DIR`; returns cpu.folded's stacks.
+fn sample(out: &Path, args: &[&str]) -> Vec<(Vec<String>, u64)> {
+    let mut all = vec!["sample"];
+    all.extend_from_slice(args);
+    all.extend(["--out", out.to_str().unwrap()]);
+    let fin = profiler(&all);
+    assert!(fin.status.success(), "profiler sample failed: {fin:?}");
+    folded(&read(out, "cpu.folded"))
+}
+
+/// Share (0..=1) of the samples rooted at `comm` whose stack holds `frames`
+/// in a row, and how many samples `comm` had.
+fn share_with(stacks: &[(Vec<String>, u64)], comm: &str, frames: &[&str]) -> (f64, u64) {
+    let mine: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| s[0] == comm).collect();
+    let total: u64 = mine.iter().map(|(_, n)| n).sum();
+    let with: u64 = mine
+        .iter()
+        .filter(|(s, _)| {
+            s.windows(frames.len())
+                .any(|w| w.iter().zip(frames).all(|(a, b)| a == b))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    (with as f64 / total.max(1) as f64, total)
+}
+
+fn assert_chain(stacks: &[(Vec<String>, u64)], comm: &str, what: &str) {
+    let (share, total) = share_with(stacks, comm, &["top", "mid", "leaf"]);
+    eprintln!(
+        "{what}: top;mid;leaf in {:.1}% of {total} samples",
+        share * 100.0
+    );
+    assert!(total >= 100, "{what}: only {total} samples of {comm}");
+    assert!(
+        share >= 0.99,
+        "{what}: top;mid;leaf in only {:.1}% of {total} samples",
+        share * 100.0
+    );
+}
+
+#[test]
+fn frameless_leaf_keeps_its_caller_per_pid() {
+    require_root!();
+    for fp in [true, false] {
+        let exe = chain(fp);
+        let run = Running::spawn(Command::new(exe).arg("30"));
+        let out = TempDir::new("chain-pid");
+        let stacks = sample(out.path(), &["--pid", &run.pid(), "--duration", "2s"]);
+        let comm = exe.file_name().unwrap().to_str().unwrap();
+        assert_chain(&stacks, comm, &format!("{comm} --pid"));
+        let txt = read(out.path(), "cpu.txt");
+        let share = complete_share(&txt);
+        assert!(share >= 99.0, "complete stacks {share}%:\n{txt}");
+        assert!(
+            txt.contains("stack walks ended: reached the outermost frame"),
+            "{txt}"
+        );
+        assert!(
+            txt.contains("unwinding: compiled .eh_frame tables"),
+            "{txt}"
+        );
+    }
+}
+
+#[test]
+fn frameless_leaf_keeps_its_caller_system_wide() {
+    require_root!();
+    for fp in [true, false] {
+        let exe = chain(fp);
+        let run = Running::spawn(Command::new(exe).arg("30"));
+        let out = TempDir::new("chain-all");
+        let stacks = sample(out.path(), &["--all", "--hz", "499", "--duration", "3s"]);
+        drop(run);
+        let comm = exe.file_name().unwrap().to_str().unwrap();
+        assert_chain(&stacks, comm, &format!("{comm} --all"));
+    }
+}
+
+/// Frame pointers alone lose `mid` under the frameless leaf: the reason
+/// tables are the default.
+#[test]
+fn frame_pointers_alone_lose_the_leafs_caller() {
+    require_root!();
+    let exe = chain(true);
+    let run = Running::spawn(Command::new(exe).arg("30"));
+    let out = TempDir::new("chain-fp");
+    let stacks = sample(
+        out.path(),
+        &["--pid", &run.pid(), "--unwind", "fp", "--duration", "1s"],
+    );
+    let (share, total) = share_with(&stacks, "chain_fp", &["top", "mid", "leaf"]);
+    let (skipped, _) = share_with(&stacks, "chain_fp", &["top", "leaf"]);
+    eprintln!(
+        "--unwind fp: top;mid;leaf {:.1}%, top;leaf {:.1}% of {total}",
+        share * 100.0,
+        skipped * 100.0
+    );
+    assert!(skipped > 0.5, "expected the frame-pointer walk to skip mid");
+}
+
+/// The table unwinder and the stack-copy unwinder (framehop in the agent)
+/// agree on the same fixture.
+#[test]
+fn tables_agree_with_stack_copies() {
+    require_root!();
+    let exe = chain(false);
+    let run = Running::spawn(Command::new(exe).arg("30"));
+    let mut shares = Vec::new();
+    for how in ["tables", "copy"] {
+        let out = TempDir::new("chain-cross");
+        let stacks = sample(
+            out.path(),
+            &["--pid", &run.pid(), "--unwind", how, "--duration", "1500ms"],
+        );
+        let (share, total) = share_with(&stacks, "chain_nofp", &["main", "top", "mid", "leaf"]);
+        eprintln!(
+            "--unwind {how}: main;top;mid;leaf in {:.1}% of {total}",
+            share * 100.0
+        );
+        shares.push(share);
+    }
+    assert!(shares[0] >= 0.99, "tables: {:.3}", shares[0]);
+    assert!(
+        (shares[0] - shares[1]).abs() <= 0.02,
+        "tables {:.3} vs copy {:.3}",
+        shares[0],
+        shares[1]
+    );
+}
+
+const PY_SCRIPT: &str = "import time\n\
+def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
+end = time.time() + 60\n\
+while time.time() < end: fib(20)\n";
+
+/// Debian's python3.11 (no frame pointers): with default options, samples
+/// reach `Py_RunMain`, per PID and system-wide.
+#[test]
+fn debian_python_reaches_py_runmain() {
+    require_root!();
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.exists() {
+        eprintln!("SKIP debian_python_reaches_py_runmain: /usr/bin/python3.11 is not installed");
+        return;
+    }
+    let run = Running::spawn(Command::new(python).args(["-c", PY_SCRIPT]));
+    let out = TempDir::new("py-pid");
+    let stacks = sample(out.path(), &["--pid", &run.pid(), "--duration", "2s"]);
+    let (share, total) = share_with(&stacks, "python3.11", &["Py_RunMain"]);
+    eprintln!(
+        "python3.11 --pid: Py_RunMain in {:.1}% of {total}",
+        share * 100.0
+    );
+    assert!(total >= 100 && share >= 0.95, "{:.3} of {total}", share);
+    let out = TempDir::new("py-all");
+    let stacks = sample(out.path(), &["--all", "--hz", "499", "--duration", "3s"]);
+    let (share, total) = share_with(&stacks, "python3.11", &["Py_RunMain"]);
+    eprintln!(
+        "python3.11 --all: Py_RunMain in {:.1}% of {total}",
+        share * 100.0
+    );
+    assert!(total >= 100 && share >= 0.95, "{:.3} of {total}", share);
+}
+
+/// JIT code has no CFI: the unwinder follows frame pointers there, and
+/// Node's perf map names the JS functions.
+#[test]
+fn node_jit_frames_are_named() {
+    require_root!();
+    if Command::new("node").arg("--version").output().is_err() {
+        eprintln!("SKIP node_jit_frames_are_named: node is not installed");
+        return;
+    }
+    let script = "function hotLoopInJs(n) { let s = 0; for (let i = 0; i < n; i++) s += i % 7; return s; }\n\
+        function outerJsCaller() { let t = 0; for (let k = 0; k < 200; k++) t += hotLoopInJs(100000); return t; }\n\
+        const end = Date.now() + 60000; while (Date.now() < end) outerJsCaller();\n";
+    let run = Running::spawn(Command::new("node").args(["--perf-basic-prof", "-e", script]));
+    let out = TempDir::new("node");
+    let pid = run.pid();
+    let stacks = sample(out.path(), &["--pid", &pid, "--duration", "2s"]);
+    drop(run);
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let js: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f.contains("outerJsCaller")))
+        .map(|(_, n)| n)
+        .sum();
+    eprintln!("node: JS frames named in {js} of {total} samples");
+    assert!(
+        js * 2 >= total,
+        "outerJsCaller in only {js} of {total} samples"
+    );
+}
