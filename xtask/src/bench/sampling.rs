@@ -31,6 +31,10 @@ pub enum Sampler {
     ProfilerAll(u64),
     /// `perf record -a -g -F N -e cpu-clock`.
     PerfAll(u64),
+    /// `perf record --call-graph dwarf -F N -e cpu-clock -p P`.
+    PerfDwarfPid(u64),
+    /// `perf record -a --call-graph dwarf -F N -e cpu-clock`.
+    PerfDwarfAll(u64),
 }
 
 impl Sampler {
@@ -41,6 +45,8 @@ impl Sampler {
             Sampler::PerfPid(hz) => format!("perf, `-p`, {hz} Hz"),
             Sampler::ProfilerAll(hz) => format!("profiler, `--all`, {hz} Hz"),
             Sampler::PerfAll(hz) => format!("perf, `-a`, {hz} Hz"),
+            Sampler::PerfDwarfPid(hz) => format!("perf `--call-graph dwarf`, `-p`, {hz} Hz"),
+            Sampler::PerfDwarfAll(hz) => format!("perf `--call-graph dwarf`, `-a`, {hz} Hz"),
         }
     }
 
@@ -62,15 +68,24 @@ impl Sampler {
                 }
                 cmd.args(["--hz", &hz.to_string(), "--out"]).arg(out);
             }
-            Sampler::PerfPid(hz) | Sampler::PerfAll(hz) => {
+            Sampler::PerfPid(hz)
+            | Sampler::PerfAll(hz)
+            | Sampler::PerfDwarfPid(hz)
+            | Sampler::PerfDwarfAll(hz) => {
                 let _ = std::fs::remove_file(&data);
                 cmd = Command::new("perf");
                 cmd.arg("record");
-                if let Sampler::PerfPid(_) = self {
-                    cmd.args(["-g", "-F", &hz.to_string(), "-e", "cpu-clock", "-p", &pid]);
-                } else {
-                    cmd.args(["-a", "-g", "-F", &hz.to_string(), "-e", "cpu-clock"]);
-                }
+                match self {
+                    Sampler::PerfDwarfPid(_) | Sampler::PerfDwarfAll(_) => {
+                        cmd.args(["--call-graph", "dwarf"])
+                    }
+                    _ => cmd.arg("-g"),
+                };
+                cmd.args(["-F", &hz.to_string(), "-e", "cpu-clock"]);
+                match self {
+                    Sampler::PerfPid(_) | Sampler::PerfDwarfPid(_) => cmd.args(["-p", &pid]),
+                    _ => cmd.arg("-a"),
+                };
                 cmd.arg("-o").arg(data);
             }
         }
@@ -173,7 +188,13 @@ fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> 
         None => None,
         Some(cmd) => Some(start_sampler(
             cmd,
-            matches!(sampler, Sampler::PerfPid(_) | Sampler::PerfAll(_)),
+            matches!(
+                sampler,
+                Sampler::PerfPid(_)
+                    | Sampler::PerfAll(_)
+                    | Sampler::PerfDwarfPid(_)
+                    | Sampler::PerfDwarfAll(_)
+            ),
         )?),
     };
     target.go()?;
@@ -191,7 +212,10 @@ fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> 
     };
     let (cpu, err) = running.stop()?;
     let samples = match sampler {
-        Sampler::PerfPid(_) | Sampler::PerfAll(_) => perf_samples(&err),
+        Sampler::PerfPid(_)
+        | Sampler::PerfAll(_)
+        | Sampler::PerfDwarfPid(_)
+        | Sampler::PerfDwarfAll(_) => perf_samples(&err),
         _ => std::fs::read_to_string(work.join("prof-sampling/cpu.txt"))
             .ok()
             .and_then(|t| profiler_samples(&t)),
@@ -238,8 +262,10 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
         Sampler::Nothing,
         Sampler::ProfilerPid(997),
         Sampler::PerfPid(997),
+        Sampler::PerfDwarfPid(997),
         Sampler::ProfilerAll(99),
         Sampler::PerfAll(99),
+        Sampler::PerfDwarfAll(99),
     ];
     let mut rows = Vec::new();
     for sampler in configs {
@@ -302,40 +328,45 @@ pub fn overhead_rows(rows: &[Row]) -> String {
         .unwrap();
     }
     s.push_str(
-        "\n| mode | profiler overhead | perf overhead | ratio profiler / perf | CPU time profiler / perf |\n\
-         | --- | ---: | ---: | ---: | ---: |\n",
+        "\n| mode | profiler (`--unwind tables`) overhead | perf `-g` overhead | perf `--call-graph dwarf` overhead | ratio profiler / perf `-g` | ratio profiler / perf dwarf | CPU time profiler / perf `-g` |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     let find = |f: fn(&Sampler) -> bool| rows.iter().find(|r| f(&r.sampler));
-    for (mode, p, q) in [
+    for (mode, p, q, d) in [
         (
             "one process, 997 Hz",
             find(|s| matches!(s, Sampler::ProfilerPid(_))),
             find(|s| matches!(s, Sampler::PerfPid(_))),
+            find(|s| matches!(s, Sampler::PerfDwarfPid(_))),
         ),
         (
             "system-wide, 99 Hz",
             find(|s| matches!(s, Sampler::ProfilerAll(_))),
             find(|s| matches!(s, Sampler::PerfAll(_))),
+            find(|s| matches!(s, Sampler::PerfDwarfAll(_))),
         ),
     ] {
-        let (op, oq) = (p.and_then(pct), q.and_then(pct));
+        let (op, oq, od) = (p.and_then(pct), q.and_then(pct), d.and_then(pct));
         let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) if b.abs() > f64::EPSILON => format!("{:.2}", a / b),
             _ => "—".into(),
         };
         // A ratio of two overheads is only meaningful when both are above
         // run-to-run noise.
-        let overhead_ratio = match (op, oq) {
+        let overhead_ratio = |op: Option<f64>, oq: Option<f64>| match (op, oq) {
             (Some(a), Some(b)) if a >= NOISE_PCT && b >= NOISE_PCT => ratio(op, oq),
             (Some(_), Some(_)) => format!("n/a (an overhead is below {NOISE_PCT}%)"),
             _ => "—".into(),
         };
+        let show = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:+.2}%"));
         writeln!(
             s,
-            "| {mode} | {} | {} | {} | {} |",
-            op.map_or("—".into(), |v| format!("{v:+.2}%")),
-            oq.map_or("—".into(), |v| format!("{v:+.2}%")),
-            overhead_ratio,
+            "| {mode} | {} | {} | {} | {} | {} | {} |",
+            show(op),
+            show(oq),
+            show(od),
+            overhead_ratio(op, oq),
+            overhead_ratio(op, od),
             ratio(p.and_then(|r| r.cpu_secs), q.and_then(|r| r.cpu_secs)),
         )
         .unwrap();
