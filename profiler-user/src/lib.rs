@@ -29,6 +29,7 @@ pub mod symbolize;
 pub mod symbols;
 pub mod target;
 pub mod timeline;
+pub mod untrusted;
 pub mod unwind;
 
 pub use error::{Error, Result};
