@@ -14,6 +14,7 @@ pub mod launch;
 pub mod multi;
 pub mod output;
 pub mod outputs;
+pub mod perfmap;
 pub mod pipeline;
 pub mod probes;
 pub mod record;
