@@ -16,6 +16,7 @@ pub mod launch;
 pub mod multi;
 pub mod output;
 pub mod outputs;
+pub mod perfmap;
 pub mod pipeline;
 pub mod probes;
 pub mod record;
@@ -32,6 +33,7 @@ pub mod symbols;
 pub mod tables;
 pub mod target;
 pub mod timeline;
+pub mod untrusted;
 pub mod unwind;
 pub mod unwind_table;
 

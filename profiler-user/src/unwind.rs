@@ -3,7 +3,7 @@
 //! (`sample --dwarf`), and framehop walks it with each mapped binary's
 //! `.eh_frame` / `.eh_frame_hdr`, the tables compilers emit for exceptions
 //! and that distributions keep even when they drop frame pointers.
-use std::{collections::HashSet, ops::Range};
+use std::{collections::HashSet, ops::Range, path::Path};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
@@ -13,6 +13,9 @@ use object::{Object, ObjectSection, ObjectSegment};
 
 /// Deepest stack unwound.
 const MAX_FRAMES: usize = 128;
+
+/// Larger files are not read for their unwind tables.
+const MAX_FILE: u64 = 2 << 30;
 
 /// An unwinder for one process, with its executable mappings as modules.
 pub struct DwarfUnwinder {
@@ -106,10 +109,28 @@ impl DwarfUnwinder {
     }
 }
 
+/// The bytes of a mapped file: through `open` (its `/proc/PID/map_files`
+/// link) or else by `path`, which the target's user may control: opened
+/// without blocking or following a symlink, and only if it is a regular
+/// file (a FIFO would block, `/dev/zero`, which can be mapped executable,
+/// would never end) of at most [`MAX_FILE`] bytes.
+fn read_mapped(open: &str, path: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let (f, md) = crate::untrusted::open_regular(Path::new(open), true)
+        .or_else(|_| crate::untrusted::open_regular(Path::new(path), false))
+        .ok()?;
+    if md.len() > MAX_FILE {
+        return None;
+    }
+    let mut data = Vec::with_capacity(md.len() as usize);
+    f.take(md.len()).read_to_end(&mut data).ok()?;
+    Some(data)
+}
+
 /// A framehop module for one executable mapping `[start, end)` of `path`
 /// at file `offset`, read from `open`.
 fn module(open: &str, path: &str, start: u64, end: u64, offset: u64) -> Option<Module<Vec<u8>>> {
-    let data = std::fs::read(open).or_else(|_| std::fs::read(path)).ok()?;
+    let data = read_mapped(open, path)?;
     let file = object::File::parse(&*data).ok()?;
     // The load bias: where the segment holding `offset` landed.
     let seg = file.segments().find(|s| {
