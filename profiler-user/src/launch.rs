@@ -257,6 +257,26 @@ pub struct Launched {
     status: Mutex<Option<ExitStatus>>,
 }
 
+/// What [`enable_perf_maps`] adds to `NODE_OPTIONS`.
+pub const NODE_PERF_OPTIONS: &str = "--perf-basic-prof --interpreted-frames-native-stack";
+
+/// Asks JIT runtimes in the launched command to write `/tmp/perf-PID.map`,
+/// so their JIT frames get names: CPython 3.12+ (`PYTHONPERFSUPPORT=1`) and
+/// Node (`NODE_OPTIONS`). Settings the user made are kept.
+fn enable_perf_maps(env: &mut Vec<(OsString, OsString)>) {
+    if !env.iter().any(|(k, _)| k == "PYTHONPERFSUPPORT") {
+        env.push(("PYTHONPERFSUPPORT".into(), "1".into()));
+    }
+    match env.iter_mut().find(|(k, _)| k == "NODE_OPTIONS") {
+        Some((_, v)) if v.to_string_lossy().contains("perf-basic-prof") => {}
+        Some((_, v)) => {
+            v.push(" ");
+            v.push(NODE_PERF_OPTIONS);
+        }
+        None => env.push(("NODE_OPTIONS".into(), NODE_PERF_OPTIONS.into())),
+    }
+}
+
 impl Launched {
     /// Forks `argv` as a child that waits for [`Launched::release`],
     /// running as the invoking user under sudo.
@@ -288,6 +308,7 @@ impl Launched {
             };
             plan_user = Some((uid, gid, groups));
         }
+        enable_perf_maps(&mut env);
         let env = env
             .iter()
             .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
@@ -488,6 +509,20 @@ mod tests {
         assert!(l.exec_time_ns().is_some());
         assert_eq!(exit_code(l.wait().unwrap()), 7);
         assert_eq!(exit_code(l.wait().unwrap()), 7, "cached");
+    }
+
+    #[test]
+    fn perf_maps_are_asked_for_without_overriding_the_user() {
+        let mut env = vec![("NODE_OPTIONS".into(), "--max-old-space-size=100".into())];
+        enable_perf_maps(&mut env);
+        assert!(env.contains(&("PYTHONPERFSUPPORT".into(), "1".into())));
+        assert!(env.contains(&(
+            "NODE_OPTIONS".into(),
+            format!("--max-old-space-size=100 {NODE_PERF_OPTIONS}").into()
+        )));
+        let mut env = vec![("PYTHONPERFSUPPORT".into(), "0".into())];
+        enable_perf_maps(&mut env);
+        assert!(env.contains(&("PYTHONPERFSUPPORT".into(), "0".into())));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! characters become `?` here, so they cannot break a line of any output
 //! (the writers escape the rest: `;` in folded stacks, markup in SVG).
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     fs::File,
     io::{Read, Seek, SeekFrom},
     os::unix::fs::MetadataExt,
@@ -268,6 +268,21 @@ impl Location {
     /// The perf map of live process `pid`: `/tmp/perf-NSPID.map` seen from
     /// its root (so a containerised JIT's map is found, as blazesym did).
     pub fn of(pid: u32) -> Option<Location> {
+        let loc = Self::read(pid);
+        let mut seen = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = seen.get_or_insert_with(HashMap::new);
+        match loc {
+            Some(loc) => {
+                seen.insert(pid, loc.clone());
+                Some(loc)
+            }
+            // Gone: where its map was, and whose it was, while it lived (a
+            // launched command often exits before its samples are named).
+            None => seen.get(&pid).filter(|l| l.path.starts_with("/tmp")).cloned(),
+        }
+    }
+
+    fn read(pid: u32) -> Option<Location> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let (real, effective, ns_tgid) = parse_status(&status)?;
         let ns_pid = ns_tgid.unwrap_or(pid);
@@ -296,6 +311,9 @@ impl Location {
         })
     }
 }
+
+/// Perf map locations of the processes seen alive, for after they exit.
+static REMEMBERED: Mutex<Option<HashMap<u32, Location>>> = Mutex::new(None);
 
 /// Prints `msg` on stderr once per `key` for the whole process (several
 /// symbolizers may read the same file).

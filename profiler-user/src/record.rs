@@ -383,6 +383,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         },
         sinks,
     )?;
+    if child.is_some() {
+        // Launch mode asked JIT runtimes for perf maps (launch.rs): say
+        // whether the command's runtime wrote one.
+        let map = format!("/tmp/perf-{}.map", target.pid);
+        let exe = target.exe.file_name().unwrap_or_default().to_string_lossy();
+        if std::path::Path::new(&map).exists() {
+            eprintln!("profiler: {exe} wrote a JIT perf map ({map}): its JIT frames are named");
+        } else if exe.starts_with("python") || exe.starts_with("node") {
+            eprintln!(
+                "profiler: {exe} wrote no JIT perf map (CPython needs 3.12+ for PYTHONPERFSUPPORT); \
+                 its JIT frames stay unnamed"
+            );
+        }
+    }
     eprintln!("profiler: wrote the outputs to {}", out.path().display());
     match child {
         Some(c) => {

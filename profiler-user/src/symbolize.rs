@@ -202,6 +202,8 @@ impl Symbolizer {
             return;
         }
         self.refreshed.insert(pid, Instant::now());
+        // Where its perf map is and whose it is, kept for after it exits.
+        let _ = perfmap::Location::of(pid);
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             let maps = parse_exec_maps(&text);
             if !maps.is_empty() {

@@ -256,3 +256,72 @@ fn node_jit_frames_are_named() {
         "outerJsCaller in only {js} of {total} samples"
     );
 }
+
+/// Launch mode asks CPython 3.12+ and Node for perf maps, so their JIT
+/// frames are named without any option; the report says so.
+#[test]
+fn launched_runtimes_write_perf_maps() {
+    require_root!();
+    let python = Path::new("/root/.pyenv/versions/3.12.1/bin/python3.12");
+    let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
+    if python.exists() {
+        let script = "import time\n\
+            def hot_python_function(n): return n if n < 2 else hot_python_function(n-1) + hot_python_function(n-2)\n\
+            end = time.time() + 2\n\
+            while time.time() < end: hot_python_function(18)\n";
+        cases.push((
+            vec![python.display().to_string(), "-c".into(), script.into()],
+            "py::hot_python_function",
+        ));
+    } else {
+        eprintln!("SKIP (python part): {} is not installed", python.display());
+    }
+    if Command::new("node").arg("--version").output().is_ok() {
+        let script = "function hotLoopInJs(n) { let s = 0; for (let i = 0; i < n; i++) s += i % 7; return s; }\n\
+            function outerJsCaller() { let t = 0; for (let k = 0; k < 200; k++) t += hotLoopInJs(100000); return t; }\n\
+            const end = Date.now() + 2000; while (Date.now() < end) outerJsCaller();\n";
+        cases.push((
+            vec!["node".into(), "-e".into(), script.into()],
+            "outerJsCaller",
+        ));
+    } else {
+        eprintln!("SKIP (node part): node is not installed");
+    }
+    for (cmd, want) in cases {
+        let out = TempDir::new("launch-jit");
+        let mut args = vec!["record", "--sample", "--func", "main", "--out"];
+        args.push(out.path().to_str().unwrap());
+        args.push("--");
+        args.extend(cmd.iter().map(String::as_str));
+        let fin = profiler(&args);
+        assert!(fin.status.success(), "{fin:?}");
+        assert!(
+            fin.stderr
+                .iter()
+                .any(|l| l.contains("wrote a JIT perf map")),
+            "{fin:?}"
+        );
+        let stacks = folded(&read(out.path(), "cpu.folded"));
+        let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+        let named: u64 = stacks
+            .iter()
+            .filter(|(s, _)| s.iter().any(|f| f.contains(want)))
+            .map(|(_, n)| n)
+            .sum();
+        eprintln!("{}: {want} in {named} of {total} samples", cmd[0]);
+        assert!(
+            named * 2 >= total,
+            "{want} in only {named} of {total} samples"
+        );
+        let pid = fin.stderr.iter().find_map(|l| {
+            l.split("/tmp/perf-")
+                .nth(1)?
+                .split(".map")
+                .next()
+                .map(String::from)
+        });
+        if let Some(pid) = pid {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        }
+    }
+}
