@@ -32,5 +32,6 @@ pub mod symbols;
 pub mod target;
 pub mod timeline;
 pub mod unwind;
+pub mod unwind_table;
 
 pub use error::{Error, Result};
