@@ -646,6 +646,10 @@ fn plt_threshold<R: Reader>(expr: gimli::Expression<R>, encoding: gimli::Encodin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use framehop::{
+        x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+        ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder,
+    };
     use gimli::write::{
         self, Address, CallFrameInstruction as I, CommonInformationEntry as Cie, EndianVec,
         FrameDescriptionEntry as FdeW, FrameTable,
@@ -880,5 +884,369 @@ mod tests {
         assert_eq!(key, FileKey::new(&std::fs::metadata(LIBC).unwrap()));
         assert!(key.ino != 0 && key.mtime_ns > 0);
         assert_eq!(build_id(b"junk"), None);
+    }
+
+    /// A framehop unwinder with one module: `elf` loaded at its link-time
+    /// addresses.
+    fn framehop_for(elf: &[u8]) -> UnwinderX86_64<Vec<u8>> {
+        let file = object::File::parse(elf).unwrap();
+        let section = |name: &str| {
+            let s = file.section_by_name(name)?;
+            let data = section_bytes(&s)?.into_owned();
+            Some((s.address()..s.address() + s.size(), data))
+        };
+        let eh_frame = section(".eh_frame");
+        let eh_frame_hdr = section(".eh_frame_hdr");
+        let debug_frame = if eh_frame.is_none() {
+            section(".debug_frame")
+        } else {
+            None
+        };
+        let text = section(".text");
+        let exec = exec_segments(&file);
+        let lo = exec.iter().map(|r| r.start).min().unwrap();
+        let hi = exec.iter().map(|r| r.end).max().unwrap();
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: text.as_ref().map(|t| t.0.clone()),
+            text: text.map(|t| t.1),
+            got_svma: file
+                .section_by_name(".got")
+                .map(|s| s.address()..s.address() + s.size()),
+            eh_frame_svma: eh_frame.as_ref().map(|t| t.0.clone()),
+            eh_frame: eh_frame.map(|t| t.1),
+            eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|t| t.0.clone()),
+            eh_frame_hdr: eh_frame_hdr.map(|t| t.1),
+            debug_frame: debug_frame.map(|t| t.1),
+            ..Default::default()
+        };
+        let mut u = UnwinderX86_64::new();
+        u.add_module(Module::new("test".into(), lo..hi, 0, info));
+        u
+    }
+
+    /// A fake stack: every word holds a value derived from its address, so
+    /// reading the wrong slot shows.
+    fn memory(addr: u64) -> u64 {
+        (addr ^ 0x5555_5555).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+    }
+
+    const SP: u64 = 0x7fff_0000_1000;
+    const BP: u64 = 0x7fff_0000_8000;
+
+    /// The caller's (return address, CFA, rbp) by the row, `None` for the
+    /// outermost frame; rbp is `None` when the row cannot restore it.
+    fn unwind_with(row: &UnwindRow, pc: u64) -> Option<(u64, u64, Option<u64>)> {
+        let cfa = match row.cfa_kind {
+            cfa::RSP => SP.wrapping_add_signed(row.cfa_offset.into()),
+            cfa::RBP => BP.wrapping_add_signed(row.cfa_offset.into()),
+            cfa::PLT => {
+                SP + 8
+                    + if (pc & 15) as i16 >= row.cfa_offset {
+                        8
+                    } else {
+                        0
+                    }
+            }
+            cfa::END => return None,
+            k => panic!("kind {k}"),
+        };
+        let bp = match row.rbp_kind {
+            rbp::SAME => Some(BP),
+            rbp::AT_CFA => Some(memory(cfa.wrapping_add_signed(row.rbp_offset.into()))),
+            _ => None,
+        };
+        Some((memory(cfa - 8), cfa, bp))
+    }
+
+    #[derive(Debug, Default)]
+    struct Agreement {
+        checked: usize,
+        agreed: usize,
+        skipped_unsupported: usize,
+        skipped_no_cfi: usize,
+        disagreements: Vec<String>,
+    }
+
+    /// Unwinds one frame at many pcs of `elf` with its table and with
+    /// framehop, and compares.
+    fn cross_check(elf: &[u8], table: &Table) -> Agreement {
+        let unwinder = framehop_for(elf);
+        let mut cache = CacheX86_64::new();
+        let rows = &table.rows;
+        let (lo, hi) = (rows[0].pc, rows[rows.len() - 1].pc);
+        let mut pcs: Vec<u64> = (0..5000u64)
+            .map(|k| lo + (hi - lo) / 5000 * k + (k * 7919) % 61)
+            .collect();
+        // Both ends of (a sample of) the rows.
+        let step = (rows.len() / 10000).max(1);
+        for w in rows.windows(2).step_by(step) {
+            pcs.push(w[0].pc);
+            pcs.push(w[1].pc - 1);
+        }
+        let mut a = Agreement::default();
+        for pc in pcs {
+            let Some(row) = lookup(rows, pc) else {
+                continue;
+            };
+            if row.cfa_kind == cfa::UNSUPPORTED {
+                if row.cfa_offset == reason::NO_CFI {
+                    a.skipped_no_cfi += 1;
+                } else {
+                    a.skipped_unsupported += 1;
+                }
+                continue;
+            }
+            a.checked += 1;
+            let ours = unwind_with(row, pc);
+            let mut regs = UnwindRegsX86_64::new(pc, SP, BP);
+            let mut read = |addr: u64| Ok(memory(addr));
+            let theirs = unwinder.unwind_frame(
+                FrameAddress::from_instruction_pointer(pc),
+                &mut regs,
+                &mut cache,
+                &mut read,
+            );
+            let agree = match (ours, &theirs) {
+                (None, Ok(None)) => true,
+                (Some((ra, cfa, bp)), Ok(Some(theirs_ra))) => {
+                    ra == *theirs_ra && cfa == regs.sp() && bp.is_none_or(|bp| bp == regs.bp())
+                }
+                _ => false,
+            };
+            if agree {
+                a.agreed += 1;
+            } else if a.disagreements.len() < 20 {
+                a.disagreements.push(format!(
+                    "pc {pc:#x}: row {row:?} gives {ours:x?}, framehop {theirs:x?} (sp {:#x}, bp {:#x})",
+                    regs.sp(),
+                    regs.bp()
+                ));
+            }
+        }
+        a
+    }
+
+    fn check_binary(path: &str) {
+        let elf = std::fs::read(path).unwrap();
+        let table = build(&elf).unwrap();
+        let a = cross_check(&elf, &table);
+        println!("{path}: {:?}", table.stats);
+        println!(
+            "{path}: checked {}, agreed {} ({:.3}%), unsupported {}, no CFI {}",
+            a.checked,
+            a.agreed,
+            100.0 * a.agreed as f64 / a.checked as f64,
+            a.skipped_unsupported,
+            a.skipped_no_cfi
+        );
+        for d in &a.disagreements {
+            println!("  {d}");
+        }
+        assert!(a.checked > 1000, "{a:?}");
+        assert!(a.agreed * 1000 >= a.checked * 999, "{a:?}");
+    }
+
+    #[test]
+    fn agrees_with_framehop_on_this_test_binary() {
+        check_binary(&std::env::current_exe().unwrap().to_string_lossy());
+    }
+
+    /// A C program of many functions built with `.debug_frame` and no
+    /// `.eh_frame` (needs `cc` and `objcopy`; skipped without them).
+    fn debug_frame_only_binary(dir: &std::path::Path, compress: bool) -> Option<Vec<u8>> {
+        use std::process::Command;
+        // `noipa` keeps gcc from seeing through the calls, so frames stay.
+        let mut c = String::from(
+            "volatile int sink;\n\
+             __attribute__((noipa)) int leaf(int x) { return x * 3; }\n\
+             __attribute__((noipa)) void use(char *p, int x) { p[x] = 1; sink = p[x]; }\n",
+        );
+        for k in 0..120 {
+            let body = match k % 3 {
+                0 => format!(
+                    "char b[{}]; use(b, x & 7); return leaf(x) + b[1];",
+                    16 + k * 24
+                ),
+                1 => "char *p = __builtin_alloca(x + 16); use(p, x); return leaf(x) + p[1];".into(),
+                _ => "int s = 0; for (int i = 0; i < x; i++) s += leaf(i) ^ sink; return s;".into(),
+            };
+            c += &format!("__attribute__((noinline)) int f{k}(int x) {{ {body} }}\n");
+        }
+        c += "int main(int argc, char **argv) { int s = 0;\n";
+        for k in 0..120 {
+            c += &format!("s += f{k}(argc);\n");
+        }
+        c += "return s; }\n";
+        let src = dir.join("many.c");
+        let exe = dir.join("many");
+        std::fs::write(&src, c).ok()?;
+        let ok = Command::new("cc")
+            .args([
+                "-O2",
+                "-g",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-unwind-tables",
+            ])
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .ok()?
+            .success();
+        if !ok {
+            return None;
+        }
+        let mut strip = Command::new("objcopy");
+        strip.args([
+            "--remove-section=.eh_frame",
+            "--remove-section=.eh_frame_hdr",
+        ]);
+        if compress {
+            strip.arg("--compress-debug-sections=zlib");
+        }
+        if !strip.arg(&exe).status().ok()?.success() {
+            return None;
+        }
+        std::fs::read(&exe).ok()
+    }
+
+    #[test]
+    fn debug_frame_alone_agrees_with_framehop() {
+        let dir = std::env::temp_dir().join(format!("unwind-table-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let plain = debug_frame_only_binary(&dir, false);
+        let compressed = debug_frame_only_binary(&dir, true);
+        std::fs::remove_dir_all(&dir).ok();
+        let (Some(plain), Some(compressed)) = (plain, compressed) else {
+            eprintln!("no cc or objcopy: skipped");
+            return;
+        };
+        let table = build(&plain).unwrap();
+        let s = &table.stats;
+        assert!(!s.has_eh_frame && s.has_debug_frame, "{s:?}");
+        assert!(s.fdes_debug_frame >= 120 && s.fdes_eh_frame == 0, "{s:?}");
+        assert!(s.rows_rbp > 0, "{s:?}");
+        let a = cross_check(&plain, &table);
+        println!("debug_frame: {s:?}\n{a:?}");
+        assert!(
+            a.checked > 500 && a.agreed * 1000 >= a.checked * 999,
+            "{a:?}"
+        );
+        let unpacked = build(&compressed).unwrap();
+        assert_eq!(unpacked.rows, table.rows);
+    }
+
+    /// The cross-check notices a wrong table.
+    #[test]
+    fn cross_check_catches_a_wrong_table() {
+        let elf = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let mut table = build(&elf).unwrap();
+        for r in &mut table.rows {
+            match r.rbp_kind {
+                rbp::AT_CFA => r.rbp_offset -= 8,
+                _ if r.cfa_kind == cfa::RSP => r.cfa_offset += 8,
+                _ => {}
+            }
+        }
+        let a = cross_check(&elf, &table);
+        assert!(a.checked > 1000 && a.agreed * 10 < a.checked, "{a:?}");
+    }
+
+    #[test]
+    fn agrees_with_framehop_on_libc() {
+        if !std::path::Path::new(LIBC).exists() {
+            return;
+        }
+        check_binary(LIBC);
+        let table = build(&std::fs::read(LIBC).unwrap()).unwrap();
+        let s = &table.stats;
+        assert!(s.unsupported() * 100 < s.rows, "{s:?}");
+        assert!(s.rows_plt > 0 || !s.has_eh_frame, "{s:?}");
+        assert!(table.rows.windows(2).all(|w| w[0].pc < w[1].pc));
+    }
+
+    /// Build times for large binaries: `cargo test --release -p
+    /// profiler-user --lib unwind_table -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn build_times() {
+        let mut paths = vec![
+            LIBC.to_string(),
+            "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0".to_string(),
+            "/usr/bin/python3.11".to_string(),
+        ];
+        // A big one: a Rust toolchain's compiler driver, or LLVM.
+        for dir in ["/root/.rustup/toolchains", "/usr/lib/x86_64-linux-gnu"] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let lib = e.path().join("lib");
+                for f in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("librustc_driver-") && paths.len() < 4 {
+                        paths.push(f.path().to_string_lossy().into_owned());
+                    }
+                }
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("libLLVM-") && name.contains(".so") {
+                    paths.push(e.path().to_string_lossy().into_owned());
+                }
+            }
+        }
+        paths.push("/usr/bin/node".to_string());
+        let mut seen = std::collections::HashSet::new();
+        for path in paths {
+            let Ok(elf) = std::fs::read(&path) else {
+                continue;
+            };
+            if !seen.insert(std::fs::canonicalize(&path).unwrap()) {
+                continue;
+            }
+            let mut times = Vec::new();
+            let mut table = Table::default();
+            for _ in 0..3 {
+                let t = std::time::Instant::now();
+                table = build(&elf).unwrap();
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let s = &table.stats;
+            println!(
+                "{path}: {:.1} MB, built in {:.1} ms (first; best of 3 {:.1} ms): {} FDEs, \
+                 {} rows ({} KiB; {} CFI rows), {} no-CFI markers, {} unsupported, {} PLT, \
+                 {} signal FDEs",
+                elf.len() as f64 / 1e6,
+                times[0],
+                times.iter().cloned().fold(f64::MAX, f64::min),
+                s.fdes(),
+                s.rows,
+                s.rows * std::mem::size_of::<UnwindRow>() / 1024,
+                s.cfi_rows,
+                s.rows_no_cfi,
+                s.unsupported(),
+                s.rows_plt,
+                s.fdes_signal
+            );
+            let unsupported = table
+                .rows
+                .iter()
+                .filter(|r| r.cfa_kind == cfa::UNSUPPORTED && r.cfa_offset != reason::NO_CFI);
+            for r in unsupported.take(10) {
+                println!("  unsupported at {:#x}: reason {}", r.pc, r.cfa_offset);
+            }
+            let a = cross_check(&elf, &table);
+            println!(
+                "  framehop agrees at {} of {} pcs ({:.3}%); skipped: {} unsupported, {} no CFI",
+                a.agreed,
+                a.checked,
+                100.0 * a.agreed as f64 / a.checked as f64,
+                a.skipped_unsupported,
+                a.skipped_no_cfi
+            );
+            for d in a.disagreements.iter().take(5) {
+                println!("  {d}");
+            }
+        }
     }
 }
