@@ -278,7 +278,10 @@ impl Location {
             }
             // Gone: where its map was, and whose it was, while it lived (a
             // launched command often exits before its samples are named).
-            None => seen.get(&pid).filter(|l| l.path.starts_with("/tmp")).cloned(),
+            None => seen
+                .get(&pid)
+                .filter(|l| l.path.starts_with("/tmp"))
+                .cloned(),
         }
     }
 
@@ -291,7 +294,8 @@ impl Location {
             std::fs::metadata("/"),
         ) {
             (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-            _ => false,
+            // No root: a zombie (or gone); what was remembered applies.
+            _ => return None,
         };
         let (path, shown) = if same_root && ns_pid == pid {
             let p = format!("/tmp/perf-{pid}.map");

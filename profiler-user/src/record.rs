@@ -321,6 +321,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         cpu = args.sample.map(|hz| {
             let mut prof = cpuprof::collect(maps, sym);
             prof.lost = (counters_now.cpu_stack_lost, counters_now.cpu_counts_full, 0);
+            prof.unwinding = sinks.tables.as_ref().map(|t| t.stats.clone());
             (hz, prof)
         });
     }
