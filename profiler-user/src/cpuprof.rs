@@ -17,7 +17,7 @@ use profiler_common::{
     PROG_OFFCPU,
 };
 
-use crate::{probes::chain, report::flame::folded_frame, symbolize::Symbolizer, Error, Result};
+use crate::{fmt::folded_frame, probes::chain, symbolize::Symbolizer, Error, Result};
 
 /// Outermost user frames that mean the unwinder reached the bottom of the
 /// stack: such a stack is complete.

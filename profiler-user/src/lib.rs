@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod error;
 pub mod export;
 pub mod finish;
+pub mod fmt;
 pub mod launch;
 pub mod multi;
 pub mod output;

@@ -4,8 +4,9 @@ use std::fmt::Write;
 
 use crate::{
     dispatch::{self, Dispatcher},
+    fmt::fmt_ns,
     output::OutDir,
-    report::{self, fmt_ns, Report},
+    report::{self, Report},
     select::{self, Required},
     stacks::Stacks,
     stages::{self, StagesResult},

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::{report::fmt_ns, stages::Summary};
+use crate::{fmt::fmt_ns, stages::Summary};
 
 pub use crate::collector::monotonic_ns;
 

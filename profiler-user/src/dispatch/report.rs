@@ -4,7 +4,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::{stats::quantile_of, tree::FlatNode, Dispatcher};
-use crate::report::fmt_ns;
+use crate::fmt::fmt_ns;
 
 /// Flame graphs drawn, for the costliest groups.
 pub const SVG_GROUPS: usize = 5;

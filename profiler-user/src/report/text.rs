@@ -2,7 +2,8 @@
 //! total time.
 use std::fmt::Write;
 
-use super::{fmt_ns, Report};
+use super::Report;
+use crate::fmt::fmt_ns;
 use crate::stacks::FuncStats;
 
 /// How many functions each table lists.
