@@ -18,6 +18,7 @@ use tokio::{
 };
 
 use crate::{
+    clock::monotonic_ns,
     datafile::{DataWriter, Entry},
     dispatch::Dispatcher,
     probes::CounterMap,
@@ -293,16 +294,6 @@ impl Sinks {
             }
         }
     }
-}
-
-/// CLOCK_MONOTONIC now, the clock of `bpf_ktime_get_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 struct Fd(RawFd);

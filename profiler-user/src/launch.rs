@@ -348,7 +348,7 @@ impl Launched {
         let Some(gate) = self.gate.lock().unwrap().take() else {
             return Ok(());
         };
-        let _ = self.exec_ns.set(crate::startup::monotonic_ns());
+        let _ = self.exec_ns.set(crate::clock::monotonic_ns());
         // A child that already failed has closed its end: EPIPE, ignored.
         unsafe { libc::write(gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
         drop(gate);

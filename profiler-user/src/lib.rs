@@ -3,6 +3,7 @@
 pub mod calltree;
 pub mod caps;
 pub mod cli;
+pub mod clock;
 pub mod collector;
 pub mod cpuprof;
 pub mod datafile;

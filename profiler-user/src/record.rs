@@ -152,7 +152,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     );
 
     let started = Instant::now();
-    let session_start_ns = collector::monotonic_ns();
+    let session_start_ns = crate::clock::monotonic_ns();
     let mut exec_ns = 0;
     if let Some(c) = &child {
         c.release()?;
