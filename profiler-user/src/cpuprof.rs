@@ -17,7 +17,7 @@ use profiler_common::{
     PROG_OFFCPU,
 };
 
-use crate::{fmt::folded_frame, probes::chain, symbolize::Symbolizer, Error, Result};
+use crate::{fmt::folded_frame, symbolize::Symbolizer, Error, Result};
 
 /// Outermost user frames that mean the unwinder reached the bottom of the
 /// stack: such a stack is complete.
@@ -45,8 +45,8 @@ pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
         .program_mut(PROG_CPU_SAMPLE)
         .ok_or_else(|| Error::Load(format!("program {PROG_CPU_SAMPLE} missing")))?
         .try_into()
-        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-    prog.load().map_err(|e| Error::Load(chain(&e)))?;
+        .map_err(|e: ProgramError| Error::ebpf(e))?;
+    prog.load().map_err(Error::ebpf)?;
     let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
     let cycles = PerfEventConfig::Hardware(HardwareEvent::CpuCycles);
     let first = cpus.first().copied().unwrap_or(0);
@@ -72,12 +72,7 @@ pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
             SamplePolicy::Frequency(hz),
             false,
         )
-        .map_err(|e| {
-            Error::Load(format!(
-                "starting the {name} sampler on CPU {cpu}: {}",
-                chain(&e)
-            ))
-        })?;
+        .map_err(|e| Error::ebpf_in(format!("starting the {name} sampler on CPU {cpu}"), e))?;
     }
     Ok(name)
 }
@@ -98,16 +93,11 @@ impl CpuMaps {
             ebpf.take_map(name)
                 .ok_or_else(|| Error::Load(format!("no {name} map")))
         };
-        let stacks =
-            StackTraceMap::try_from(take(CPU_STACKS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
-        let counts =
-            PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
-        let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(|e| Error::Load(chain(&e)))?;
+        let stacks = StackTraceMap::try_from(take(CPU_STACKS_MAP)?).map_err(Error::ebpf)?;
+        let counts = PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(Error::ebpf)?;
+        let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(Error::ebpf)?;
         let offcpu = match offcpu {
-            true => Some(
-                PerCpuHashMap::try_from(take(OFFCPU_NS_MAP)?)
-                    .map_err(|e| Error::Load(chain(&e)))?,
-            ),
+            true => Some(PerCpuHashMap::try_from(take(OFFCPU_NS_MAP)?).map_err(Error::ebpf)?),
             false => None,
         };
         Ok(CpuMaps {
@@ -274,10 +264,10 @@ pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
         .program_mut(PROG_OFFCPU)
         .ok_or_else(|| Error::Load(format!("program {PROG_OFFCPU} missing")))?
         .try_into()
-        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-    prog.load().map_err(|e| Error::Load(chain(&e)))?;
+        .map_err(|e: ProgramError| Error::ebpf(e))?;
+    prog.load().map_err(Error::ebpf)?;
     prog.attach("sched_switch")
-        .map_err(|e| Error::Load(format!("attaching sched_switch: {}", chain(&e))))?;
+        .map_err(|e| Error::ebpf_in("attaching sched_switch", e))?;
     Ok(())
 }
 

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::{error::ErrorKind, Parser};
 use profiler::{
     cli::{Cli, Command},
-    probes::chain,
+    error::chain,
     record,
 };
 

@@ -25,24 +25,9 @@ use profiler_common::{
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{multi, select::Selection, Error, Result};
+use crate::{error::chain, multi, select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
-
-/// Renders an error and its sources as one line.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let next = e.to_string();
-        if !s.contains(&next) {
-            s.push_str(": ");
-            s.push_str(&next);
-        }
-        cur = e.source();
-    }
-    s
-}
 
 fn load_error(e: ProgramError) -> Error {
     match e {
