@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{
-    tracker::{ActiveRun, Occ},
+    run::{ActiveRun, Occ},
     Interval, Overlap, ResolvedStage, StageResult, StagesResult,
 };
 

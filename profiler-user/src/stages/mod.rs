@@ -14,6 +14,7 @@
 //! - [`render`]: `stages.txt` (Pury's layout) and `stages.json`.
 mod derive;
 pub mod render;
+mod run;
 pub mod spec;
 pub mod tracker;
 

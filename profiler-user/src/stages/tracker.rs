@@ -15,43 +15,13 @@
 //!   counts as outermost.
 use std::collections::HashMap;
 
-use super::{Interval, ResolvedStage, StagesResult};
+use super::{
+    run::{ActiveRun, Occ, Open},
+    Interval, ResolvedStage, StagesResult,
+};
 
 /// Occurrences of one stage measured per run; later ones are only counted.
 pub const MAX_OCCURRENCES: u32 = 64;
-
-#[derive(Debug, Clone, Copy)]
-struct Open {
-    tid: u32,
-    start_ns: u64,
-    occ: u32,
-    seq: u32,
-}
-
-/// A completed stage occurrence within a run.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Occ {
-    pub(super) stage: usize,
-    pub(super) occ: u32,
-    /// Open order within the run; the root is 0.
-    pub(super) seq: u32,
-    pub(super) iv: Interval,
-}
-
-/// A run in progress, and once complete, its record.
-#[derive(Debug)]
-pub(super) struct ActiveRun {
-    start_ns: u64,
-    tid: u32,
-    open: Vec<Option<Open>>,
-    /// Occurrences opened per stage.
-    pub(super) counts: Vec<u32>,
-    /// Completed occurrences, the root's last.
-    pub(super) occs: Vec<Occ>,
-    /// (stage, occurrence) still open when the root ended.
-    pub(super) abandoned: Vec<(usize, u32)>,
-    seq: u32,
-}
 
 /// Measures one scenario. Feed it every traced entry and exit, in order.
 #[derive(Debug)]
