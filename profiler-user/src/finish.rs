@@ -130,12 +130,12 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
     }
     let what = format!("PID {}", f.session.pid);
     if let Some(off) = &f.offcpu {
-        print!("\n{}", crate::sample::write_offcpu(out, off, &what)?);
+        print!("\n{}", outputs::write_offcpu(out, off, &what)?);
     }
     if let Some((hz, prof)) = &f.cpu {
         print!(
             "\n{}",
-            crate::sample::write_cpu(out, prof, &what, *hz, duration_ns)?
+            outputs::write_cpu(out, prof, &what, *hz, duration_ns)?
         );
         let pprof =
             crate::export::cpu_pprof(&prof.folded, *hz, duration_ns, f.session.start_unix_ns);

@@ -3,8 +3,9 @@
 use std::fmt::Write;
 
 use crate::{
+    cpuprof::CpuProfile,
     dispatch::{self, Dispatcher},
-    fmt::fmt_ns,
+    fmt::{fmt_count, fmt_ns},
     output::OutDir,
     report::{self, Report},
     select::{self, Required},
@@ -166,6 +167,82 @@ pub fn startup(
     )?;
     print!("\n{text}");
     Ok(())
+}
+
+/// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
+/// off the CPU, from switch-out to switch-in); returns the summary text.
+pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
+    let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
+    flame(out, "offcpu", &prof.folded, &title)?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "Off-CPU time of {what}: {} blocked in total; complete stacks {:.1}%",
+        fmt_ns(prof.samples),
+        prof.complete_share() * 100.0
+    );
+    let _ = writeln!(
+        text,
+        "\nTop blocking frames (innermost), by time off the CPU"
+    );
+    for (leaf, ns) in prof.leaves.iter().take(20) {
+        let _ = writeln!(
+            text,
+            "{:>12} {:>6.1}%  {leaf}",
+            fmt_ns(*ns),
+            *ns as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("offcpu.txt", text.as_bytes())?;
+    Ok(text)
+}
+
+/// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
+pub fn write_cpu(
+    out: &OutDir,
+    prof: &CpuProfile,
+    what: &str,
+    hz: u64,
+    duration_ns: u64,
+) -> Result<String> {
+    let title = format!("profiler: CPU samples of {what} at {hz} Hz");
+    flame(out, "cpu", &prof.folded, &title)?;
+    let mut text = String::new();
+    let (stack_lost, counts_full, dwarf_lost) = prof.lost;
+    let _ = writeln!(
+        text,
+        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}; \
+         lost: {stack_lost} user stacks unreadable, {counts_full} samples not counted (map full), \
+         {dwarf_lost} --dwarf samples dropped (ring full)",
+        prof.samples,
+        fmt_ns(duration_ns),
+        prof.complete_share() * 100.0,
+        prof.no_user_stack
+    );
+    if prof.per_pid.len() > 1 {
+        let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
+        pids.sort_by(|a, b| b.1.cmp(a.1));
+        let _ = writeln!(text, "\nTop processes by samples");
+        for (pid, n) in pids.into_iter().take(10) {
+            let _ = writeln!(text, "{:>10}  PID {pid}", fmt_count(*n));
+        }
+    }
+    let _ = writeln!(text, "\nTop frames by self samples");
+    for (leaf, n) in prof.leaves.iter().take(20) {
+        let loc = prof
+            .locations
+            .get(leaf)
+            .map(|l| format!("  ({l})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "{:>10} {:>6.1}%  {leaf}{loc}",
+            n,
+            *n as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("cpu.txt", text.as_bytes())?;
+    Ok(text)
 }
 
 /// The functions the session needs probed besides `--func`: stage triggers

@@ -1,8 +1,9 @@
 //! `profiler sample`: a sampling profiler for one process or the whole
 //! system, and the CPU-profile outputs shared with `record --sample`.
-use std::{fmt::Write, time::Instant};
-
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use profiler_common::{DwarfSample, KIND_DWARF};
 
@@ -10,10 +11,9 @@ use crate::{
     caps,
     cli::SampleArgs,
     collector,
-    cpuprof::Unwound,
-    cpuprof::{self, CpuMaps, CpuProfile},
-    fmt::{fmt_count, fmt_ns},
+    cpuprof::{self, CpuMaps, Unwound},
     output::OutDir,
+    outputs,
     probes::Probes,
     symbolize::Symbolizer,
     target::thread_name,
@@ -32,82 +32,6 @@ pub const CPU_FILES: &[&str] = &[
     "offcpu.svg",
     "offcpu.txt",
 ];
-
-/// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
-/// off the CPU, from switch-out to switch-in); returns the summary text.
-pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
-    let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
-    crate::outputs::flame(out, "offcpu", &prof.folded, &title)?;
-    let mut text = String::new();
-    let _ = writeln!(
-        text,
-        "Off-CPU time of {what}: {} blocked in total; complete stacks {:.1}%",
-        fmt_ns(prof.samples),
-        prof.complete_share() * 100.0
-    );
-    let _ = writeln!(
-        text,
-        "\nTop blocking frames (innermost), by time off the CPU"
-    );
-    for (leaf, ns) in prof.leaves.iter().take(20) {
-        let _ = writeln!(
-            text,
-            "{:>12} {:>6.1}%  {leaf}",
-            fmt_ns(*ns),
-            *ns as f64 * 100.0 / prof.samples.max(1) as f64
-        );
-    }
-    out.write("offcpu.txt", text.as_bytes())?;
-    Ok(text)
-}
-
-/// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
-pub fn write_cpu(
-    out: &OutDir,
-    prof: &CpuProfile,
-    what: &str,
-    hz: u64,
-    duration_ns: u64,
-) -> Result<String> {
-    let title = format!("profiler: CPU samples of {what} at {hz} Hz");
-    crate::outputs::flame(out, "cpu", &prof.folded, &title)?;
-    let mut text = String::new();
-    let (stack_lost, counts_full, dwarf_lost) = prof.lost;
-    let _ = writeln!(
-        text,
-        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}; \
-         lost: {stack_lost} user stacks unreadable, {counts_full} samples not counted (map full), \
-         {dwarf_lost} --dwarf samples dropped (ring full)",
-        prof.samples,
-        fmt_ns(duration_ns),
-        prof.complete_share() * 100.0,
-        prof.no_user_stack
-    );
-    if prof.per_pid.len() > 1 {
-        let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
-        pids.sort_by(|a, b| b.1.cmp(a.1));
-        let _ = writeln!(text, "\nTop processes by samples");
-        for (pid, n) in pids.into_iter().take(10) {
-            let _ = writeln!(text, "{:>10}  PID {pid}", fmt_count(*n));
-        }
-    }
-    let _ = writeln!(text, "\nTop frames by self samples");
-    for (leaf, n) in prof.leaves.iter().take(20) {
-        let loc = prof
-            .locations
-            .get(leaf)
-            .map(|l| format!("  ({l})"))
-            .unwrap_or_default();
-        let _ = writeln!(
-            text,
-            "{:>10} {:>6.1}%  {leaf}{loc}",
-            n,
-            *n as f64 * 100.0 / prof.samples.max(1) as f64
-        );
-    }
-    out.write("cpu.txt", text.as_bytes())?;
-    Ok(text)
-}
 
 /// Runs `profiler diff`.
 pub fn diff(args: &crate::cli::DiffArgs) -> Result<()> {
@@ -246,7 +170,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(d) = &dwarf {
         cpuprof::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }
-    let text = write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    let text = outputs::write_cpu(&out, &prof, &what, hz, duration_ns)?;
     out.write(
         "profile.pb.gz",
         &crate::export::cpu_pprof(
@@ -258,7 +182,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     )?;
     print!("{text}");
     if let Some(off) = cpuprof::collect_offcpu(&maps, &mut sym) {
-        print!("\n{}", write_offcpu(&out, &off, &what)?);
+        print!("\n{}", outputs::write_offcpu(&out, &off, &what)?);
     }
     eprintln!(
         "profiler: wrote {}/{{{}}}",
