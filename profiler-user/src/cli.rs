@@ -150,6 +150,7 @@ pub struct RecordArgs {
     /// invoking user under sudo; the profiler exits with its exit status.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+    /// Which functions to probe.
     #[command(flatten)]
     pub select: SelectArgs,
     /// Directory for the outputs (created if missing).
@@ -180,8 +181,10 @@ pub struct RecordArgs {
     /// (default 997): writes cpu.folded and cpu.svg.
     #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]
     pub sample: Option<u64>,
+    /// Slow dispatches of the watched thread.
     #[command(flatten)]
     pub dispatch: DispatchArgs,
+    /// Stages and startup timing.
     #[command(flatten)]
     pub stages: StageArgs,
 }
@@ -241,8 +244,10 @@ pub struct DispatchArgs {
 /// `profiler list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The process whose functions are listed.
     #[command(flatten)]
     pub target: TargetArgs,
+    /// Which functions, as `record` would choose them.
     #[command(flatten)]
     pub select: SelectArgs,
 }

@@ -319,6 +319,7 @@ pub async fn collect(
     let ring_fd =
         unsafe { AsyncFd::register_with_interest(Fd(ring.as_raw_fd()), Interest::READABLE) }
             .map_err(|e| io("polling the ring buffer", e.into()))?;
+    // SAFETY: as above.
     let exit_fd =
         unsafe { AsyncFd::register_with_interest(Fd(pidfd.as_raw_fd()), Interest::READABLE) }
             .map_err(|e| io("polling the target's pidfd", e.into()))?;

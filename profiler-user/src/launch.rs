@@ -91,6 +91,7 @@ pub fn resolve_program(argv0: &OsStr) -> Result<PathBuf> {
 
 /// The user to run as: `SUDO_UID`/`SUDO_GID` when running as root.
 pub fn invoking_user() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }
@@ -103,8 +104,12 @@ pub fn invoking_user() -> Option<(u32, u32)> {
 fn passwd_entry(uid: u32) -> Option<(CString, OsString)> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
+        // SAFETY: libc::passwd is plain data (integers and pointers);
+        // all-zero is a valid value, filled in by getpwuid_r below.
         let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
         let mut out = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `pw` and `out` are
+        // locals and `buf` holds `buf.len()` writable bytes.
         let rc =
             unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
         if rc == libc::ERANGE && buf.len() < 1 << 20 {
@@ -114,7 +119,10 @@ fn passwd_entry(uid: u32) -> Option<(CString, OsString)> {
         if rc != 0 || out.is_null() {
             return None;
         }
+        // SAFETY: getpwuid_r succeeded, so pw_name points to a
+        // NUL-terminated string inside `buf`, which outlives the borrow.
         let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) }.to_owned();
+        // SAFETY: likewise for pw_dir.
         let home = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
         return Some((name, OsStr::from_bytes(home.to_bytes()).to_owned()));
     }
@@ -125,6 +133,7 @@ fn group_list(name: &CString, gid: u32) -> Vec<libc::gid_t> {
     let mut groups = vec![0 as libc::gid_t; 64];
     for _ in 0..8 {
         let mut n = groups.len() as libc::c_int;
+        // SAFETY: `name` is NUL-terminated, `groups` holds `n` writable entries.
         let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
         if rc >= 0 {
             groups.truncate(n.max(0) as usize);
@@ -141,12 +150,14 @@ fn cstring(s: &[u8]) -> Result<CString> {
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(Error::io(
             "creating a pipe",
             std::io::Error::last_os_error(),
         ));
     }
+    // SAFETY: pipe2 succeeded: both descriptors are open and owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
@@ -304,6 +315,7 @@ impl Launched {
             argv: ptrs(&args),
             envp: ptrs(&env),
             user: plan_user,
+            // SAFETY: getpid has no preconditions and cannot fail.
             parent: unsafe { libc::getpid() },
             gate: gate_r.as_raw_fd(),
             errors: err_w.as_raw_fd(),
@@ -311,6 +323,9 @@ impl Launched {
         };
         // Block signals across fork so no handler runs in the child before
         // it resets them.
+        // SAFETY: fork in a process with threads: the child runs only
+        // `child`, which calls async-signal-safe functions and execs or
+        // exits; the signal masks are plain sigset_t values on our stack.
         let pid = unsafe {
             let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = std::mem::zeroed();
             libc::sigfillset(&mut all);
@@ -327,6 +342,7 @@ impl Launched {
         }
         drop((gate_r, err_w));
         let pidfd =
+            // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
             unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
         Ok(Launched {
             pid: pid as u32,
@@ -335,6 +351,7 @@ impl Launched {
             user,
             gate: Mutex::new(Some(gate_w)),
             errors: Mutex::new(Some(err_r)),
+            // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
             pidfd: (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) }),
             exec_ns: OnceLock::new(),
             status: Mutex::new(None),
@@ -350,6 +367,7 @@ impl Launched {
         };
         let _ = self.exec_ns.set(crate::clock::monotonic_ns());
         // A child that already failed has closed its end: EPIPE, ignored.
+        // SAFETY: `gate` is an open pipe end and the buffer holds the one byte written.
         unsafe { libc::write(gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
         drop(gate);
         let Some(errors) = self.errors.lock().unwrap().take() else {
@@ -387,6 +405,7 @@ impl Launched {
     /// signalled.
     pub fn forward_signal(&self, sig: i32) -> Result<()> {
         let rc = match &self.pidfd {
+            // SAFETY: pidfd_send_signal on our own open pidfd, with no siginfo.
             Some(fd) => unsafe {
                 let (fd, sig) = (fd.as_raw_fd() as libc::c_long, sig as libc::c_long);
                 libc::syscall(
@@ -398,6 +417,7 @@ impl Launched {
                 ) as i32
             },
             None if self.status.lock().unwrap().is_some() => return Ok(()),
+            // SAFETY: kill(2) on our child, only while it has not been reaped.
             None => unsafe { libc::kill(self.pid as libc::pid_t, sig) },
         };
         let err = std::io::Error::last_os_error();
@@ -419,6 +439,7 @@ impl Launched {
         }
         let mut st = 0;
         loop {
+            // SAFETY: waitpid on our own child, with a valid pointer to the status.
             let rc = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut st, flags) };
             if rc == 0 {
                 return Ok(None);
@@ -547,6 +568,7 @@ mod tests {
         let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", "exit 0"]), None).unwrap();
         let pid = l.pid as libc::pid_t;
         drop(l);
+        // SAFETY: kill with signal 0 only checks whether the process exists.
         assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "child still exists");
     }
 
@@ -561,6 +583,7 @@ mod tests {
 
     #[test]
     fn drops_to_the_given_user() {
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 || passwd_entry(65534).is_none() {
             return; // needs root and a `nobody` user
         }

@@ -1,5 +1,6 @@
 //! The profiler's agent as a library; `main.rs` is a thin CLI over it.
 //! See ARCHITECTURE.md for how data flows through these modules.
+#![warn(missing_docs)]
 pub mod calltree;
 pub mod caps;
 pub mod cli;

@@ -1,3 +1,8 @@
+//! `profiler`: the command line over the `profiler` library.
+// The library uses the package's dependencies and is linted for unused ones;
+// this thin binary uses only clap and the library.
+#![allow(unused_crate_dependencies)]
+
 use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};

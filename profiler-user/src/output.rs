@@ -19,6 +19,7 @@ pub struct OutDir {
 
 /// The user to hand files to: `SUDO_UID`/`SUDO_GID` when running as root.
 fn invoking_user() -> Option<(u32, u32)> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return None;
     }

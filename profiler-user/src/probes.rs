@@ -356,6 +356,7 @@ pub fn raise_fd_limit() {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: getrlimit/setrlimit on a valid rlimit on our stack.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;

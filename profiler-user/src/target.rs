@@ -50,6 +50,7 @@ pub struct Target {
 impl Target {
     /// Opens the process. Fails with [`Error::NoSuchProcess`] if it is gone.
     pub fn open(pid: u32) -> Result<Self> {
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
         if fd < 0 {
             let err = std::io::Error::last_os_error();
@@ -58,6 +59,7 @@ impl Target {
                 _ => Error::io(format!("pidfd_open({pid})"), err),
             });
         }
+        // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Error::NoSuchProcess(pid),
@@ -77,6 +79,7 @@ impl Target {
 
     /// A child forked by `profiler record -- CMD` that will exec `program`.
     pub fn launched(pid: u32, program: PathBuf) -> Result<Self> {
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
         if fd < 0 {
             return Err(Error::io(
@@ -84,6 +87,7 @@ impl Target {
                 std::io::Error::last_os_error(),
             ));
         }
+        // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         Ok(Target {
             pid,
@@ -107,6 +111,7 @@ impl Target {
             events: libc::POLLIN,
             revents: 0,
         };
+        // SAFETY: poll on one pollfd of our open pidfd, without waiting.
         unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
     }
 
