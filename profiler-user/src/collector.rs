@@ -26,7 +26,7 @@ use crate::{
     stages::StageTracker,
     startup::StartupWatch,
     status::Status,
-    target::thread_name,
+    target::process::thread_name,
     timeline::Timeline,
     Error, Result,
 };

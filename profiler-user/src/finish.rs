@@ -9,9 +9,9 @@ use crate::{
     output::OutDir,
     outputs,
     report::{Report, Session},
-    select::{Binary, Func},
     stages::StageTracker,
     startup::StartupReport,
+    target::select::{Binary, Func},
     Error, Result,
 };
 

@@ -2,7 +2,6 @@
 //! See ARCHITECTURE.md for how data flows through these modules.
 #![warn(missing_docs)]
 pub mod calltree;
-pub mod caps;
 pub mod cli;
 pub mod clock;
 pub mod collector;
@@ -13,7 +12,6 @@ pub mod error;
 pub mod export;
 pub mod finish;
 pub mod fmt;
-pub mod launch;
 pub mod multi;
 pub mod output;
 pub mod outputs;
@@ -23,13 +21,11 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod sample;
-pub mod select;
 pub mod stacks;
 pub mod stages;
 pub mod startup;
 pub mod status;
 pub mod symbolize;
-pub mod symbols;
 pub mod target;
 pub mod timeline;
 pub mod unwind;

@@ -238,7 +238,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::symbols::read_functions;
+    use crate::target::symbols::read_functions;
 
     static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 

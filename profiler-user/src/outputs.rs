@@ -8,11 +8,13 @@ use crate::{
     fmt::{fmt_count, fmt_ns},
     output::OutDir,
     report::{self, Report},
-    select::{self, Required},
     stacks::Stacks,
     stages::{self, StagesResult},
     startup::StartupReport,
-    target::Target,
+    target::{
+        process::Target,
+        select::{self, Required},
+    },
     Error, Result,
 };
 

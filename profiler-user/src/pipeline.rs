@@ -6,10 +6,10 @@ use crate::{
     collector::Sinks,
     dispatch::{self, Dispatcher},
     output::OutDir,
-    select::Func,
     stacks::Stacks,
     stages::{StageTracker, StagesConfig},
     startup::StartupWatch,
+    target::select::Func,
     timeline::Timeline,
     Error, Result,
 };

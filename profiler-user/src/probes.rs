@@ -25,7 +25,7 @@ use profiler_common::{
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{error::chain, multi, select::Selection, Error, Result};
+use crate::{error::chain, multi, target::select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 

@@ -5,23 +5,25 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
-    caps,
     cli::RecordArgs,
     collector::{self, StopReason},
     cpuprof, datafile,
     dispatch::{self},
     finish,
-    launch::{self, Launched},
     output::OutDir,
     outputs, pipeline,
     probes::{self, Probes},
     report::Session,
-    select,
     stages::StagesConfig,
     startup::StartupReport,
     status::Status,
     symbolize::Symbolizer,
-    target::{self, Target},
+    target::{
+        caps,
+        launch::{self, Launched},
+        process::{self, Target},
+        select,
+    },
     Error, Result,
 };
 
@@ -291,7 +293,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .threads()
         .filter_map(|t| {
             let live = (t.exited_threads == 0)
-                .then(|| target::thread_name(target.pid, t.tid))
+                .then(|| process::thread_name(target.pid, t.tid))
                 .flatten();
             live.or_else(|| t.name.clone()).map(|n| (t.tid, n))
         })

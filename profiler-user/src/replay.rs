@@ -12,9 +12,9 @@ use crate::{
     output::OutDir,
     outputs, pipeline,
     report::Session,
-    select::{Binary, Func},
     stages::StagesConfig,
     symbolize::Symbolizer,
+    target::select::{Binary, Func},
     Result,
 };
 

@@ -8,7 +8,6 @@ use std::{
 use profiler_common::{DwarfSample, KIND_DWARF};
 
 use crate::{
-    caps,
     cli::SampleArgs,
     collector,
     cpuprof::{self, CpuMaps, Unwound},
@@ -16,8 +15,10 @@ use crate::{
     outputs,
     probes::Probes,
     symbolize::Symbolizer,
-    target::thread_name,
-    target::Target,
+    target::{
+        caps,
+        process::{thread_name, Target},
+    },
     unwind::DwarfUnwinder,
     Error, Result,
 };

@@ -8,8 +8,8 @@ pub mod text;
 use std::collections::HashMap;
 
 use crate::{
-    select::{Binary, Func},
     stacks::{FuncStats, Stacks},
+    target::select::{Binary, Func},
 };
 
 /// Facts about the session as a whole.

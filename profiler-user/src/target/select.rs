@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::{cli::SelectArgs, symbols, target::Target, Error, Result};
+use super::{process::Target, symbols};
+use crate::{cli::SelectArgs, Error, Result};
 
 /// Runtime and startup internals left out when no `--func` is given: they
 /// are not the program's own work, and some never return.
