@@ -18,10 +18,10 @@ use tokio::{
 };
 
 use crate::{
+    attach::probes::CounterMap,
     clock::monotonic_ns,
     datafile::{DataWriter, Entry},
     dispatch::Dispatcher,
-    probes::CounterMap,
     stacks::Stacks,
     stages::StageTracker,
     startup::StartupWatch,
@@ -75,7 +75,10 @@ pub struct Sinks {
     pub timeline: Option<Timeline>,
     /// The CPU profile (`--sample`) and its symbolizer, whose snapshot of
     /// the target's mappings is refreshed every second.
-    pub cpu: Option<(crate::cpuprof::CpuMaps, crate::symbolize::Symbolizer)>,
+    pub cpu: Option<(
+        crate::attach::samplers::CpuMaps,
+        crate::symbolize::Symbolizer,
+    )>,
     /// One tracker per scenario.
     pub stages: Vec<StageTracker>,
     /// Stop once every scenario has its runs.

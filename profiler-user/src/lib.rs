@@ -1,6 +1,7 @@
 //! The profiler's agent as a library; `main.rs` is a thin CLI over it.
 //! See ARCHITECTURE.md for how data flows through these modules.
 #![warn(missing_docs)]
+pub mod attach;
 pub mod calltree;
 pub mod cli;
 pub mod clock;
@@ -12,11 +13,9 @@ pub mod error;
 pub mod export;
 pub mod finish;
 pub mod fmt;
-pub mod multi;
 pub mod output;
 pub mod outputs;
 pub mod pipeline;
-pub mod probes;
 pub mod record;
 pub mod replay;
 pub mod report;

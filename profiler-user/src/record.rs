@@ -5,6 +5,10 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
+    attach::{
+        probes::{self, Probes},
+        samplers,
+    },
     cli::RecordArgs,
     collector::{self, StopReason},
     cpuprof, datafile,
@@ -12,7 +16,6 @@ use crate::{
     finish,
     output::OutDir,
     outputs, pipeline,
-    probes::{self, Probes},
     report::Session,
     stages::StagesConfig,
     startup::StartupReport,
@@ -126,13 +129,13 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
     if let Some(hz) = args.sample {
-        cpuprof::start(probes.ebpf_mut(), hz)?;
+        samplers::start(probes.ebpf_mut(), hz)?;
     }
     if args.off_cpu {
-        cpuprof::start_offcpu(probes.ebpf_mut())?;
+        samplers::start_offcpu(probes.ebpf_mut())?;
     }
     let cpu_maps = match args.sample.is_some() || args.off_cpu {
-        true => Some(cpuprof::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
+        true => Some(samplers::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
         false => None,
     };
     let probed = probes.attach(&sel, target.pid)?;

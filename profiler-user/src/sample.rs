@@ -1,5 +1,5 @@
 //! `profiler sample`: a sampling profiler for one process or the whole
-//! system, and the CPU-profile outputs shared with `record --sample`.
+//! system; and `profiler diff`.
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
@@ -8,12 +8,15 @@ use std::{
 use profiler_common::{DwarfSample, KIND_DWARF};
 
 use crate::{
+    attach::{
+        probes::Probes,
+        samplers::{self, CpuMaps},
+    },
     cli::SampleArgs,
     collector,
-    cpuprof::{self, CpuMaps, Unwound},
+    cpuprof::{self, Unwound},
     output::OutDir,
     outputs,
-    probes::Probes,
     symbolize::Symbolizer,
     target::{
         caps,
@@ -108,9 +111,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // --dwarf: 16 KiB per sample through the ring, drained every 20 ms.
     let ring_size = if args.dwarf { 64 << 20 } else { 4096 };
     let mut probes = Probes::load(pid, 0, ring_size, args.all, args.dwarf)?;
-    let event = cpuprof::start(probes.ebpf_mut(), hz)?;
+    let event = samplers::start(probes.ebpf_mut(), hz)?;
     if args.off_cpu {
-        cpuprof::start_offcpu(probes.ebpf_mut())?;
+        samplers::start_offcpu(probes.ebpf_mut())?;
     }
     let maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
     let counters = probes.take_counters()?;

@@ -5,7 +5,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{probes::CounterMap, stacks::Stacks};
+use crate::{attach::probes::CounterMap, stacks::Stacks};
 
 /// Live status line state.
 pub struct Status {

@@ -25,7 +25,8 @@ use profiler_common::{
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use crate::{error::chain, multi, target::select::Selection, Error, Result};
+use super::uprobe_multi as multi;
+use crate::{error::chain, target::select::Selection, Error, Result};
 
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
