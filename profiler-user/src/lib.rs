@@ -27,6 +27,5 @@ pub mod status;
 pub mod symbolize;
 pub mod target;
 pub mod timeline;
-pub mod unwind;
 
 pub use error::{Error, Result};

@@ -17,12 +17,11 @@ use crate::{
     cpuprof::{self, Unwound},
     output::OutDir,
     outputs,
-    symbolize::Symbolizer,
+    symbolize::{DwarfUnwinder, Symbolizer},
     target::{
         caps,
         process::{thread_name, Target},
     },
-    unwind::DwarfUnwinder,
     Error, Result,
 };
 

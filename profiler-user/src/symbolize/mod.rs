@@ -1,0 +1,12 @@
+//! Addresses to names, and user stacks to addresses.
+//!
+//! - [`Symbolizer`] (`symbolizer.rs`): blazesym over a process's mappings,
+//!   remembered for processes that exited, with a journal for offline
+//!   replay;
+//! - [`DwarfUnwinder`] (`unwind.rs`): framehop over each executable
+//!   mapping's `.eh_frame`, for `sample --dwarf`.
+mod symbolizer;
+mod unwind;
+
+pub use symbolizer::Symbolizer;
+pub use unwind::DwarfUnwinder;
