@@ -18,13 +18,13 @@ use tokio::{
 };
 
 use crate::{
+    analyze::dispatch::Dispatcher,
+    analyze::stacks::Stacks,
+    analyze::stages::StageTracker,
+    analyze::startup::StartupWatch,
     attach::probes::CounterMap,
     clock::monotonic_ns,
     datafile::{DataWriter, Entry},
-    dispatch::Dispatcher,
-    stacks::Stacks,
-    stages::StageTracker,
-    startup::StartupWatch,
     status::Status,
     target::process::thread_name,
     timeline::Timeline,

@@ -118,9 +118,9 @@ pub struct Trailer {
     /// Symbolized addresses: (pid, address, frames).
     pub symbols: Vec<(u32, u64, Vec<String>)>,
     /// CPU profile and its rate.
-    pub cpu: Option<(u64, crate::cpuprof::CpuProfile)>,
+    pub cpu: Option<(u64, crate::analyze::cpu_profile::CpuProfile)>,
     /// Off-CPU profile (ns).
-    pub offcpu: Option<crate::cpuprof::CpuProfile>,
+    pub offcpu: Option<crate::analyze::cpu_profile::CpuProfile>,
     /// False when the stream was cut at `--data-limit`.
     pub complete: bool,
 }

@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 
 use crate::{
+    analyze::cpu_profile::CpuProfile,
+    analyze::stages::StageTracker,
+    analyze::startup::StartupReport,
     collector::Sinks,
-    cpuprof::CpuProfile,
     output::OutDir,
     outputs,
     report::{Report, Session},
-    stages::StageTracker,
-    startup::StartupReport,
     target::select::{Binary, Func},
     Error, Result,
 };

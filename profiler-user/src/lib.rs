@@ -1,14 +1,12 @@
 //! The profiler's agent as a library; `main.rs` is a thin CLI over it.
 //! See ARCHITECTURE.md for how data flows through these modules.
 #![warn(missing_docs)]
+pub mod analyze;
 pub mod attach;
-pub mod calltree;
 pub mod cli;
 pub mod clock;
 pub mod collector;
-pub mod cpuprof;
 pub mod datafile;
-pub mod dispatch;
 pub mod error;
 pub mod export;
 pub mod finish;
@@ -20,9 +18,6 @@ pub mod record;
 pub mod replay;
 pub mod report;
 pub mod sample;
-pub mod stacks;
-pub mod stages;
-pub mod startup;
 pub mod status;
 pub mod symbolize;
 pub mod target;

@@ -3,14 +3,14 @@
 use std::fmt::Write;
 
 use crate::{
-    cpuprof::CpuProfile,
-    dispatch::{self, Dispatcher},
+    analyze::cpu_profile::CpuProfile,
+    analyze::dispatch::{self, Dispatcher},
+    analyze::stacks::Stacks,
+    analyze::stages::{self, StagesResult},
+    analyze::startup::StartupReport,
     fmt::{fmt_count, fmt_ns},
     output::OutDir,
     report::{self, Report},
-    stacks::Stacks,
-    stages::{self, StagesResult},
-    startup::StartupReport,
     target::{
         process::Target,
         select::{self, Required},
@@ -126,7 +126,7 @@ pub fn startup(
     threshold_ns: Option<u64>,
     window: &Report,
 ) -> Result<()> {
-    let summary = crate::startup::StartupSummary::of(
+    let summary = crate::analyze::startup::StartupSummary::of(
         report.into_iter().cloned().collect::<Vec<_>>().as_slice(),
     );
     let mut text = summary.render_text(ready_what);

@@ -3,12 +3,12 @@
 //! and `report` build it the same way, which is what makes a replay
 //! reproduce a recording's outputs.
 use crate::{
+    analyze::dispatch::{self, Dispatcher},
+    analyze::stacks::Stacks,
+    analyze::stages::{StageTracker, StagesConfig},
+    analyze::startup::StartupWatch,
     collector::Sinks,
-    dispatch::{self, Dispatcher},
     output::OutDir,
-    stacks::Stacks,
-    stages::{StageTracker, StagesConfig},
-    startup::StartupWatch,
     target::select::Func,
     timeline::Timeline,
     Error, Result,

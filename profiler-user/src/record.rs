@@ -5,20 +5,20 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
+    analyze::cpu_profile,
+    analyze::dispatch::{self},
+    analyze::stages::StagesConfig,
+    analyze::startup::StartupReport,
     attach::{
         probes::{self, Probes},
         samplers,
     },
     cli::RecordArgs,
     collector::{self, StopReason},
-    cpuprof, datafile,
-    dispatch::{self},
-    finish,
+    datafile, finish,
     output::OutDir,
     outputs, pipeline,
     report::Session,
-    stages::StagesConfig,
-    startup::StartupReport,
     status::Status,
     symbolize::Symbolizer,
     target::{
@@ -67,7 +67,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
         code = c;
         reports.extend(report);
     }
-    let summary = crate::startup::StartupSummary::of(&reports);
+    let summary = crate::analyze::startup::StartupSummary::of(&reports);
     let ready_what = args
         .stages
         .ready
@@ -303,9 +303,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .collect();
     let (mut cpu, mut offcpu) = (None, None);
     if let Some((maps, sym)) = &mut sinks.cpu {
-        offcpu = cpuprof::collect_offcpu(maps, sym);
+        offcpu = cpu_profile::collect_offcpu(maps, sym);
         cpu = args.sample.map(|hz| {
-            let mut prof = cpuprof::collect(maps, sym);
+            let mut prof = cpu_profile::collect(maps, sym);
             prof.lost = (counters_now.cpu_stack_lost, counters_now.cpu_counts_full, 0);
             (hz, prof)
         });

@@ -5,14 +5,13 @@
 //! outputs come out byte for byte the same; dispatch thresholds can be
 //! changed.
 use crate::{
+    analyze::dispatch::{self},
+    analyze::stages::StagesConfig,
     cli::ReportArgs,
-    datafile,
-    dispatch::{self},
-    finish,
+    datafile, finish,
     output::OutDir,
     outputs, pipeline,
     report::Session,
-    stages::StagesConfig,
     symbolize::Symbolizer,
     target::select::{Binary, Func},
     Result,

@@ -8,13 +8,13 @@ use std::{
 use profiler_common::{DwarfSample, KIND_DWARF};
 
 use crate::{
+    analyze::cpu_profile::{self, Unwound},
     attach::{
         probes::Probes,
         samplers::{self, CpuMaps},
     },
     cli::SampleArgs,
     collector,
-    cpuprof::{self, Unwound},
     output::OutDir,
     outputs,
     symbolize::{DwarfUnwinder, Symbolizer},
@@ -167,11 +167,11 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
-    let mut prof = cpuprof::collect(&maps, &mut sym);
+    let mut prof = cpu_profile::collect(&maps, &mut sym);
     let c = counters.read();
     prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
     if let Some(d) = &dwarf {
-        cpuprof::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
+        cpu_profile::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }
     let text = outputs::write_cpu(&out, &prof, &what, hz, duration_ns)?;
     out.write(
@@ -184,7 +184,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         ),
     )?;
     print!("{text}");
-    if let Some(off) = cpuprof::collect_offcpu(&maps, &mut sym) {
+    if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
         print!("\n{}", outputs::write_offcpu(&out, &off, &what)?);
     }
     eprintln!(

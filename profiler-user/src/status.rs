@@ -5,7 +5,7 @@ use std::{
     time::Duration,
 };
 
-use crate::{attach::probes::CounterMap, stacks::Stacks};
+use crate::{analyze::stacks::Stacks, attach::probes::CounterMap};
 
 /// Live status line state.
 pub struct Status {

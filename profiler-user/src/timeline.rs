@@ -7,9 +7,9 @@
 use std::{fs::File, io};
 
 use crate::{
-    dispatch::Dispatcher,
+    analyze::dispatch::Dispatcher,
+    analyze::stacks::Completed,
     export::trace::{json_name, TraceWriter},
-    stacks::Completed,
 };
 
 /// The streaming timeline of one session.

@@ -56,7 +56,10 @@ struct ThreadFunctionJson {
 }
 
 /// Per-function aggregates of one thread, derived from its call tree.
-fn thread_functions(r: &Report, t: &crate::stacks::ThreadState) -> Vec<ThreadFunctionJson> {
+fn thread_functions(
+    r: &Report,
+    t: &crate::analyze::stacks::ThreadState,
+) -> Vec<ThreadFunctionJson> {
     let mut acc: std::collections::BTreeMap<u32, (u64, u64, u64)> = Default::default();
     for (id, n) in t.tree.nodes().iter().enumerate().skip(1) {
         let e = acc.entry(n.func).or_default();

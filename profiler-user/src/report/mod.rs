@@ -8,7 +8,7 @@ pub mod text;
 use std::collections::HashMap;
 
 use crate::{
-    stacks::{FuncStats, Stacks},
+    analyze::stacks::{FuncStats, Stacks},
     target::select::{Binary, Func},
 };
 
@@ -52,7 +52,7 @@ pub struct Report<'a> {
 impl Report<'_> {
     /// The name to show for a thread: an aggregate of exited threads keeps
     /// its own (its tid may have been reused since).
-    pub fn name_of(&self, t: &crate::stacks::ThreadState) -> String {
+    pub fn name_of(&self, t: &crate::analyze::stacks::ThreadState) -> String {
         match (&t.name, t.exited_threads) {
             (Some(n), 1..) => n.clone(),
             _ => self.thread_name(t.tid),

@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use super::Report;
+use crate::analyze::stacks::FuncStats;
 use crate::fmt::fmt_ns;
-use crate::stacks::FuncStats;
 
 /// How many functions each table lists.
 const TOP: usize = 20;

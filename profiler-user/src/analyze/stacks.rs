@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
 
-use crate::calltree::{CallTree, NodeId, ROOT};
+use crate::analyze::calltree::{CallTree, NodeId, ROOT};
 
 /// Aggregate of one function's completed invocations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use super::{
     tree::{Kind, Tree},
     Dispatcher, Open, Rec, Slow,
 };
-use crate::stacks::same_frame;
+use crate::analyze::stacks::same_frame;
 
 /// Trimmed tree size.
 const TREE_LIMIT: usize = 20;

@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::{fmt::fmt_ns, stages::Summary};
+use super::stages::Summary;
+use crate::fmt::fmt_ns;
 
 /// One launch's startup, split at `main`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -20,7 +20,7 @@ use self::{
     stats::{Stats, Worst},
     tree::FlatNode,
 };
-use crate::{fmt::fmt_ns, stacks::same_frame, symbolize::Symbolizer};
+use crate::{analyze::stacks::same_frame, fmt::fmt_ns, symbolize::Symbolizer};
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
 const MAX_RECORDS: usize = 2_000_000;

@@ -299,7 +299,11 @@ impl Tree {
 impl Tree {
     /// A tree rooted at `root` from a thread's call-path trie (calls of one
     /// path merged), for windows such as startup.
-    pub fn from_calltree(root: &str, ct: &crate::calltree::CallTree, names: &[String]) -> Self {
+    pub fn from_calltree(
+        root: &str,
+        ct: &crate::analyze::calltree::CallTree,
+        names: &[String],
+    ) -> Self {
         let mut t = Tree::new(root);
         let mut map = vec![0usize; ct.nodes().len()];
         for (id, n) in ct.nodes().iter().enumerate().skip(1) {
