@@ -5,7 +5,7 @@
 //! updates constant-size statistics and its buffer is cleared, while a slow
 //! one is explained: call tree, on-CPU/blocked/runnable split, sampled and
 //! blocked frames, key, verdict. Hangs are reported while still running.
-pub mod analyze;
+pub mod explain;
 pub mod report;
 pub mod sched;
 pub mod stats;
@@ -360,7 +360,7 @@ impl Dispatcher {
         }
         if duration_ns >= self.cfg.threshold_ns {
             let recs = std::mem::take(&mut self.recs);
-            let slow = analyze::explain(self, &open, &recs, start_ns, duration_ns, split);
+            let slow = explain::explain(self, &open, &recs, start_ns, duration_ns, split);
             self.recs = recs;
             self.add_slow(slow);
         }
@@ -370,8 +370,8 @@ impl Dispatcher {
         }
     }
 
-    fn add_slow(&mut self, slow: analyze::Explained) {
-        let analyze::Explained { slow, folded } = slow;
+    fn add_slow(&mut self, slow: explain::Explained) {
+        let explain::Explained { slow, folded } = slow;
         eprintln!(
             "profiler: slow dispatch {} [{}] {}",
             fmt_ns(slow.duration_ns),
