@@ -25,9 +25,9 @@ use crate::{
     attach::probes::CounterMap,
     clock::monotonic_ns,
     datafile::{DataWriter, Entry},
+    output::timeline::Timeline,
     status::Status,
     target::process::thread_name,
-    timeline::Timeline,
     Error, Result,
 };
 

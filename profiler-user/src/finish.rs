@@ -8,9 +8,9 @@ use crate::{
     analyze::stages::StageTracker,
     analyze::startup::StartupReport,
     collector::Sinks,
+    output::report::{Report, Session},
+    output::writers,
     output::OutDir,
-    outputs,
-    report::{Report, Session},
     target::select::{Binary, Func},
     Error, Result,
 };
@@ -59,7 +59,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         startup,
         ..
     } = sinks;
-    let stacks = outputs::finished(stacks);
+    let stacks = writers::finished(stacks);
     let out = f.out;
     let report = Report {
         session: f.session.clone(),
@@ -68,14 +68,14 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         stacks: &stacks,
         thread_names: f.thread_names.clone(),
     };
-    outputs::spine(out, &report)?;
+    writers::spine(out, &report)?;
     let duration_ns = f.session.duration_ns;
     if let Some(d) = &dispatch {
-        outputs::dispatches(out, d, duration_ns)?;
+        writers::dispatches(out, d, duration_ns)?;
     }
     if !stages.is_empty() {
         let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
-        outputs::stages(out, &results)?;
+        writers::stages(out, &results)?;
     }
     let mut startup_report = None;
     if let Some((mut watch, mut window)) = startup {
@@ -90,7 +90,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         {
             window.cut_window(ready);
         }
-        let window = outputs::finished(window);
+        let window = writers::finished(window);
         let window_report = Report {
             session: f.session.clone(),
             funcs: f.funcs,
@@ -103,7 +103,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
             None if f.dispatch_fallback => "never: give --ready FUNC or --dispatch".to_string(),
             None => "first dispatch".to_string(),
         };
-        outputs::startup(
+        writers::startup(
             out,
             watch.report().as_ref(),
             &ready_what,
@@ -130,15 +130,19 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
     }
     let what = format!("PID {}", f.session.pid);
     if let Some(off) = &f.offcpu {
-        print!("\n{}", outputs::write_offcpu(out, off, &what)?);
+        print!("\n{}", writers::write_offcpu(out, off, &what)?);
     }
     if let Some((hz, prof)) = &f.cpu {
         print!(
             "\n{}",
-            outputs::write_cpu(out, prof, &what, *hz, duration_ns)?
+            writers::write_cpu(out, prof, &what, *hz, duration_ns)?
         );
-        let pprof =
-            crate::export::cpu_pprof(&prof.folded, *hz, duration_ns, f.session.start_unix_ns);
+        let pprof = crate::output::export::cpu_pprof(
+            &prof.folded,
+            *hz,
+            duration_ns,
+            f.session.start_unix_ns,
+        );
         out.write("cpu.pb.gz", &pprof)?;
     }
     if f.lost_sched + f.lost_comm > 0 {

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
     };
     let result = match &cli.command {
         Command::Record(args) => record::record(args).map(ExitCode::from),
-        Command::List(args) => profiler::outputs::list(args).map(|()| ExitCode::SUCCESS),
+        Command::List(args) => profiler::output::writers::list(args).map(|()| ExitCode::SUCCESS),
         Command::Sample(args) => profiler::sample::run(args).map(|()| ExitCode::SUCCESS),
         Command::Diff(args) => profiler::sample::diff(args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => profiler::replay::run(args).map(|()| ExitCode::SUCCESS),

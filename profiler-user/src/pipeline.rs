@@ -8,9 +8,9 @@ use crate::{
     analyze::stages::{StageTracker, StagesConfig},
     analyze::startup::StartupWatch,
     collector::Sinks,
+    output::timeline::Timeline,
     output::OutDir,
     target::select::Func,
-    timeline::Timeline,
     Error, Result,
 };
 

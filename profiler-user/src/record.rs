@@ -17,8 +17,8 @@ use crate::{
     collector::{self, StopReason},
     datafile, finish,
     output::OutDir,
-    outputs, pipeline,
-    report::Session,
+    output::{report::Session, writers},
+    pipeline,
     status::Status,
     symbolize::Symbolizer,
     target::{
@@ -74,7 +74,7 @@ pub fn record(args: &RecordArgs) -> Result<u8> {
         .as_ref()
         .map_or("first dispatch".to_string(), |f| format!("entry of {f}"));
     let text = summary.render_text(&ready_what);
-    let out = OutDir::prepare(&args.out, outputs::RECORD_FILES)?;
+    let out = OutDir::prepare(&args.out, writers::RECORD_FILES)?;
     out.write("startup.txt", text.as_bytes())?;
     out.write("startup.json", summary.render_json().as_bytes())?;
     print!("\nOver {launches} launches (startup.txt; the other outputs are the last launch's):\n{text}");
@@ -94,7 +94,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     check_mode(args)?;
     caps::check()?;
     let launch = !args.command.is_empty();
-    let out = OutDir::prepare(&args.out, outputs::RECORD_FILES)?;
+    let out = OutDir::prepare(&args.out, writers::RECORD_FILES)?;
     let (target, child) = if launch {
         let child = Launched::spawn(&args.command)?;
         (
@@ -107,7 +107,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             None,
         )
     };
-    let required = outputs::required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
+    let required = writers::required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
     let sel = select::select(&target, &args.select, &required)?;
     if sel.capped > 0 {
         eprintln!(
@@ -194,7 +194,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()
         .or_else(|| Some(target.exe.clone()));
-    let start_unix_ns = crate::export::unix_ns_ago(0);
+    let start_unix_ns = crate::output::export::unix_ns_ago(0);
     if args.data_limit > 0 {
         let header = datafile::Header {
             pid: target.pid,

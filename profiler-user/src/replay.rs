@@ -10,8 +10,8 @@ use crate::{
     cli::ReportArgs,
     datafile, finish,
     output::OutDir,
-    outputs, pipeline,
-    report::Session,
+    output::{report::Session, writers},
+    pipeline,
     symbolize::Symbolizer,
     target::select::{Binary, Func},
     Result,
@@ -30,7 +30,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .clone()
         .or_else(|| file.parent().map(|p| p.to_path_buf()))
         .unwrap_or_else(|| ".".into());
-    let out = OutDir::prepare(&dir, outputs::RECORD_FILES)?;
+    let out = OutDir::prepare(&dir, writers::RECORD_FILES)?;
     let (h, t) = (&data.header, &data.trailer);
     let funcs: Vec<Func> = h
         .funcs

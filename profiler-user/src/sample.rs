@@ -15,8 +15,8 @@ use crate::{
     },
     cli::SampleArgs,
     collector,
+    output::writers,
     output::OutDir,
-    outputs,
     symbolize::{DwarfUnwinder, Symbolizer},
     target::{
         caps,
@@ -39,13 +39,13 @@ pub const CPU_FILES: &[&str] = &[
 /// Runs `profiler diff`.
 pub fn diff(args: &crate::cli::DiffArgs) -> Result<()> {
     let find = |p: &std::path::Path| {
-        crate::export::diff::resolve_folded(p).ok_or_else(|| {
+        crate::output::export::diff::resolve_folded(p).ok_or_else(|| {
             Error::Usage(format!("{} holds no cpu.folded or trace.folded: give a recording directory or a folded file", p.display()))
         })
     };
     let (before, after) = (find(&args.before)?, find(&args.after)?);
     let title = format!("profiler diff: {} -> {}", before.display(), after.display());
-    let svg = crate::export::diff::diff_svg_with(&before, &after, &title, args.normalize)
+    let svg = crate::output::export::diff::diff_svg_with(&before, &after, &title, args.normalize)
         .map_err(Error::Usage)?;
     let dir = args
         .output
@@ -173,19 +173,19 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(d) = &dwarf {
         cpu_profile::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }
-    let text = outputs::write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns)?;
     out.write(
         "profile.pb.gz",
-        &crate::export::cpu_pprof(
+        &crate::output::export::cpu_pprof(
             &prof.folded,
             hz,
             duration_ns,
-            crate::export::unix_ns_ago(duration_ns),
+            crate::output::export::unix_ns_ago(duration_ns),
         ),
     )?;
     print!("{text}");
     if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
-        print!("\n{}", outputs::write_offcpu(&out, &off, &what)?);
+        print!("\n{}", writers::write_offcpu(&out, &off, &what)?);
     }
     eprintln!(
         "profiler: wrote {}/{{{}}}",

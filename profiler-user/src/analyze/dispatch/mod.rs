@@ -6,7 +6,6 @@
 //! one is explained: call tree, on-CPU/blocked/runnable split, sampled and
 //! blocked frames, key, verdict. Hangs are reported while still running.
 pub mod explain;
-pub mod report;
 pub mod sched;
 pub mod stats;
 pub mod tree;

@@ -9,7 +9,7 @@ use std::{fs::File, io};
 use crate::{
     analyze::dispatch::Dispatcher,
     analyze::stacks::Completed,
-    export::trace::{json_name, TraceWriter},
+    output::export::trace::{json_name, TraceWriter},
 };
 
 /// The streaming timeline of one session.

@@ -3,7 +3,11 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use super::{stats::quantile_of, tree::FlatNode, Dispatcher};
+use crate::analyze::dispatch::{
+    stats::{quantile_of, Frames},
+    tree::{FlatNode, Kind},
+    Dispatcher,
+};
 use crate::fmt::fmt_ns;
 
 /// Flame graphs drawn, for the costliest groups.
@@ -82,7 +86,7 @@ struct DispatchesJson<'a> {
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
     hangs: Vec<HangJson<'a>>,
-    frames: super::stats::Frames,
+    frames: Frames,
     worst: Vec<WorstJson<'a>>,
 }
 
@@ -185,15 +189,11 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
 pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
     for n in tree {
         let marker = match n.kind {
-            super::tree::Kind::Traced => "",
-            super::tree::Kind::Sampled => "  [sampled]",
-            super::tree::Kind::Blocked => "  [blocked]",
+            Kind::Traced => "",
+            Kind::Sampled => "  [sampled]",
+            Kind::Blocked => "  [blocked]",
         };
-        let approx = if n.kind == super::tree::Kind::Sampled {
-            "~"
-        } else {
-            ""
-        };
+        let approx = if n.kind == Kind::Sampled { "~" } else { "" };
         let _ = writeln!(
             out,
             "    {}{} {}x {}{} (self {}{}){}",
@@ -307,7 +307,7 @@ pub fn svgs(d: &Dispatcher) -> Vec<(String, Vec<u8>)> {
         .filter_map(|(rank, g)| {
             let name = svg_name(rank)?;
             let title = format!("slow dispatch [{}]: worst of {}", g.key, g.count());
-            crate::report::flame::svg(&g.worst_folded, &title)
+            crate::output::report::flame::svg(&g.worst_folded, &title)
                 .ok()
                 .map(|svg| (name, svg))
         })

@@ -9,8 +9,9 @@ use crate::{
     analyze::stages::{self, StagesResult},
     analyze::startup::StartupReport,
     fmt::{fmt_count, fmt_ns},
+    output::dispatches,
+    output::report::{self, Report},
     output::OutDir,
-    report::{self, Report},
     target::{
         process::Target,
         select::{self, Required},
@@ -75,7 +76,7 @@ pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
     out.write("trace.folded", folded_text(&folded).as_bytes())?;
     out.write(
         "profile.pb.gz",
-        &crate::export::wall_pprof(
+        &crate::output::export::wall_pprof(
             &folded,
             report.session.duration_ns,
             report.session.start_unix_ns,
@@ -92,13 +93,13 @@ pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
 
 /// `dispatches.txt`, `dispatches.json`, `dispatch-<n>.svg`. Prints the text.
 pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
-    let text = dispatch::report::text(d, duration_ns);
+    let text = dispatches::text(d, duration_ns);
     out.write("dispatches.txt", text.as_bytes())?;
     out.write(
         "dispatches.json",
-        dispatch::report::json(d, duration_ns).as_bytes(),
+        dispatches::json(d, duration_ns).as_bytes(),
     )?;
-    for (name, svg) in dispatch::report::svgs(d) {
+    for (name, svg) in dispatches::svgs(d) {
         out.write(&name, &svg)?;
     }
     print!("\n{text}");
@@ -153,7 +154,7 @@ pub fn startup(
             text,
             "\nStartup call tree of the main thread (trimmed like a slow dispatch):"
         );
-        dispatch::report::tree_lines(&mut text, &tree.trimmed(20));
+        dispatches::tree_lines(&mut text, &tree.trimmed(20));
     }
     let window_top = report::text::render(window);
     let _ = write!(text, "\nStartup window (exec to ready), calls in it (frames open at ready cut there):\n{window_top}");
