@@ -5,17 +5,13 @@ pub mod analyze;
 pub mod attach;
 pub mod cli;
 pub mod clock;
-pub mod collector;
-pub mod datafile;
 pub mod error;
-pub mod finish;
 pub mod fmt;
 pub mod output;
-pub mod pipeline;
 pub mod record;
 pub mod replay;
 pub mod sample;
-pub mod status;
+pub mod session;
 pub mod symbolize;
 pub mod target;
 

@@ -14,12 +14,13 @@ use crate::{
         samplers,
     },
     cli::RecordArgs,
-    collector::{self, StopReason},
-    datafile, finish,
     output::OutDir,
     output::{report::Session, writers},
-    pipeline,
-    status::Status,
+    session::{
+        collector::{self, StopReason},
+        datafile, finish, pipeline,
+        status::Status,
+    },
     symbolize::Symbolizer,
     target::{
         caps,

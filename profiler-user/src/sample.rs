@@ -14,9 +14,9 @@ use crate::{
         samplers::{self, CpuMaps},
     },
     cli::SampleArgs,
-    collector,
     output::writers,
     output::OutDir,
+    session::collector,
     symbolize::{DwarfUnwinder, Symbolizer},
     target::{
         caps,

@@ -7,9 +7,9 @@ use crate::{
     analyze::stacks::Stacks,
     analyze::stages::{StageTracker, StagesConfig},
     analyze::startup::StartupWatch,
-    collector::Sinks,
     output::timeline::Timeline,
     output::OutDir,
+    session::collector::Sinks,
     target::select::Func,
     Error, Result,
 };

@@ -7,10 +7,10 @@ use crate::{
     analyze::cpu_profile::CpuProfile,
     analyze::stages::StageTracker,
     analyze::startup::StartupReport,
-    collector::Sinks,
     output::report::{Report, Session},
     output::writers,
     output::OutDir,
+    session::collector::Sinks,
     target::select::{Binary, Func},
     Error, Result,
 };

@@ -24,9 +24,9 @@ use crate::{
     analyze::startup::StartupWatch,
     attach::probes::CounterMap,
     clock::monotonic_ns,
-    datafile::{DataWriter, Entry},
     output::timeline::Timeline,
-    status::Status,
+    session::datafile::{DataWriter, Entry},
+    session::status::Status,
     target::process::thread_name,
     Error, Result,
 };
