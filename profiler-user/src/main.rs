@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::{error::ErrorKind, Parser};
 use profiler::{
     cli::{Cli, Command},
+    commands,
     error::chain,
-    record,
 };
 
 fn main() -> ExitCode {
@@ -33,11 +33,11 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Record(args) => record::record(args).map(ExitCode::from),
-        Command::List(args) => profiler::output::writers::list(args).map(|()| ExitCode::SUCCESS),
-        Command::Sample(args) => profiler::sample::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Diff(args) => profiler::sample::diff(args).map(|()| ExitCode::SUCCESS),
-        Command::Report(args) => profiler::replay::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Record(args) => commands::record::run(args).map(ExitCode::from),
+        Command::List(args) => commands::list::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Sample(args) => commands::sample::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Diff(args) => commands::diff::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => commands::report::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -12,10 +12,6 @@ use crate::{
     output::dispatches,
     output::report::{self, Report},
     output::OutDir,
-    target::{
-        process::Target,
-        select::{self, Required},
-    },
     Error, Result,
 };
 
@@ -246,55 +242,6 @@ pub fn write_cpu(
     }
     out.write("cpu.txt", text.as_bytes())?;
     Ok(text)
-}
-
-/// The functions the session needs probed besides `--func`: stage triggers
-/// (must exist), and in launch mode `main` (if present) and `--ready`.
-pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<Required> {
-    let mut req: Vec<Required> = stage_funcs
-        .iter()
-        .map(|f| Required {
-            name: f.to_string(),
-            must: true,
-            why: "--stage".into(),
-        })
-        .collect();
-    if launch {
-        req.push(Required {
-            name: "main".into(),
-            must: false,
-            why: "startup timing".into(),
-        });
-        if let Some(r) = ready {
-            req.push(Required {
-                name: r.to_string(),
-                must: true,
-                why: "--ready".into(),
-            });
-        }
-    }
-    req
-}
-
-/// Runs `profiler list`.
-pub fn list(args: &crate::cli::ListArgs) -> Result<()> {
-    select::compile(&args.select)?;
-    let target = Target::open(args.target.pid)?;
-    let mut select_args = args.select.clone();
-    select_args.max_funcs = usize::MAX;
-    let sel = select::select(&target, &select_args, &[])?;
-    let mut out = String::new();
-    for f in &sel.funcs {
-        let _ = writeln!(
-            out,
-            "{}\t{}\t{:#x}",
-            f.name,
-            sel.binaries[f.binary as usize].path.display(),
-            f.offset
-        );
-    }
-    print!("{out}");
-    Ok(())
 }
 
 /// Marks open frames unfinished and returns the stacks (for reports).

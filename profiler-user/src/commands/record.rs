@@ -26,10 +26,38 @@ use crate::{
         caps,
         launch::{self, Launched},
         process::{self, Target},
-        select,
+        select::{self, Required},
     },
     Error, Result,
 };
+
+/// The functions the session needs probed besides `--func`: stage triggers
+/// (must exist), and in launch mode `main` (if present) and `--ready`.
+pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<Required> {
+    let mut req: Vec<Required> = stage_funcs
+        .iter()
+        .map(|f| Required {
+            name: f.to_string(),
+            must: true,
+            why: "--stage".into(),
+        })
+        .collect();
+    if launch {
+        req.push(Required {
+            name: "main".into(),
+            must: false,
+            why: "startup timing".into(),
+        });
+        if let Some(r) = ready {
+            req.push(Required {
+                name: r.to_string(),
+                must: true,
+                why: "--ready".into(),
+            });
+        }
+    }
+    req
+}
 
 /// Checks option combinations that need launch mode or a running process.
 fn check_mode(args: &RecordArgs) -> Result<()> {
@@ -51,7 +79,7 @@ fn check_mode(args: &RecordArgs) -> Result<()> {
 /// launch mode the command's. In launch mode with `--runs N` and no
 /// `--stage`, the command is launched N times and the spread of its startup
 /// times is reported.
-pub fn record(args: &RecordArgs) -> Result<u8> {
+pub fn run(args: &RecordArgs) -> Result<u8> {
     let launches = match (
         args.command.is_empty(),
         args.stages.stages.is_empty(),
@@ -108,7 +136,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             None,
         )
     };
-    let required = writers::required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
+    let required = required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
     let sel = select::select(&target, &args.select, &required)?;
     if sel.capped > 0 {
         eprintln!(

@@ -36,32 +36,6 @@ pub const CPU_FILES: &[&str] = &[
     "offcpu.txt",
 ];
 
-/// Runs `profiler diff`.
-pub fn diff(args: &crate::cli::DiffArgs) -> Result<()> {
-    let find = |p: &std::path::Path| {
-        crate::output::export::diff::resolve_folded(p).ok_or_else(|| {
-            Error::Usage(format!("{} holds no cpu.folded or trace.folded: give a recording directory or a folded file", p.display()))
-        })
-    };
-    let (before, after) = (find(&args.before)?, find(&args.after)?);
-    let title = format!("profiler diff: {} -> {}", before.display(), after.display());
-    let svg = crate::output::export::diff::diff_svg_with(&before, &after, &title, args.normalize)
-        .map_err(Error::Usage)?;
-    let dir = args
-        .output
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = args
-        .output
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| Error::Usage("--output must name a file".into()))?;
-    OutDir::prepare(dir, &[name])?.write(name, &svg)?;
-    eprintln!("profiler: wrote {}", args.output.display());
-    Ok(())
-}
-
 /// `--dwarf` state: the ring of copied stacks, the unwinder, the counts.
 struct Dwarf {
     ring: aya::maps::RingBuf<aya::maps::MapData>,
