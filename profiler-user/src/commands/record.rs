@@ -194,7 +194,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     }
     let d = &args.dispatch;
     let exe = target.exe.display().to_string();
-    let mut sinks = pipeline::build(pipeline::Spec {
+    let mut sinks = pipeline::build(pipeline::Config {
         out: &out,
         pid: target.pid,
         exe: &exe,

@@ -53,7 +53,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let trace_events = args.trace_events.unwrap_or(h.trace_events);
     let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;
     let exec_ns = h.exec_ns.unwrap_or(0);
-    let mut sinks = pipeline::build(pipeline::Spec {
+    let mut sinks = pipeline::build(pipeline::Config {
         out: &out,
         pid: h.pid,
         exe: &h.exe,

@@ -15,7 +15,7 @@ use crate::{
 };
 
 /// What the pipeline is built from.
-pub struct Spec<'a> {
+pub struct Config<'a> {
     /// Where `trace.json` and `hangs.log` go.
     pub out: &'a OutDir,
     /// Target PID and executable.
@@ -44,8 +44,8 @@ pub fn index_of(funcs: &[Func], name: &str) -> Option<u32> {
 }
 
 /// Builds the pipeline; truncates `hangs.log` and starts `trace.json`.
-pub fn build(spec: Spec) -> Result<Sinks> {
-    let Spec {
+pub fn build(config: Config) -> Result<Sinks> {
+    let Config {
         out,
         pid,
         exe,
@@ -56,7 +56,7 @@ pub fn build(spec: Spec) -> Result<Sinks> {
         stages,
         startup,
         dispatch_fallback,
-    } = spec;
+    } = config;
     let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
     let index = |name: &str| index_of(funcs, name);
     out.write("hangs.log", b"")?;
