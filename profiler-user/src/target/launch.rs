@@ -17,7 +17,7 @@ use std::{
     fs::File,
     io::Read,
     os::{
-        fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::{ffi::OsStrExt, fs::PermissionsExt, process::ExitStatusExt},
     },
     path::{Path, PathBuf},
@@ -425,12 +425,6 @@ impl Launched {
             return Err(Error::io(format!("signalling PID {}", self.pid), err));
         }
         Ok(())
-    }
-
-    /// A descriptor that becomes readable when the child exits (a pidfd),
-    /// for an async event loop; `None` on kernels without pidfds.
-    pub fn exit_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.pidfd.as_ref().map(|fd| fd.as_fd())
     }
 
     fn reap(&self, flags: libc::c_int) -> Result<Option<ExitStatus>> {

@@ -68,11 +68,13 @@ impl Patterns {
     }
 
     /// Number of patterns.
+    #[expect(dead_code, reason = "no caller in the crate")]
     pub fn len(&self) -> usize {
         self.set.len()
     }
 
     /// True when there are no patterns.
+    #[expect(dead_code, reason = "no caller in the crate")]
     pub fn is_empty(&self) -> bool {
         self.set.is_empty()
     }

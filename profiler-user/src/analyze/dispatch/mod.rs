@@ -54,8 +54,11 @@ pub struct Config {
 pub enum Rec {
     /// A traced entry or exit.
     Call(Event),
-    /// A cpu-clock sample: user stack, innermost first.
-    Sample(u64, Box<[u64]>),
+    /// A cpu-clock sample: time and user stack, innermost first.
+    Sample(
+        #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
+        Box<[u64]>,
+    ),
     /// Switched out blocked, with user and kernel stacks.
     Block(u64, Box<[u64]>, Box<[u64]>),
     /// Woken or switched back in.

@@ -23,8 +23,7 @@ mod tests;
 
 use serde::Serialize;
 
-pub use render::{render_json, render_text};
-pub use spec::{ResolvedStage, StageSpec, StagesConfig};
+pub use spec::{ResolvedStage, StagesConfig};
 pub use tracker::StageTracker;
 
 /// A stage occurrence's start and end, as offsets from its run's start.

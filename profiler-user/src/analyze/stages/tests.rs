@@ -1,5 +1,8 @@
 //! Synthetic entry/exit sequences through [`StageTracker`] and the renderers.
-use super::*;
+use super::{
+    render::{render_json, render_text},
+    *,
+};
 
 const MS: u64 = 1_000_000;
 const US: u64 = 1_000;

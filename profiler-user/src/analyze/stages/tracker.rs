@@ -65,11 +65,6 @@ impl StageTracker {
         self.runs.len() >= self.runs_wanted
     }
 
-    /// Complete runs so far.
-    pub fn runs_completed(&self) -> usize {
-        self.runs.len()
-    }
-
     /// A function entry.
     pub fn on_entry(&mut self, tid: u32, func: u32, ts_ns: u64) {
         if self.done() || self.funcs.binary_search(&func).is_err() {

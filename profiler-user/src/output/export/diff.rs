@@ -28,6 +28,7 @@ pub fn resolve_folded(dir: &Path) -> Option<PathBuf> {
 
 /// Renders the differential flame graph of `before` → `after` (absolute
 /// counts, not normalized) as SVG.
+#[cfg(test)]
 pub fn diff_svg(before: &Path, after: &Path, title: &str) -> Result<Vec<u8>, String> {
     diff_svg_with(before, after, title, false)
 }

@@ -69,6 +69,7 @@ impl TraceWriter {
     }
 
     /// Events written so far.
+    #[cfg(test)]
     pub fn events(&self) -> u64 {
         self.events
     }
@@ -103,6 +104,7 @@ impl TraceWriter {
     }
 
     /// Opens a slice on a thread ("B"); close it with [`TraceWriter::end`].
+    #[cfg(test)]
     pub fn begin(&mut self, pid: u32, tid: u32, name: &str, ts_ns: u64) -> io::Result<()> {
         let (name, ts) = (json_str(name), us(ts_ns));
         self.event(format_args!(
@@ -111,6 +113,7 @@ impl TraceWriter {
     }
 
     /// Closes the innermost open slice of a thread ("E").
+    #[cfg(test)]
     pub fn end(&mut self, pid: u32, tid: u32, ts_ns: u64) -> io::Result<()> {
         let ts = us(ts_ns);
         self.event(format_args!(
