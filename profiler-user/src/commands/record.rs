@@ -208,7 +208,6 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             frame_interval_ns: d.frame_interval.as_nanos() as u64,
             full_tree: d.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(d.dispatch_hz).unwrap_or(0),
-            hang_log: None,
         },
         session_start_ns,
         trace_events: args.trace_events,

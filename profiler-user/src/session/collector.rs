@@ -26,6 +26,7 @@ use crate::{
     clock::monotonic_ns,
     output::timeline::Timeline,
     session::datafile::{DataWriter, Entry},
+    session::notices,
     session::status::Status,
     target::process::thread_name,
     Error, Result,
@@ -94,6 +95,8 @@ pub struct Sinks {
     /// The target's executable as attached; checked once a second so an
     /// exec is noticed.
     pub exe: Option<std::path::PathBuf>,
+    /// Where hangs are logged as they are noticed (`hangs.log`).
+    pub hang_log: Option<std::path::PathBuf>,
     execd: bool,
     ticks: u32,
 }
@@ -196,6 +199,7 @@ impl Sinks {
             }
             self.on_record(&item);
         }
+        self.tell_notices();
         let pid = self.pid;
         let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
         if let Some(w) = &mut self.data {
@@ -231,6 +235,17 @@ impl Sinks {
             Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
             Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
         }
+        self.tell_notices();
+    }
+
+    /// Tells what the dispatcher noticed since the last call.
+    fn tell_notices(&mut self) {
+        if let Some(d) = &mut self.dispatch {
+            let notices = d.take_notices();
+            if !notices.is_empty() {
+                notices::tell(&notices, self.hang_log.as_deref());
+            }
+        }
     }
 
     /// True when the session should end: every scenario has its runs.
@@ -257,6 +272,7 @@ impl Sinks {
             ready_on_first_dispatch: false,
             data: None,
             exe: None,
+            hang_log: None,
             execd: false,
             ticks: 0,
         }
@@ -296,6 +312,7 @@ impl Sinks {
                 d.tick(now);
             }
         }
+        self.tell_notices();
     }
 }
 

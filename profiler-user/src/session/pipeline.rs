@@ -24,7 +24,7 @@ pub struct Config<'a> {
     pub exe: &'a str,
     /// Probed functions, by cookie.
     pub funcs: &'a [Func],
-    /// Dispatch settings (`hang_log` is set here).
+    /// Dispatch settings.
     pub dispatch: dispatch::Config,
     /// CLOCK_MONOTONIC at the session start.
     pub session_start_ns: u64,
@@ -50,7 +50,7 @@ pub fn build(config: Config) -> Result<Sinks> {
         pid,
         exe,
         funcs,
-        mut dispatch,
+        dispatch,
         session_start_ns,
         trace_events,
         stages,
@@ -60,7 +60,6 @@ pub fn build(config: Config) -> Result<Sinks> {
     let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
     let index = |name: &str| index_of(funcs, name);
     out.write("hangs.log", b"")?;
-    dispatch.hang_log = Some(out.path().join("hangs.log"));
     let dispatcher = Dispatcher::new(
         dispatch,
         pid,
@@ -86,6 +85,7 @@ pub fn build(config: Config) -> Result<Sinks> {
         ),
     };
     let mut sinks = Sinks::new(pid, Stacks::new(funcs.len()), Some(dispatcher), timeline);
+    sinks.hang_log = Some(out.path().join("hangs.log"));
     let resolved = stages
         .stages
         .iter()

@@ -4,13 +4,15 @@
 //! scheduler transitions are buffered; when it ends, a fast dispatch only
 //! updates constant-size statistics and its buffer is cleared, while a slow
 //! one is explained: call tree, on-CPU/blocked/runnable split, sampled and
-//! blocked frames, key, verdict. Hangs are reported while still running.
+//! blocked frames, key, verdict. Hangs are noticed while still running.
+//! What should be told at once (a slow dispatch, a hang) is queued as a
+//! [`Notice`] for the session to print and log; nothing here writes.
 pub mod explain;
 pub mod sched;
 pub mod stats;
 pub mod tree;
 
-use std::{collections::HashMap, path::PathBuf};
+use std::collections::HashMap;
 
 use profiler_common::{Event, KIND_ENTRY};
 
@@ -19,7 +21,7 @@ use self::{
     stats::{Stats, Worst},
     tree::FlatNode,
 };
-use crate::{analyze::stacks::same_frame, fmt::fmt_ns, symbolize::Symbolizer};
+use crate::{analyze::stacks::same_frame, symbolize::Symbolizer};
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
 const MAX_RECORDS: usize = 2_000_000;
@@ -45,8 +47,6 @@ pub struct Config {
     pub full_tree: bool,
     /// Time one sample stands for (0: sampling off).
     pub sample_period_ns: u64,
-    /// Where hang reports are appended as they happen.
-    pub hang_log: Option<PathBuf>,
 }
 
 /// One buffered record of an open dispatch.
@@ -147,6 +147,31 @@ pub struct Hang {
     pub stack: Vec<String>,
 }
 
+/// What the dispatcher noticed that the user should hear of at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A dispatch ended slow.
+    Slow {
+        /// Its wall time.
+        duration_ns: u64,
+        /// Its group key.
+        key: String,
+        /// Its one-line verdict.
+        verdict: String,
+    },
+    /// A dispatch has run past `--hang` and is still running.
+    Hang {
+        /// Ordinal among all dispatches.
+        index: u64,
+        /// The watched thread.
+        tid: u32,
+        /// How long it had run when noticed.
+        running_ns: u64,
+        /// Its stack then, innermost first.
+        stack: Vec<String>,
+    },
+}
+
 /// Finds, times and explains dispatches of the watched thread.
 pub struct Dispatcher {
     /// Settings.
@@ -172,6 +197,7 @@ pub struct Dispatcher {
     next_index: u64,
     /// When the first dispatch began (startup's default "ready").
     pub first_start_ns: Option<u64>,
+    notices: Vec<Notice>,
 }
 
 impl Dispatcher {
@@ -201,6 +227,7 @@ impl Dispatcher {
             pid,
             next_index: 0,
             first_start_ns: None,
+            notices: Vec::new(),
         }
     }
 
@@ -295,7 +322,8 @@ impl Dispatcher {
         self.record(Rec::Sample(ts_ns, user.into()));
     }
 
-    /// Checks for a hang at `now_ns` (CLOCK_MONOTONIC); reports it at once.
+    /// Checks for a hang at `now_ns` (CLOCK_MONOTONIC); a new one is
+    /// recorded and queued as a [`Notice::Hang`].
     pub fn tick(&mut self, now_ns: u64) {
         let Some(open) = &mut self.open else { return };
         let running = now_ns.saturating_sub(open.start_ns);
@@ -329,17 +357,12 @@ impl Dispatcher {
             duration_ns: None,
             stack,
         };
-        let line = format!(
-            "profiler: HANG: dispatch #{} on thread {} running for {} and not finished: {}",
-            hang.index,
-            self.cfg.tid,
-            fmt_ns(running),
-            hang.stack.join(" <- ")
-        );
-        eprintln!("{line}");
-        if let Some(path) = &self.cfg.hang_log {
-            append_line(path, &line);
-        }
+        self.notices.push(Notice::Hang {
+            index: hang.index,
+            tid: self.cfg.tid,
+            running_ns: running,
+            stack: hang.stack.clone(),
+        });
         open.hang = Some(self.hangs.len());
         self.hangs.push(hang);
     }
@@ -374,12 +397,11 @@ impl Dispatcher {
 
     fn add_slow(&mut self, slow: explain::Explained) {
         let explain::Explained { slow, folded } = slow;
-        eprintln!(
-            "profiler: slow dispatch {} [{}] {}",
-            fmt_ns(slow.duration_ns),
-            slow.key,
-            slow.verdict
-        );
+        self.notices.push(Notice::Slow {
+            duration_ns: slow.duration_ns,
+            key: slow.key.clone(),
+            verdict: slow.verdict.clone(),
+        });
         let g = self
             .groups
             .entry(slow.key.clone())
@@ -398,6 +420,11 @@ impl Dispatcher {
         } else {
             self.slow_dropped += 1;
         }
+    }
+
+    /// The notices queued since the last call, oldest first.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
     }
 
     /// The addresses the analysis symbolized, for `profile.data`.
@@ -439,15 +466,61 @@ impl Dispatcher {
     }
 }
 
-fn append_line(path: &std::path::Path, line: &str) {
-    use std::{io::Write, os::unix::fs::OpenOptionsExt};
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-    {
-        let _ = writeln!(f, "{line}");
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::KIND_EXIT;
+
+    fn call(ts_ns: u64, kind: u32, func: u32, sp: u64) -> Event {
+        Event {
+            ts_ns,
+            tid: 1,
+            word: Event::pack(kind, func),
+            sp,
+        }
+    }
+
+    #[test]
+    fn slow_dispatches_and_hangs_are_queued_as_notices() {
+        let cfg = Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "--dispatch run".into(),
+            threshold_ns: 50,
+            hang_ns: 100,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+        };
+        let names = vec!["run".to_string(), "work".to_string()];
+        let mut d = Dispatcher::new(cfg, 0, names, vec![true, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0x0f00));
+        d.tick(90);
+        assert!(d.take_notices().is_empty(), "not a hang before --hang");
+        d.tick(120);
+        d.tick(130);
+        assert_eq!(
+            d.take_notices(),
+            [Notice::Hang {
+                index: 0,
+                tid: 1,
+                running_ns: 120,
+                stack: vec!["work".into(), "run".into()],
+            }],
+            "one notice per hang, while it runs"
+        );
+        d.on_call(&call(140, KIND_EXIT, 1, 0x0f08));
+        d.on_call(&call(150, KIND_EXIT, 0, 0x1008));
+        let notices = d.take_notices();
+        let [Notice::Slow { duration_ns, .. }] = notices.as_slice() else {
+            panic!("one slow-dispatch notice: {notices:?}");
+        };
+        assert_eq!(*duration_ns, 150);
+        assert_eq!(d.hangs[0].duration_ns, Some(150));
+        d.on_call(&call(200, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(210, KIND_EXIT, 0, 0x1008));
+        assert!(d.take_notices().is_empty(), "a fast dispatch is not told");
+        assert_eq!(d.stats.count, 2);
     }
 }
