@@ -1,4 +1,7 @@
 use anyhow::{anyhow, Context as _};
+// A build dependency only so that cargo rebuilds when the eBPF crate
+// changes; build_ebpf below compiles it.
+use profiler_ebpf as _;
 
 fn main() -> anyhow::Result<()> {
     let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()

@@ -255,6 +255,10 @@ pub const UNWIND_ROWS_MAP: &str = "UNWIND_ROWS";
 pub const UNWIND_PROCS_MAP: &str = "UNWIND_PROCS";
 /// Hash of stack key -> [`UserStack`] (the table unwinder's stacks).
 pub const USER_STACKS_MAP: &str = "USER_STACKS";
+/// Rows of [`UNWIND_ROWS_MAP`] when one process is sampled (32 MiB).
+pub const UNWIND_ROWS_ONE_PROCESS: u32 = 2 << 20;
+/// Rows of [`UNWIND_ROWS_MAP`] when every process is sampled (64 MiB).
+pub const UNWIND_ROWS_ALL: u32 = 4 << 20;
 /// Capacity of [`UNWIND_PROCS_MAP`].
 pub const UNWIND_PROCS_CAPACITY: u32 = 8192;
 

@@ -514,9 +514,9 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
             if CPU_COUNTS.insert(key, 1, 0).is_err() {
                 bump(COUNTER_CPU_COUNTS_FULL);
             }
-            if unsafe { CPU_COMMS.get(tid) }.is_none() {
-                let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
-            }
+            // A new key: the thread's current name (it changes at exec,
+            // and the stacks of the new program are new keys).
+            let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
         }
     }
     0

@@ -187,6 +187,7 @@ pub struct RecordArgs {
     /// invoking user under sudo; the profiler exits with its exit status.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+    /// Which functions to probe.
     #[command(flatten)]
     pub select: SelectArgs,
     /// Directory for the outputs (created if missing).
@@ -222,8 +223,10 @@ pub struct RecordArgs {
     /// or `fp`. See `profiler sample --help`.
     #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
     pub unwind: UnwindMode,
+    /// Slow dispatches of the watched thread.
     #[command(flatten)]
     pub dispatch: DispatchArgs,
+    /// Stages and startup timing.
     #[command(flatten)]
     pub stages: StageArgs,
 }
@@ -283,8 +286,10 @@ pub struct DispatchArgs {
 /// `profiler list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// The process whose functions are listed.
     #[command(flatten)]
     pub target: TargetArgs,
+    /// Which functions, as `record` would choose them.
     #[command(flatten)]
     pub select: SelectArgs,
 }

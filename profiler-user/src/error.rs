@@ -73,6 +73,16 @@ pub enum Error {
     /// The eBPF object could not be loaded (the verifier log is included).
     #[error("loading the eBPF programs failed: {0}")]
     Load(String),
+    /// An eBPF program or map could not be loaded, taken or attached; the
+    /// library's error is kept as the source (rendered by [`chain`]).
+    #[error("loading the eBPF programs failed{}", context.as_ref().map(|c| format!(": {c}")).unwrap_or_default())]
+    Ebpf {
+        /// What was being done, when more than loading.
+        context: Option<String>,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A probe could not be attached.
     #[error("attaching a probe to {func} in {binary} at {offset:#x} failed: {reason}")]
     Attach {
@@ -117,5 +127,62 @@ impl Error {
             context: context.into(),
             source,
         }
+    }
+
+    /// Wraps an eBPF library error ([`Error::Ebpf`]).
+    pub fn ebpf(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Ebpf {
+            context: None,
+            source: Box::new(source),
+        }
+    }
+
+    /// Wraps an eBPF library error with what we were doing ([`Error::Ebpf`]).
+    pub fn ebpf_in(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Ebpf {
+            context: Some(context.into()),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Renders an error and its sources as one line, `error: source: source…`,
+/// leaving out a source whose text the line already holds.
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut s = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let next = e.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = e.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_renders_sources_on_one_line() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let e = Error::ebpf_in("attaching sched_switch", io);
+        assert_eq!(
+            chain(&e),
+            "loading the eBPF programs failed: attaching sched_switch: denied"
+        );
+        let io = std::io::Error::other("no such map");
+        assert_eq!(
+            chain(&Error::ebpf(io)),
+            "loading the eBPF programs failed: no such map"
+        );
+        let e = Error::io("reading /proc/1/maps", std::io::Error::other("gone"));
+        assert_eq!(chain(&e), "reading /proc/1/maps: gone");
     }
 }

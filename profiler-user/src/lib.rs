@@ -1,40 +1,17 @@
 //! The profiler's agent as a library; `main.rs` is a thin CLI over it.
 //! See ARCHITECTURE.md for how data flows through these modules.
-pub mod calltree;
-pub mod caps;
+#![warn(missing_docs)]
+pub(crate) mod analyze;
+pub(crate) mod attach;
 pub mod cli;
-pub mod collector;
-pub mod cpuprof;
-pub mod datafile;
-pub mod dispatch;
+pub(crate) mod clock;
+pub mod commands;
 pub mod error;
-pub mod exits;
-pub mod export;
-pub mod finish;
-pub mod goroutines;
-pub mod launch;
-pub mod multi;
-pub mod output;
-pub mod outputs;
-pub mod perfmap;
-pub mod pipeline;
-pub mod probes;
-pub mod record;
-pub mod replay;
-pub mod report;
-pub mod sample;
-pub mod select;
-pub mod stacks;
-pub mod stages;
-pub mod startup;
-pub mod status;
-pub mod symbolize;
-pub mod symbols;
-pub mod tables;
-pub mod target;
-pub mod timeline;
-pub mod untrusted;
-pub mod unwind;
-pub mod unwind_table;
+pub(crate) mod fmt;
+pub(crate) mod output;
+pub(crate) mod session;
+pub(crate) mod symbolize;
+pub(crate) mod target;
+pub(crate) mod untrusted;
 
 pub use error::{Error, Result};

@@ -1,10 +1,15 @@
+//! `profiler`: the command line over the `profiler` library.
+// The library uses the package's dependencies and is linted for unused ones;
+// this thin binary uses only clap and the library.
+#![allow(unused_crate_dependencies)]
+
 use std::process::ExitCode;
 
 use clap::{error::ErrorKind, Parser};
 use profiler::{
     cli::{Cli, Command},
-    probes::chain,
-    record,
+    commands,
+    error::chain,
 };
 
 fn main() -> ExitCode {
@@ -28,11 +33,11 @@ fn main() -> ExitCode {
         }
     };
     let result = match &cli.command {
-        Command::Record(args) => record::record(args).map(ExitCode::from),
-        Command::List(args) => profiler::outputs::list(args).map(|()| ExitCode::SUCCESS),
-        Command::Sample(args) => profiler::sample::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Diff(args) => profiler::sample::diff(args).map(|()| ExitCode::SUCCESS),
-        Command::Report(args) => profiler::replay::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Record(args) => commands::record::run(args).map(ExitCode::from),
+        Command::List(args) => commands::list::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Sample(args) => commands::sample::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Diff(args) => commands::diff::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => commands::report::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -152,8 +152,9 @@ fn start_sampler(mut cmd: Command, perf: bool) -> Result<Running> {
 
 /// CPU time (user + system, seconds) of the reaped children so far.
 fn children_cpu_secs() -> f64 {
-    // SAFETY: getrusage only writes into the struct we pass.
+    // SAFETY: rusage is plain data; all-zero is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes into the struct we pass.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)

@@ -1,0 +1,308 @@
+//! The CPU and off-CPU profiles: what the samplers
+//! ([`crate::attach::samplers`]) aggregated in the kernel (stack ids plus a
+//! per-CPU count per (process, thread, user stack, kernel stack)), read once
+//! at the end, symbolized with blazesym and folded.
+use std::collections::{BTreeMap, HashMap};
+
+use aya::maps::{MapData, PerCpuHashMap};
+use profiler_common::{unwind_end, SampleKey};
+
+use crate::{attach::samplers::CpuMaps, fmt::folded_frame, symbolize::Symbolizer};
+
+/// Outermost user frames that mean the unwinder reached the bottom of the
+/// stack: such a stack is complete.
+const STACK_ROOTS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "__GI___clone3",
+    "thread_start",
+    "runtime.goexit",
+];
+
+/// Words for an `unwind_end` reason, for cpu.txt.
+pub fn end_reason(end: u32) -> &'static str {
+    match end {
+        unwind_end::ROOT => "reached the outermost frame",
+        unwind_end::FP_END => "frame-pointer chain ended",
+        unwind_end::READ_FAULT => "stack unreadable",
+        unwind_end::DEPTH => "depth limit (128 frames)",
+        unwind_end::UNSUPPORTED => "CFI rule not supported",
+        unwind_end::NO_TABLES => "no tables for the process (frame pointers)",
+        unwind_end::BAD_FRAME => "bad frame (stack pointer did not move up)",
+        _ => "unknown",
+    }
+}
+
+impl CpuMaps {
+    /// Remembers the mappings of every process sampled so far (and refreshes
+    /// `target`'s, for `dlopen`), so frames of processes that exit before the
+    /// end still resolve.
+    pub fn remember_maps(&self, sym: &mut Symbolizer, target: Option<u32>) {
+        for pid in self.pids() {
+            if !sym.knows(pid) {
+                sym.remember_maps(pid);
+            }
+        }
+        if let Some(pid) = target {
+            sym.remember_maps(pid);
+        }
+    }
+}
+
+/// Leaves whose `file:line` is looked up.
+const TOP_LOCATIONS: usize = 20;
+
+/// A symbolized CPU profile.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CpuProfile {
+    /// Folded stacks: `comm;outer;…;inner_[k] count`, sorted.
+    pub folded: Vec<String>,
+    /// Samples counted.
+    pub samples: u64,
+    /// Samples whose user stack reached a known bottom frame.
+    pub complete: u64,
+    /// Samples with no user stack at all (lost, or a kernel thread).
+    pub no_user_stack: u64,
+    /// Samples per process id.
+    pub per_pid: BTreeMap<u32, u64>,
+    /// Self samples per leaf frame, for the top list.
+    pub leaves: Vec<(String, u64)>,
+    /// `file:line` of the top leaves, where DWARF says.
+    #[serde(default)]
+    pub locations: std::collections::BTreeMap<String, String>,
+    /// Samples whose user stack the kernel could not store (kernel threads
+    /// included), samples not counted because the map was full, and
+    /// `--dwarf` samples dropped because the ring was full.
+    #[serde(default)]
+    pub lost: (u64, u64, u64),
+    /// Samples by why the table unwinder stopped (`--unwind tables`).
+    #[serde(default)]
+    pub ends: BTreeMap<String, u64>,
+    /// How each binary's frames were unwound (`tables`, or frame pointers
+    /// and why), and what the tables cost.
+    #[serde(default)]
+    pub unwinding: Option<crate::symbolize::tables::TablesStats>,
+}
+
+impl CpuProfile {
+    /// Share (0..=1) of samples with complete stacks.
+    pub fn complete_share(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            self.complete as f64 / self.samples as f64
+        }
+    }
+}
+
+fn comm_name(raw: &[u8; 16]) -> String {
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..len]).into_owned()
+}
+
+/// Reads, symbolizes and folds everything sampled.
+pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
+    fold(maps, &maps.counts, sym, false)
+}
+
+/// Reads, symbolizes and folds the off-CPU time (weights in nanoseconds),
+/// if `--off-cpu` was on.
+pub fn collect_offcpu(maps: &CpuMaps, sym: &mut Symbolizer) -> Option<CpuProfile> {
+    maps.offcpu.as_ref().map(|m| fold(maps, m, sym, true))
+}
+
+/// User stacks unwound in the agent (`--dwarf`): count per (pid, tid,
+/// return addresses innermost first).
+pub type Unwound = HashMap<(u32, u32, Vec<u64>), u64>;
+
+/// Adds stacks unwound in the agent to a profile (their samples were not
+/// counted in the kernel), named by `names` (tid -> comm).
+pub fn add_unwound(
+    prof: &mut CpuProfile,
+    stacks: &Unwound,
+    names: &HashMap<u32, String>,
+    sym: &mut Symbolizer,
+) {
+    let mut paths: BTreeMap<String, u64> = prof
+        .folded
+        .iter()
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(p, n)| Some((p.to_string(), n.parse().ok()?)))
+        })
+        .collect();
+    let mut leaves: HashMap<String, u64> = prof.leaves.iter().cloned().collect();
+    let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
+    for ((pid, tid, addrs), &count) in stacks {
+        prof.samples += count;
+        *prof.per_pid.entry(*pid).or_default() += count;
+        let frames = sym.frames(*pid, addrs);
+        if addrs.is_empty() {
+            prof.no_user_stack += count;
+        } else if frames
+            .last()
+            .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
+        {
+            prof.complete += count;
+        }
+        let comm = names
+            .get(tid)
+            .cloned()
+            .unwrap_or_else(|| format!("tid-{tid}"));
+        let mut line = folded_frame(&comm);
+        for f in frames.iter().rev().flatten() {
+            line.push(';');
+            line.push_str(&folded_frame(f));
+        }
+        let leaf = line.rsplit(';').next().unwrap_or_default().to_string();
+        if let Some(&a) = addrs.first() {
+            leaf_addr.entry(leaf.clone()).or_insert((*pid, a));
+        }
+        *leaves.entry(leaf).or_default() += count;
+        *paths.entry(line).or_default() += count;
+    }
+    prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
+    let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
+    leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    prof.leaves = leaves;
+    for (leaf, _) in prof.leaves.iter().take(TOP_LOCATIONS) {
+        if prof.locations.contains_key(leaf) {
+            continue;
+        }
+        if let Some(loc) = leaf_addr
+            .get(leaf)
+            .and_then(|&(pid, addr)| sym.location(pid, addr))
+        {
+            prof.locations.insert(leaf.clone(), loc);
+        }
+    }
+}
+
+fn fold(
+    maps: &CpuMaps,
+    counts: &PerCpuHashMap<MapData, SampleKey, u64>,
+    sym: &mut Symbolizer,
+    offcpu: bool,
+) -> CpuProfile {
+    let mut prof = CpuProfile::default();
+    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
+    let mut leaves: HashMap<String, u64> = HashMap::new();
+    let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
+    let mut walked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
+    let mut read_walked = |key: u64| -> (Vec<u64>, u32) {
+        walked
+            .entry(key)
+            .or_insert_with(|| match maps.user_stacks.get(&key, 0) {
+                Ok(s) => {
+                    let len = (s.len as usize).min(s.frames.len());
+                    (s.frames[..len].to_vec(), s.end)
+                }
+                Err(_) => (Vec::new(), 0),
+            })
+            .clone()
+    };
+    let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
+    let mut read_stack = |id: i32| -> Vec<u64> {
+        if id < 0 {
+            return Vec::new();
+        }
+        stack_cache
+            .entry(id)
+            .or_insert_with(|| {
+                maps.stacks
+                    .get(&(id as u32), 0)
+                    .map(|s| s.frames().iter().map(|f| f.ip).collect())
+                    .unwrap_or_default()
+            })
+            .clone()
+    };
+    for item in counts.iter() {
+        let Ok((key, per_cpu)) = item else { continue };
+        let count: u64 = per_cpu.iter().sum();
+        if count == 0 {
+            continue;
+        }
+        prof.samples += count;
+        *prof.per_pid.entry(key.pid).or_default() += count;
+        let comm = maps
+            .comms
+            .get(&key.tid, 0)
+            .map(|c| comm_name(&c))
+            .unwrap_or_else(|_| format!("tid-{}", key.tid));
+        let (user, end) = match key.user_hash {
+            0 => (read_stack(key.user_stack), 0),
+            h => read_walked(h),
+        };
+        let kernel = read_stack(key.kernel_stack);
+        let user_frames = sym.frames(key.pid, &user);
+        if end != 0 {
+            *prof.ends.entry(end_reason(end).to_string()).or_default() += count;
+        }
+        // Complete means the walk reached the outermost frame: the CFI said
+        // so, or the last frame is a known process or thread start.
+        if user.is_empty() {
+            prof.no_user_stack += count;
+        } else if end == unwind_end::ROOT
+            || user_frames
+                .last()
+                .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
+        {
+            prof.complete += count;
+        }
+        let mut line = folded_frame(&comm);
+        for frames in user_frames.iter().rev() {
+            for f in frames {
+                line.push(';');
+                line.push_str(&folded_frame(f));
+            }
+        }
+        let mut kframes = sym.kernel_stack(&kernel);
+        if offcpu {
+            // Innermost of `__schedule` is the tracing machinery (the BPF
+            // trampoline and program), not where the thread blocked.
+            if let Some(pos) = kframes.iter().position(|f| f == "__schedule_[k]") {
+                kframes.drain(..pos);
+            }
+        }
+        for f in kframes.iter().rev() {
+            line.push(';');
+            line.push_str(&folded_frame(f));
+        }
+        // Off-CPU: where the program blocked is the innermost user frame.
+        let user_leaf = user_frames
+            .first()
+            .and_then(|f| f.first())
+            .filter(|_| offcpu);
+        let leaf = match user_leaf {
+            Some(name) => folded_frame(name),
+            None => line.rsplit(';').next().unwrap_or_default().to_string(),
+        };
+        if kernel.is_empty() || offcpu {
+            if let Some(&addr) = user.first() {
+                leaf_addr.entry(leaf.clone()).or_insert((key.pid, addr));
+            }
+        }
+        *leaves.entry(leaf).or_default() += count;
+        *paths.entry(line).or_default() += count;
+    }
+    prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
+    let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
+    leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    prof.leaves = leaves;
+    for (leaf, _) in prof.leaves.iter().take(TOP_LOCATIONS) {
+        if let Some(loc) = leaf_addr
+            .get(leaf)
+            .and_then(|&(pid, addr)| sym.location(pid, addr))
+        {
+            prof.locations.insert(leaf.clone(), loc);
+        }
+    }
+    prof
+}

@@ -1,0 +1,246 @@
+//! Explains one slow dispatch from its buffered records: rebuilds the traced
+//! tree (same pairing rule as the main shadow stacks), hangs sampled and
+//! blocked frames under the traced call that was running, picks the key and
+//! writes the verdict.
+use std::collections::HashMap;
+
+use profiler_common::KIND_ENTRY;
+
+use super::{
+    sched::Split,
+    tree::{Kind, Tree},
+    Dispatcher, Open, Rec, Slow,
+};
+use crate::analyze::stacks::same_frame;
+
+/// Trimmed tree size.
+const TREE_LIMIT: usize = 20;
+/// Blocking stacks listed per slow dispatch.
+const TOP_BLOCKING: usize = 5;
+
+/// A slow dispatch and the folded stacks of its full tree.
+pub struct Explained {
+    /// The report entry.
+    pub slow: Slow,
+    /// Folded stacks for its flame graph.
+    pub folded: Vec<String>,
+}
+
+struct Frame {
+    node: usize,
+    func: u32,
+    sp: u64,
+    entry_ns: u64,
+    child_ns: u64,
+}
+
+/// The part of a sampled stack (innermost first) below the traced function
+/// `traced`, outermost first. If the traced function is not in it, the
+/// innermost frame alone.
+fn chain_below(names: &[String], traced: &str) -> Vec<String> {
+    match names.iter().position(|n| n == traced) {
+        Some(pos) => names[..pos].iter().rev().cloned().collect(),
+        None => names.first().cloned().into_iter().collect(),
+    }
+}
+
+/// Builds the explanation of the dispatch `open`, made of `recs`.
+pub(super) fn explain(
+    d: &mut Dispatcher,
+    open: &Open,
+    recs: &[Rec],
+    start_ns: u64,
+    duration_ns: u64,
+    split: Split,
+) -> Explained {
+    let mut tree: Option<Tree> = None;
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut pending_block: Option<(usize, Vec<String>, Vec<String>, u64)> = None;
+    let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
+    for rec in recs {
+        match rec {
+            Rec::Call(ev) if ev.kind() == KIND_ENTRY => {
+                let name = d.name(ev.func()).to_string();
+                let node = match (&mut tree, stack.last()) {
+                    (None, _) => {
+                        tree = Some(Tree::new(&name));
+                        0
+                    }
+                    (Some(t), parent) => t.enter(parent.map_or(0, |f| f.node), &name),
+                };
+                stack.push(Frame {
+                    node,
+                    func: ev.func(),
+                    sp: ev.sp,
+                    entry_ns: ev.ts_ns,
+                    child_ns: 0,
+                });
+            }
+            Rec::Call(ev) => {
+                let Some(pos) = stack
+                    .iter()
+                    .rposition(|f| f.func == ev.func() && same_frame(f.sp, ev.sp))
+                else {
+                    continue;
+                };
+                stack.truncate(pos + 1);
+                let f = stack.pop().expect("pos is in the stack");
+                let dur = ev.ts_ns.saturating_sub(f.entry_ns);
+                if let Some(t) = &mut tree {
+                    t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                }
+                if let Some(p) = stack.last_mut() {
+                    p.child_ns += dur;
+                }
+            }
+            Rec::Sample(_, user) => {
+                let (Some(t), Some(top)) = (&mut tree, stack.last()) else {
+                    continue;
+                };
+                let names = d.symbolizer.user_stack(user);
+                let chain = chain_below(&names, &t.nodes[top.node].name);
+                if !chain.is_empty() {
+                    t.add_chain(top.node, &chain, Kind::Sampled, d.cfg.sample_period_ns);
+                }
+            }
+            Rec::Block(ts, user, kernel) => {
+                let (Some(t), Some(top)) = (&tree, stack.last()) else {
+                    continue;
+                };
+                let names = d.symbolizer.user_stack(user);
+                let chain = chain_below(&names, &t.nodes[top.node].name);
+                let mut full = d.symbolizer.kernel_stack(kernel);
+                full.extend(names);
+                pending_block = Some((top.node, chain, full, *ts));
+            }
+            Rec::Resume(ts) => {
+                let Some((node, chain, full, out_ns)) = pending_block.take() else {
+                    continue;
+                };
+                let blocked = ts.saturating_sub(out_ns);
+                if let Some(t) = &mut tree {
+                    if !chain.is_empty() {
+                        t.add_chain(node, &chain, Kind::Blocked, blocked);
+                    }
+                }
+                *blocking.entry(full).or_default() += blocked;
+            }
+        }
+    }
+    let tree = tree.unwrap_or_else(|| Tree::new("?"));
+    let key_node = tree.key_node();
+    let key = tree.signature(key_node);
+    let verdict = verdict(&tree, key_node, split, duration_ns);
+    let flat = if d.cfg.full_tree {
+        tree.full()
+    } else {
+        tree.trimmed(TREE_LIMIT)
+    };
+    let mut blocking_stacks: Vec<(u64, Vec<String>)> =
+        blocking.into_iter().map(|(s, ns)| (ns, s)).collect();
+    blocking_stacks.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    blocking_stacks.truncate(TOP_BLOCKING);
+    Explained {
+        folded: tree.folded(),
+        slow: Slow {
+            index: open.index,
+            start_ns,
+            duration_ns,
+            split,
+            dropped_frames: duration_ns / d.cfg.frame_interval_ns.max(1),
+            key,
+            verdict,
+            samples: open.samples,
+            tree: flat,
+            blocking_stacks,
+            truncated: open.truncated,
+        },
+    }
+}
+
+fn pct(part: u64, whole: u64) -> u64 {
+    (part * 100).checked_div(whole).unwrap_or(0)
+}
+
+/// `92% on-CPU in parse_json <- load_config`, `81% blocked in fsync <- save_state`.
+fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> String {
+    let sig = tree.signature(key);
+    let Split {
+        on_cpu_ns,
+        blocked_ns,
+        runnable_ns,
+    } = split;
+    if blocked_ns >= on_cpu_ns && blocked_ns >= runnable_ns {
+        let p = pct(blocked_ns, duration_ns);
+        let leaf = tree
+            .heaviest(key, Kind::Blocked)
+            .or_else(|| tree.heaviest(0, Kind::Blocked));
+        return match leaf {
+            Some(b) => format!(
+                "{p}% blocked in {} <- {}",
+                tree.nodes[b].name, tree.nodes[key].name
+            ),
+            None => format!("{p}% blocked in {sig}"),
+        };
+    }
+    if runnable_ns > on_cpu_ns {
+        return format!(
+            "{}% waiting for a CPU in {sig}",
+            pct(runnable_ns, duration_ns)
+        );
+    }
+    let p = pct(on_cpu_ns, duration_ns);
+    let hot = tree
+        .heaviest(key, Kind::Sampled)
+        .filter(|&h| tree.nodes[h].self_ns * 2 >= tree.nodes[key].total_ns);
+    match hot {
+        Some(h) => format!(
+            "{p}% on-CPU in {sig} (hot: {} ~{}%)",
+            tree.nodes[h].name,
+            pct(tree.nodes[h].self_ns, tree.nodes[key].total_ns)
+        ),
+        None => format!("{p}% on-CPU in {sig}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_below_the_traced_frame() {
+        let names: Vec<String> = ["memcpy", "parse_inner", "parse_json", "load_config", "main"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(chain_below(&names, "parse_json"), ["parse_inner", "memcpy"]);
+        assert_eq!(chain_below(&names, "memcpy"), Vec::<String>::new());
+        assert_eq!(chain_below(&names, "absent"), ["memcpy"]);
+    }
+
+    #[test]
+    fn verdicts_name_the_cause() {
+        let mut t = Tree::new("dispatch");
+        let s = t.enter(0, "save_state");
+        t.complete(s, 100, 100);
+        t.complete(0, 100, 0);
+        t.add_chain(s, &["fsync".to_string()], Kind::Blocked, 81);
+        let split = Split {
+            on_cpu_ns: 19,
+            blocked_ns: 81,
+            runnable_ns: 0,
+        };
+        assert_eq!(
+            verdict(&t, t.key_node(), split, 100),
+            "81% blocked in fsync <- save_state"
+        );
+        let split = Split {
+            on_cpu_ns: 92,
+            blocked_ns: 8,
+            runnable_ns: 0,
+        };
+        assert_eq!(
+            verdict(&t, t.key_node(), split, 100),
+            "92% on-CPU in save_state <- dispatch"
+        );
+    }
+}

@@ -1,0 +1,526 @@
+//! Slow main-thread dispatches (BlockCanary and Matrix, done with exact
+//! timings). A dispatch is one outermost call of a dispatch function on the
+//! watched thread. While one is open, its thread's calls, samples and
+//! scheduler transitions are buffered; when it ends, a fast dispatch only
+//! updates constant-size statistics and its buffer is cleared, while a slow
+//! one is explained: call tree, on-CPU/blocked/runnable split, sampled and
+//! blocked frames, key, verdict. Hangs are noticed while still running.
+//! What should be told at once (a slow dispatch, a hang) is queued as a
+//! [`Notice`] for the session to print and log; nothing here writes.
+pub mod explain;
+pub mod sched;
+pub mod stats;
+pub mod tree;
+
+use std::collections::HashMap;
+
+use profiler_common::{Event, KIND_ENTRY};
+
+use self::{
+    sched::SchedTracker,
+    stats::{Stats, Worst},
+    tree::FlatNode,
+};
+use crate::{analyze::stacks::same_frame, symbolize::Symbolizer};
+
+/// Most buffered records per dispatch; beyond it the tree is marked truncated.
+const MAX_RECORDS: usize = 2_000_000;
+/// Most slow dispatches kept in detail; beyond it only groups are updated.
+const MAX_SLOW: usize = 10_000;
+
+/// How dispatches are found and judged.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The watched thread.
+    pub tid: u32,
+    /// Its name.
+    pub thread_name: String,
+    /// How dispatches are recognised, in words.
+    pub rule: String,
+    /// Slow from this long.
+    pub threshold_ns: u64,
+    /// Reported as a hang, while running, from this long.
+    pub hang_ns: u64,
+    /// One frame, for dropped-frame statistics.
+    pub frame_interval_ns: u64,
+    /// Keep whole trees instead of trimming them.
+    pub full_tree: bool,
+    /// Time one sample stands for (0: sampling off).
+    pub sample_period_ns: u64,
+}
+
+/// One buffered record of an open dispatch.
+#[derive(Debug, Clone)]
+pub enum Rec {
+    /// A traced entry or exit.
+    Call(Event),
+    /// A cpu-clock sample: time and user stack, innermost first.
+    Sample(
+        #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
+        Box<[u64]>,
+    ),
+    /// Switched out blocked, with user and kernel stacks.
+    Block(u64, Box<[u64]>, Box<[u64]>),
+    /// Woken or switched back in.
+    Resume(u64),
+}
+
+struct Open {
+    index: u64,
+    start_ns: u64,
+    calls: Vec<(u32, u64)>,
+    truncated: bool,
+    hang: Option<usize>,
+    samples: u32,
+    last_sample: Option<Box<[u64]>>,
+}
+
+/// A slow dispatch, explained.
+#[derive(Debug, Clone)]
+pub struct Slow {
+    /// Ordinal among all dispatches.
+    pub index: u64,
+    /// Start, since the session began.
+    pub start_ns: u64,
+    /// Wall time.
+    pub duration_ns: u64,
+    /// On-CPU / blocked / runnable split.
+    pub split: sched::Split,
+    /// `duration / frame interval`.
+    pub dropped_frames: u64,
+    /// Group key.
+    pub key: String,
+    /// One-line verdict.
+    pub verdict: String,
+    /// Samples taken during it.
+    pub samples: u32,
+    /// Trimmed (or full) tree, pre-order.
+    pub tree: Vec<FlatNode>,
+    /// Top blocking stacks: time blocked and frames (innermost first).
+    pub blocking_stacks: Vec<(u64, Vec<String>)>,
+    /// True if the record buffer overflowed.
+    pub truncated: bool,
+}
+
+/// Slow dispatches sharing a key.
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    /// The key.
+    pub key: String,
+    /// Durations of its dispatches.
+    pub durations: Vec<u64>,
+    /// Verdict of the worst instance.
+    pub verdict: String,
+    /// Trimmed tree of the worst instance.
+    pub worst_tree: Vec<FlatNode>,
+    /// Folded stacks of the worst instance (for its flame graph).
+    pub worst_folded: Vec<String>,
+}
+
+impl Group {
+    /// Dispatches in the group.
+    pub fn count(&self) -> u64 {
+        self.durations.len() as u64
+    }
+    /// Summed duration.
+    pub fn total_ns(&self) -> u64 {
+        self.durations.iter().sum()
+    }
+    /// Longest duration.
+    pub fn max_ns(&self) -> u64 {
+        self.durations.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// A dispatch that ran longer than `--hang`, reported while running.
+#[derive(Debug, Clone)]
+pub struct Hang {
+    /// Ordinal among all dispatches.
+    pub index: u64,
+    /// Start, since the session began.
+    pub start_ns: u64,
+    /// How long it had run when reported.
+    pub reported_after_ns: u64,
+    /// Final duration, once it ended.
+    pub duration_ns: Option<u64>,
+    /// Stack when reported, innermost first.
+    pub stack: Vec<String>,
+}
+
+/// What the dispatcher noticed that the user should hear of at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A dispatch ended slow.
+    Slow {
+        /// Its wall time.
+        duration_ns: u64,
+        /// Its group key.
+        key: String,
+        /// Its one-line verdict.
+        verdict: String,
+    },
+    /// A dispatch has run past `--hang` and is still running.
+    Hang {
+        /// Ordinal among all dispatches.
+        index: u64,
+        /// The watched thread.
+        tid: u32,
+        /// How long it had run when noticed.
+        running_ns: u64,
+        /// Its stack then, innermost first.
+        stack: Vec<String>,
+    },
+}
+
+/// Finds, times and explains dispatches of the watched thread.
+pub struct Dispatcher {
+    /// Settings.
+    pub cfg: Config,
+    names: Vec<String>,
+    is_dispatch: Vec<bool>,
+    session_start_ns: u64,
+    open: Option<Open>,
+    recs: Vec<Rec>,
+    sched: SchedTracker,
+    /// Statistics over all dispatches.
+    pub stats: Stats,
+    /// Slow dispatches in order.
+    pub slow: Vec<Slow>,
+    /// Slow dispatches beyond [`MAX_SLOW`], counted only.
+    pub slow_dropped: u64,
+    /// Groups by key.
+    pub groups: HashMap<String, Group>,
+    /// Hangs in order.
+    pub hangs: Vec<Hang>,
+    symbolizer: Symbolizer,
+    pid: u32,
+    next_index: u64,
+    /// When the first dispatch began (startup's default "ready").
+    pub first_start_ns: Option<u64>,
+    notices: Vec<Notice>,
+}
+
+impl Dispatcher {
+    /// A dispatcher for target `pid`; `names[i]` and `is_dispatch[i]` describe
+    /// probed function `i`.
+    pub fn new(
+        cfg: Config,
+        pid: u32,
+        names: Vec<String>,
+        is_dispatch: Vec<bool>,
+        session_start_ns: u64,
+    ) -> Self {
+        Dispatcher {
+            cfg,
+            names,
+            is_dispatch,
+            session_start_ns,
+            open: None,
+            recs: Vec::new(),
+            sched: SchedTracker::default(),
+            stats: Stats::default(),
+            slow: Vec::new(),
+            slow_dropped: 0,
+            groups: HashMap::new(),
+            hangs: Vec::new(),
+            symbolizer: Symbolizer::new(pid),
+            pid,
+            next_index: 0,
+            first_start_ns: None,
+            notices: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, rec: Rec) {
+        let Some(open) = &mut self.open else { return };
+        if self.recs.len() < MAX_RECORDS {
+            self.recs.push(rec);
+        } else {
+            open.truncated = true;
+        }
+    }
+
+    /// A traced entry or exit on the watched thread.
+    pub fn on_call(&mut self, ev: &Event) {
+        let func = ev.func();
+        if ev.kind() == KIND_ENTRY {
+            if self.open.is_none() {
+                if !self
+                    .is_dispatch
+                    .get(func as usize)
+                    .copied()
+                    .unwrap_or(false)
+                {
+                    return;
+                }
+                self.open = Some(Open {
+                    index: self.next_index,
+                    start_ns: ev.ts_ns,
+                    calls: Vec::new(),
+                    truncated: false,
+                    hang: None,
+                    samples: 0,
+                    last_sample: None,
+                });
+                self.next_index += 1;
+                self.first_start_ns.get_or_insert(ev.ts_ns);
+                self.sched.open(ev.ts_ns);
+            }
+            self.record(Rec::Call(*ev));
+            if let Some(open) = &mut self.open {
+                open.calls.push((func, ev.sp));
+            }
+            return;
+        }
+        let Some(open) = &mut self.open else { return };
+        let Some(pos) = open
+            .calls
+            .iter()
+            .rposition(|&(f, sp)| f == func && same_frame(sp, ev.sp))
+        else {
+            return;
+        };
+        open.calls.truncate(pos);
+        self.record(Rec::Call(*ev));
+        if pos == 0 {
+            self.end(ev.ts_ns);
+        }
+    }
+
+    /// The watched thread left the CPU; stacks are present when it blocked
+    /// during a dispatch.
+    pub fn on_switch_out(&mut self, ts_ns: u64, blocked: bool, stacks: Option<(&[u64], &[u64])>) {
+        self.sched.switched_out(ts_ns, blocked);
+        if let Some((user, kernel)) = stacks {
+            self.record(Rec::Block(ts_ns, user.into(), kernel.into()));
+        }
+    }
+
+    /// The watched thread was woken.
+    pub fn on_wakeup(&mut self, ts_ns: u64) {
+        let was_blocked = self.sched.state() == sched::State::Blocked;
+        self.sched.woken(ts_ns);
+        if was_blocked {
+            self.record(Rec::Resume(ts_ns));
+        }
+    }
+
+    /// The watched thread got a CPU.
+    pub fn on_switch_in(&mut self, ts_ns: u64) {
+        let was_blocked = self.sched.state() == sched::State::Blocked;
+        self.sched.switched_in(ts_ns);
+        if was_blocked {
+            self.record(Rec::Resume(ts_ns));
+        }
+    }
+
+    /// A cpu-clock sample of the watched thread.
+    pub fn on_sample(&mut self, ts_ns: u64, user: &[u64]) {
+        let Some(open) = &mut self.open else { return };
+        open.samples += 1;
+        open.last_sample = Some(user.into());
+        self.record(Rec::Sample(ts_ns, user.into()));
+    }
+
+    /// Checks for a hang at `now_ns` (CLOCK_MONOTONIC); a new one is
+    /// recorded and queued as a [`Notice::Hang`].
+    pub fn tick(&mut self, now_ns: u64) {
+        let Some(open) = &mut self.open else { return };
+        let running = now_ns.saturating_sub(open.start_ns);
+        if open.hang.is_some() || running < self.cfg.hang_ns {
+            return;
+        }
+        let mut stack: Vec<String> = Vec::new();
+        if let Some(sample) = open.last_sample.take() {
+            let names = self.symbolizer.user_stack(&sample);
+            let traced = open
+                .calls
+                .last()
+                .map(|&(f, _)| self.names[f as usize].clone());
+            for n in names {
+                if Some(&n) == traced.as_ref() {
+                    break;
+                }
+                stack.push(format!("{n} (sampled)"));
+            }
+        }
+        stack.extend(
+            open.calls
+                .iter()
+                .rev()
+                .map(|&(f, _)| self.names[f as usize].clone()),
+        );
+        let hang = Hang {
+            index: open.index,
+            start_ns: open.start_ns.saturating_sub(self.session_start_ns),
+            reported_after_ns: running,
+            duration_ns: None,
+            stack,
+        };
+        self.notices.push(Notice::Hang {
+            index: hang.index,
+            tid: self.cfg.tid,
+            running_ns: running,
+            stack: hang.stack.clone(),
+        });
+        open.hang = Some(self.hangs.len());
+        self.hangs.push(hang);
+    }
+
+    fn end(&mut self, end_ns: u64) {
+        let Some(open) = self.open.take() else { return };
+        let duration_ns = end_ns.saturating_sub(open.start_ns);
+        let split = self.sched.close(end_ns);
+        let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
+        self.stats.add(
+            Worst {
+                duration_ns,
+                index: open.index,
+                start_ns,
+            },
+            self.cfg.frame_interval_ns,
+        );
+        if let Some(h) = open.hang {
+            self.hangs[h].duration_ns = Some(duration_ns);
+        }
+        if duration_ns >= self.cfg.threshold_ns {
+            let recs = std::mem::take(&mut self.recs);
+            let slow = explain::explain(self, &open, &recs, start_ns, duration_ns, split);
+            self.recs = recs;
+            self.add_slow(slow);
+        }
+        self.recs.clear();
+        if self.recs.capacity() > 1 << 16 {
+            self.recs = Vec::new();
+        }
+    }
+
+    fn add_slow(&mut self, slow: explain::Explained) {
+        let explain::Explained { slow, folded } = slow;
+        self.notices.push(Notice::Slow {
+            duration_ns: slow.duration_ns,
+            key: slow.key.clone(),
+            verdict: slow.verdict.clone(),
+        });
+        let g = self
+            .groups
+            .entry(slow.key.clone())
+            .or_insert_with(|| Group {
+                key: slow.key.clone(),
+                ..Group::default()
+            });
+        if slow.duration_ns >= g.max_ns() {
+            g.verdict = slow.verdict.clone();
+            g.worst_tree = slow.tree.clone();
+            g.worst_folded = folded;
+        }
+        g.durations.push(slow.duration_ns);
+        if self.slow.len() < MAX_SLOW {
+            self.slow.push(slow);
+        } else {
+            self.slow_dropped += 1;
+        }
+    }
+
+    /// The notices queued since the last call, oldest first.
+    pub fn take_notices(&mut self) -> Vec<Notice> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// The addresses the analysis symbolized, for `profile.data`.
+    pub fn symbol_journal(&self) -> Vec<(u32, u64, Vec<String>)> {
+        self.symbolizer.journal()
+    }
+
+    /// Replaces the symbolizer (offline replay answers from a journal).
+    pub fn set_symbolizer(&mut self, s: Symbolizer) {
+        self.symbolizer = s;
+    }
+
+    /// Refreshes the symbolizer's snapshot of the target's mappings (after
+    /// exec, after dlopen), so stacks still resolve once the target exits.
+    pub fn remember_maps(&mut self) {
+        let pid = self.symbolizer_pid();
+        self.symbolizer.remember_maps(pid);
+    }
+
+    fn symbolizer_pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Name of probed function `func`.
+    pub fn name(&self, func: u32) -> &str {
+        &self.names[func as usize]
+    }
+
+    /// True while a dispatch is open.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Groups sorted by total time, largest first.
+    pub fn sorted_groups(&self) -> Vec<&Group> {
+        let mut g: Vec<&Group> = self.groups.values().collect();
+        g.sort_by(|a, b| b.total_ns().cmp(&a.total_ns()).then(a.key.cmp(&b.key)));
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::KIND_EXIT;
+
+    fn call(ts_ns: u64, kind: u32, func: u32, sp: u64) -> Event {
+        Event {
+            ts_ns,
+            tid: 1,
+            word: Event::pack(kind, func),
+            sp,
+        }
+    }
+
+    #[test]
+    fn slow_dispatches_and_hangs_are_queued_as_notices() {
+        let cfg = Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "--dispatch run".into(),
+            threshold_ns: 50,
+            hang_ns: 100,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+        };
+        let names = vec!["run".to_string(), "work".to_string()];
+        let mut d = Dispatcher::new(cfg, 0, names, vec![true, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0x0f00));
+        d.tick(90);
+        assert!(d.take_notices().is_empty(), "not a hang before --hang");
+        d.tick(120);
+        d.tick(130);
+        assert_eq!(
+            d.take_notices(),
+            [Notice::Hang {
+                index: 0,
+                tid: 1,
+                running_ns: 120,
+                stack: vec!["work".into(), "run".into()],
+            }],
+            "one notice per hang, while it runs"
+        );
+        d.on_call(&call(140, KIND_EXIT, 1, 0x0f08));
+        d.on_call(&call(150, KIND_EXIT, 0, 0x1008));
+        let notices = d.take_notices();
+        let [Notice::Slow { duration_ns, .. }] = notices.as_slice() else {
+            panic!("one slow-dispatch notice: {notices:?}");
+        };
+        assert_eq!(*duration_ns, 150);
+        assert_eq!(d.hangs[0].duration_ns, Some(150));
+        d.on_call(&call(200, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(210, KIND_EXIT, 0, 0x1008));
+        assert!(d.take_notices().is_empty(), "a fast dispatch is not told");
+        assert_eq!(d.stats.count, 2);
+    }
+}

@@ -1,0 +1,430 @@
+//! The call tree of one slow dispatch: traced calls with exact times, in
+//! call order, consecutive identical calls at the same depth merged (with a
+//! count); sampled frames (on-CPU, statistical) and blocked frames (off-CPU,
+//! weighted by the time blocked) hang under the traced call that was
+//! running, marked as such.
+//!
+//! Trimming follows Matrix's rule, made deterministic: drop nodes costing ≤ 5%
+//! of the dispatch, then in rounds n = 1..3 drop nodes costing ≤ 10%·n of their
+//! parent, stopping once at most `limit` nodes remain; then drop the cheapest
+//! leaves until `limit` is met.
+//!
+//! The key is Matrix's too, on exact data: among traced calls costing ≥ 30% of
+//! the dispatch, the one with the largest (depth + 1) × cost, skipping the
+//! dispatch function itself if anything else qualifies. Sampled frames only
+//! decide when no traced call does, so repeats of one cause share one key.
+
+/// What a node's time is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A probed call: exact entry/exit times.
+    Traced,
+    /// On-CPU time in unprobed code, estimated from samples.
+    Sampled,
+    /// Off-CPU time in unprobed code, from the scheduler (exact durations).
+    Blocked,
+}
+
+/// One node of a dispatch's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Function name.
+    pub name: String,
+    /// Where the numbers come from.
+    pub kind: Kind,
+    /// Calls merged into this node (samples or blocks for other kinds).
+    pub calls: u64,
+    /// Inclusive time.
+    pub total_ns: u64,
+    /// Time not attributed to children.
+    pub self_ns: u64,
+    /// Children in call order.
+    pub children: Vec<usize>,
+    /// Parent (the root is its own parent).
+    pub parent: usize,
+    /// False once a later sibling was called: no more merging into it.
+    open_for_merge: bool,
+}
+
+/// A dispatch's tree; node 0 is the dispatch function.
+#[derive(Debug, Clone, Default)]
+pub struct Tree {
+    /// All nodes, root first.
+    pub nodes: Vec<Node>,
+}
+
+/// A flattened node for reports: pre-order with depth.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FlatNode {
+    /// Function name.
+    pub name: String,
+    /// Depth below the dispatch function (0).
+    pub depth: u32,
+    /// Merged calls (or samples, or blocks).
+    pub calls: u64,
+    /// Inclusive time.
+    pub total_ns: u64,
+    /// Self time.
+    pub self_ns: u64,
+    /// Traced, sampled or blocked.
+    pub kind: Kind,
+}
+
+impl Tree {
+    /// A tree whose root is the dispatch function `name`.
+    pub fn new(name: &str) -> Self {
+        Tree {
+            nodes: vec![node(name, Kind::Traced, 0)],
+        }
+    }
+
+    /// Enters a traced call of `name` under `parent`, merging it into the
+    /// previous child if that was a call of the same function.
+    pub fn enter(&mut self, parent: usize, name: &str) -> usize {
+        if let Some(&last) = self.nodes[parent].children.last() {
+            let n = &self.nodes[last];
+            if n.kind == Kind::Traced && n.open_for_merge && n.name == name {
+                return last;
+            }
+        }
+        for i in 0..self.nodes[parent].children.len() {
+            let c = self.nodes[parent].children[i];
+            self.nodes[c].open_for_merge = false;
+        }
+        self.push(parent, name, Kind::Traced)
+    }
+
+    /// Records a completed traced call at `id`.
+    pub fn complete(&mut self, id: usize, total_ns: u64, self_ns: u64) {
+        let n = &mut self.nodes[id];
+        n.calls += 1;
+        n.total_ns += total_ns;
+        n.self_ns += self_ns;
+    }
+
+    /// Adds an estimated chain `frames` (outermost first) of `kind` under
+    /// `parent`, weighted by `ns`. Chains merge by name at each level.
+    pub fn add_chain(&mut self, parent: usize, frames: &[String], kind: Kind, ns: u64) {
+        let mut at = parent;
+        for (i, f) in frames.iter().enumerate() {
+            let found = self.nodes[at]
+                .children
+                .iter()
+                .copied()
+                .find(|&c| self.nodes[c].kind == kind && self.nodes[c].name == *f);
+            let id = match found {
+                Some(id) => id,
+                None => self.push(at, f, kind),
+            };
+            let n = &mut self.nodes[id];
+            n.total_ns += ns;
+            if i + 1 == frames.len() {
+                n.calls += 1;
+                n.self_ns += ns;
+            }
+            at = id;
+        }
+    }
+
+    fn push(&mut self, parent: usize, name: &str, kind: Kind) -> usize {
+        let id = self.nodes.len();
+        let mut n = node(name, kind, parent);
+        n.open_for_merge = kind == Kind::Traced;
+        self.nodes.push(n);
+        self.nodes[parent].children.push(id);
+        id
+    }
+
+    /// Depth of every node.
+    fn depths(&self) -> Vec<u32> {
+        let mut d = vec![0u32; self.nodes.len()];
+        for i in 1..self.nodes.len() {
+            d[i] = d[self.nodes[i].parent] + 1;
+        }
+        d
+    }
+
+    /// The key node: Matrix's rule over traced nodes, sampled ones only if
+    /// no traced node qualifies.
+    pub fn key_node(&self) -> usize {
+        let total = self.nodes[0].total_ns.max(1);
+        let depths = self.depths();
+        let pick = |kinds: &[Kind]| {
+            let mut best: Option<(u128, usize)> = None;
+            for (i, n) in self.nodes.iter().enumerate().skip(1) {
+                if !kinds.contains(&n.kind) || n.total_ns * 10 < total * 3 {
+                    continue;
+                }
+                let score = u128::from(depths[i] + 1) * u128::from(n.total_ns);
+                if best.is_none_or(|(s, _)| score > s) {
+                    best = Some((score, i));
+                }
+            }
+            best.map(|(_, i)| i)
+        };
+        pick(&[Kind::Traced])
+            .or_else(|| pick(&[Kind::Sampled, Kind::Blocked]))
+            .unwrap_or(0)
+    }
+
+    /// `name <- parent` of node `id`.
+    pub fn signature(&self, id: usize) -> String {
+        let n = &self.nodes[id];
+        if id == 0 {
+            n.name.clone()
+        } else {
+            format!("{} <- {}", n.name, self.nodes[n.parent].name)
+        }
+    }
+
+    /// The heaviest leaf-most descendant of `id` of `kind`, if any.
+    pub fn heaviest(&self, id: usize, kind: Kind) -> Option<usize> {
+        let mut best: Option<usize> = None;
+        let mut stack = vec![id];
+        while let Some(i) = stack.pop() {
+            for &c in &self.nodes[i].children {
+                let n = &self.nodes[c];
+                if n.kind == kind && best.is_none_or(|b| n.self_ns > self.nodes[b].self_ns) {
+                    best = Some(c);
+                }
+                stack.push(c);
+            }
+        }
+        best
+    }
+
+    /// The tree trimmed to about `limit` nodes (see the module doc), as a
+    /// pre-order list.
+    pub fn trimmed(&self, limit: usize) -> Vec<FlatNode> {
+        let total = self.nodes[0].total_ns;
+        let mut keep = vec![true; self.nodes.len()];
+        let count = |keep: &[bool]| keep.iter().filter(|&&k| k).count();
+        for (k, n) in keep.iter_mut().zip(&self.nodes).skip(1) {
+            if n.total_ns * 20 <= total {
+                *k = false;
+            }
+        }
+        self.prune_orphans(&mut keep);
+        for round in 1..=3u64 {
+            if count(&keep) <= limit {
+                break;
+            }
+            for (i, n) in self.nodes.iter().enumerate().skip(1) {
+                if keep[i] && n.total_ns * 10 <= self.nodes[n.parent].total_ns * round {
+                    keep[i] = false;
+                }
+            }
+            self.prune_orphans(&mut keep);
+        }
+        while count(&keep) > limit {
+            let leaf = (1..self.nodes.len())
+                .filter(|&i| keep[i] && !self.nodes[i].children.iter().any(|&c| keep[c]))
+                .min_by_key(|&i| (self.nodes[i].total_ns, std::cmp::Reverse(i)));
+            match leaf {
+                Some(i) => keep[i] = false,
+                None => break,
+            }
+        }
+        self.flatten(&keep)
+    }
+
+    /// The whole tree as a pre-order list.
+    pub fn full(&self) -> Vec<FlatNode> {
+        self.flatten(&vec![true; self.nodes.len()])
+    }
+
+    fn prune_orphans(&self, keep: &mut [bool]) {
+        for i in 1..self.nodes.len() {
+            if !keep[self.nodes[i].parent] {
+                keep[i] = false;
+            }
+        }
+    }
+
+    fn flatten(&self, keep: &[bool]) -> Vec<FlatNode> {
+        let mut out = Vec::new();
+        let mut stack = vec![(0usize, 0u32)];
+        while let Some((i, depth)) = stack.pop() {
+            let n = &self.nodes[i];
+            out.push(FlatNode {
+                name: n.name.clone(),
+                depth,
+                calls: n.calls,
+                total_ns: n.total_ns,
+                self_ns: n.self_ns,
+                kind: n.kind,
+            });
+            for &c in n.children.iter().rev() {
+                if keep[c] {
+                    stack.push((c, depth + 1));
+                }
+            }
+        }
+        out
+    }
+
+    /// Folded lines (`a;b;c weight`) of the whole tree, for a flame graph.
+    /// Sampled and blocked frames are suffixed ` [sampled]` / ` [blocked]`.
+    pub fn folded(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut stack = vec![(0usize, String::new())];
+        while let Some((i, prefix)) = stack.pop() {
+            let n = &self.nodes[i];
+            let frame = crate::fmt::folded_frame(&n.name);
+            let frame = match n.kind {
+                Kind::Traced => frame,
+                Kind::Sampled => format!("{frame} [sampled]"),
+                Kind::Blocked => format!("{frame} [blocked]"),
+            };
+            let path = if prefix.is_empty() {
+                frame
+            } else {
+                format!("{prefix};{frame}")
+            };
+            let child_sum: u64 = n.children.iter().map(|&c| self.nodes[c].total_ns).sum();
+            let own = n.total_ns.saturating_sub(child_sum);
+            if own > 0 {
+                lines.push(format!("{path} {own}"));
+            }
+            for &c in n.children.iter().rev() {
+                stack.push((c, path.clone()));
+            }
+        }
+        lines.sort();
+        lines
+    }
+}
+
+impl Tree {
+    /// A tree rooted at `root` from a thread's call-path trie (calls of one
+    /// path merged), for windows such as startup.
+    pub fn from_calltree(
+        root: &str,
+        ct: &crate::analyze::calltree::CallTree,
+        names: &[String],
+    ) -> Self {
+        let mut t = Tree::new(root);
+        let mut map = vec![0usize; ct.nodes().len()];
+        for (id, n) in ct.nodes().iter().enumerate().skip(1) {
+            let at = t.push(
+                map[n.parent as usize],
+                &names[n.func as usize],
+                Kind::Traced,
+            );
+            let node = &mut t.nodes[at];
+            node.calls = n.calls;
+            node.total_ns = n.total_ns;
+            node.self_ns = n.self_ns;
+            map[id] = at;
+        }
+        let total: u64 = t.nodes[0]
+            .children
+            .iter()
+            .map(|&c| t.nodes[c].total_ns)
+            .sum();
+        t.nodes[0].total_ns = total;
+        t.nodes[0].calls = 1;
+        t
+    }
+}
+
+fn node(name: &str, kind: Kind, parent: usize) -> Node {
+    Node {
+        name: name.to_string(),
+        kind,
+        calls: 0,
+        total_ns: 0,
+        self_ns: 0,
+        children: Vec::new(),
+        parent,
+        open_for_merge: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// dispatch { handle_trap { a1 790, a2 30, a3 300 } }
+    fn trap() -> Tree {
+        let mut t = Tree::new("dispatch");
+        let h = t.enter(0, "handle_trap");
+        for (name, ms) in [("step_a1", 790), ("step_a2", 30), ("step_a3", 300)] {
+            let c = t.enter(h, name);
+            t.complete(c, ms * MS, ms * MS);
+        }
+        t.complete(h, 1120 * MS, 0);
+        t.complete(0, 1121 * MS, MS);
+        t
+    }
+
+    #[test]
+    fn blockcanary_trap_names_a1_then_a3_never_a2() {
+        let t = trap();
+        let names: Vec<String> = t.trimmed(20).into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["dispatch", "handle_trap", "step_a1", "step_a3"]);
+        assert_eq!(t.signature(t.key_node()), "step_a1 <- handle_trap");
+    }
+
+    #[test]
+    fn matrix_worked_example_keeps_a_b_b2() {
+        // a 1.0 { b 0.9 { b1 0.09, b2 0.81 }, c 0.1 }
+        let mut t = Tree::new("a");
+        let b = t.enter(0, "b");
+        let b1 = t.enter(b, "b1");
+        t.complete(b1, 90, 90);
+        let b2 = t.enter(b, "b2");
+        t.complete(b2, 810, 810);
+        t.complete(b, 900, 0);
+        let c = t.enter(0, "c");
+        t.complete(c, 100, 100);
+        t.complete(0, 1000, 0);
+        let names: Vec<String> = t.trimmed(3).into_iter().map(|n| n.name).collect();
+        assert_eq!(names, ["a", "b", "b2"]);
+    }
+
+    #[test]
+    fn consecutive_calls_merge_but_interleaved_do_not() {
+        let mut t = Tree::new("d");
+        for name in ["x", "x", "y", "x"] {
+            let id = t.enter(0, name);
+            t.complete(id, 10, 10);
+        }
+        let flat = t.full();
+        let got: Vec<(String, u64)> = flat[1..]
+            .iter()
+            .map(|n| (n.name.clone(), n.calls))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("x".to_string(), 2),
+                ("y".to_string(), 1),
+                ("x".to_string(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn sampled_chains_hang_under_traced_and_do_not_take_the_key() {
+        let mut t = Tree::new("d");
+        let p = t.enter(0, "parse_json");
+        t.complete(p, 100 * MS, 100 * MS);
+        t.complete(0, 100 * MS, 0);
+        for _ in 0..90 {
+            t.add_chain(p, &["memcpy".to_string()], Kind::Sampled, MS);
+        }
+        assert_eq!(t.signature(t.key_node()), "parse_json <- d");
+        assert_eq!(
+            t.heaviest(p, Kind::Sampled)
+                .map(|i| t.nodes[i].name.as_str()),
+            Some("memcpy")
+        );
+        assert!(t
+            .folded()
+            .contains(&"d;parse_json;memcpy [sampled] 90000000".to_string()));
+    }
+}

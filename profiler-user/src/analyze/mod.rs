@@ -1,0 +1,16 @@
+//! Analysis of the event stream: what the session's sinks compute.
+//!
+//! - [`stacks`] and [`calltree`]: shadow stacks of every thread, per-function
+//!   aggregates and per-thread call-path tries;
+//! - [`dispatch`]: the watched thread's dispatches, slow ones explained,
+//!   hangs noticed while they run;
+//! - [`stages`]: stage intervals per run, nesting derived;
+//! - [`startup`]: exec to main to ready, in launch mode;
+//! - [`cpu_profile`]: the samplers' maps read, symbolized and folded.
+pub mod calltree;
+pub mod cpu_profile;
+pub mod dispatch;
+pub mod goroutines;
+pub mod stacks;
+pub mod stages;
+pub mod startup;

@@ -1,0 +1,702 @@
+//! Rebuilds each thread's call stack from entry/exit events (a shadow stack
+//! per thread) and aggregates completed calls per function and per path.
+//!
+//! Pairing rule: an exit pairs with the nearest open entry of the same
+//! function made from the same stack frame (the entry's stack pointer is 8
+//! bytes below the exit's: the return address was popped). If there is none,
+//! the exit is an orphan: counted, and the stack is left intact (never "pop
+//! until match").
+//!
+//! Frames left without a return (an exception, `longjmp`, a tail call
+//! through a pointer, a return the kernel skipped) are closed by stack
+//! pointer: an event whose frame sits at or above an open frame's (a
+//! higher or equal stack pointer; the stack grows down) proves that frame
+//! gone. It is closed then, *unwound*: counted as a call, with its time up
+//! to that event, and marked so the reports say how many. Counts stay
+//! exact, and a frame's time never exceeds its parent's, so self time never
+//! exceeds total time. Frames still open at the end are unfinished and get
+//! no invented duration.
+use std::collections::HashMap;
+
+use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
+
+use crate::analyze::calltree::{CallTree, NodeId, ROOT};
+
+/// Aggregate of one function's completed invocations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    /// Completed invocations.
+    pub calls: u64,
+    /// Inclusive time of outermost invocations (recursion is not counted twice).
+    pub total_ns: u64,
+    /// Self time (inclusive minus traced children), all invocations.
+    pub self_ns: u64,
+    /// Shortest inclusive duration of one invocation.
+    pub min_ns: u64,
+    /// Longest inclusive duration of one invocation.
+    pub max_ns: u64,
+    /// Sum of every invocation's inclusive duration (for the average).
+    pub sum_ns: u64,
+    /// Invocations that never completed (still open, or their exit was lost).
+    pub unfinished: u64,
+    /// Invocations closed by stack pointer, without a return (included in
+    /// `calls`): an exception or `longjmp` went through them, or a return
+    /// was not seen.
+    pub unwound: u64,
+}
+
+impl FuncStats {
+    fn complete(&mut self, dur: u64, self_ns: u64, outermost: bool) {
+        self.min_ns = if self.calls == 0 {
+            dur
+        } else {
+            self.min_ns.min(dur)
+        };
+        self.max_ns = self.max_ns.max(dur);
+        self.calls += 1;
+        self.sum_ns += dur;
+        self.self_ns += self_ns;
+        if outermost {
+            self.total_ns += dur;
+        }
+    }
+
+    /// Mean inclusive duration per invocation.
+    pub fn avg_ns(&self) -> u64 {
+        self.sum_ns.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    func: u32,
+    node: NodeId,
+    entry_ns: u64,
+    /// Stack pointer at entry (0 if unknown).
+    sp: u64,
+    child_ns: u64,
+    outermost: bool,
+}
+
+/// True when an exit at `exit_sp` returns from an entry at `entry_sp`
+/// (x86-64: `ret` pops the 8-byte return address). Unknown (0) matches.
+#[inline]
+pub fn same_frame(entry_sp: u64, exit_sp: u64) -> bool {
+    entry_sp == 0 || exit_sp == 0 || entry_sp.wrapping_add(8) == exit_sp
+}
+
+/// How far above an open frame an event's stack pointer may be and still
+/// prove that frame gone: one thread stack (8 MiB, the usual limit). An
+/// event further up runs on another stack (a signal handler on a
+/// `sigaltstack`), and nests instead.
+const STACK_SPAN: u64 = 8 << 20;
+
+/// True when an event whose frame is at `level` (the stack pointer at its
+/// function's entry) proves the frame entered at `sp` gone.
+#[inline]
+fn is_dead(sp: u64, level: u64) -> bool {
+    sp != 0 && sp <= level && level - sp < STACK_SPAN
+}
+
+/// A call that just completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    /// Function index.
+    pub func: u32,
+    /// Entry time.
+    pub start_ns: u64,
+    /// Inclusive duration.
+    pub dur_ns: u64,
+}
+
+/// One thread's state.
+#[derive(Debug, Default)]
+pub struct ThreadState {
+    /// Thread id.
+    pub tid: u32,
+    /// Events seen from this thread.
+    pub events: u64,
+    /// Exits that matched no open entry.
+    pub orphan_exits: u64,
+    /// Frames that never completed.
+    pub unfinished_frames: u64,
+    /// Frames closed by stack pointer, without a return.
+    pub unwound_frames: u64,
+    /// The thread's name when first seen.
+    pub name: Option<String>,
+    /// For the aggregate of exited threads of one name: how many it holds
+    /// (0 for a live thread).
+    pub exited_threads: u64,
+    /// The thread's call paths.
+    pub tree: CallTree,
+    stack: Vec<Frame>,
+}
+
+impl ThreadState {
+    /// Current depth of the shadow stack.
+    #[expect(dead_code, reason = "no caller in the crate")]
+    pub fn depth(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// Completes the innermost open frame at `ts_ns`; `unwound` when no
+    /// return closed it.
+    fn close_top(&mut self, funcs: &mut [FuncStats], ts_ns: u64, unwound: bool) -> Frame {
+        let f = self.stack.pop().expect("an open frame");
+        let dur = ts_ns.saturating_sub(f.entry_ns);
+        let self_ns = dur.saturating_sub(f.child_ns);
+        let stats = &mut funcs[f.func as usize];
+        stats.complete(dur, self_ns, f.outermost);
+        if unwound {
+            stats.unwound += 1;
+            self.unwound_frames += 1;
+        }
+        self.tree.complete(f.node, dur, self_ns);
+        if let Some(parent) = self.stack.last_mut() {
+            parent.child_ns += dur;
+        }
+        f
+    }
+
+    /// Closes, as unwound, the open frames that an event whose frame sits
+    /// at stack level `level` proves gone.
+    fn unwind_to(&mut self, funcs: &mut [FuncStats], level: u64, ts_ns: u64) {
+        while self.stack.last().is_some_and(|f| is_dead(f.sp, level)) {
+            self.close_top(funcs, ts_ns, true);
+        }
+    }
+}
+
+/// Shadow stacks of every thread, plus per-function aggregates.
+#[derive(Debug)]
+pub struct Stacks {
+    /// Per function index.
+    pub funcs: Vec<FuncStats>,
+    /// Events decoded.
+    pub events: u64,
+    /// Events whose function index was out of range (should stay 0).
+    pub invalid_events: u64,
+    threads: HashMap<u32, ThreadState>,
+    /// Exited threads, folded together by name, so memory is bounded by the
+    /// distinct thread names rather than by how many threads ever ran.
+    exited: HashMap<String, ThreadState>,
+    /// Threads found dead at the last reap, folded at the next one.
+    seen_dead: std::collections::HashSet<u32>,
+    new_tids: Vec<u32>,
+    /// Functions with no exit probe: an entry is a call with no duration,
+    /// and opens no frame.
+    entry_only: Vec<bool>,
+}
+
+impl Stacks {
+    /// State for `nfuncs` probed functions.
+    pub fn new(nfuncs: usize) -> Self {
+        Stacks {
+            funcs: vec![FuncStats::default(); nfuncs],
+            events: 0,
+            invalid_events: 0,
+            threads: HashMap::new(),
+            exited: HashMap::new(),
+            seen_dead: Default::default(),
+            new_tids: Vec::new(),
+            entry_only: Vec::new(),
+        }
+    }
+
+    /// Marks the functions that have no exit probe (`true` at their index).
+    pub fn set_entry_only(&mut self, entry_only: Vec<bool>) {
+        self.entry_only = entry_only;
+    }
+
+    /// True for a function with no exit probe.
+    #[inline]
+    pub fn is_entry_only(&self, func: u32) -> bool {
+        self.entry_only.get(func as usize).copied().unwrap_or(false)
+    }
+
+    /// Records a thread's name as the kernel saw it on its first event.
+    pub fn on_comm(&mut self, c: &CommEvent) {
+        let len = c.comm.iter().position(|&b| b == 0).unwrap_or(c.comm.len());
+        let name = String::from_utf8_lossy(&c.comm[..len]).into_owned();
+        self.thread(c.event.tid).name = Some(name);
+    }
+
+    fn thread(&mut self, tid: u32) -> &mut ThreadState {
+        let new_tids = &mut self.new_tids;
+        self.threads.entry(tid).or_insert_with(|| {
+            new_tids.push(tid);
+            ThreadState {
+                tid,
+                ..Default::default()
+            }
+        })
+    }
+
+    /// Applies one event. Returns the call an exit completed, if any.
+    #[inline]
+    pub fn on_event(&mut self, ev: &Event) -> Option<Completed> {
+        self.events += 1;
+        let func = ev.func();
+        if func as usize >= self.funcs.len() {
+            self.invalid_events += 1;
+            return None;
+        }
+        let funcs = &mut self.funcs;
+        let new_tids = &mut self.new_tids;
+        let t = self.threads.entry(ev.tid).or_insert_with(|| {
+            new_tids.push(ev.tid);
+            ThreadState {
+                tid: ev.tid,
+                ..Default::default()
+            }
+        });
+        t.events += 1;
+        match ev.kind() {
+            KIND_ENTRY if self.entry_only.get(func as usize).copied().unwrap_or(false) => {
+                let parent = t.stack.last().map_or(ROOT, |f| f.node);
+                let node = t.tree.child(parent, func);
+                t.tree.complete(node, 0, 0);
+                funcs[func as usize].complete(0, 0, false);
+            }
+            KIND_ENTRY => {
+                if ev.sp != 0 {
+                    t.unwind_to(funcs, ev.sp, ev.ts_ns);
+                }
+                let parent = t.stack.last().map_or(ROOT, |f| f.node);
+                let node = t.tree.child(parent, func);
+                let outermost = !t.stack.iter().any(|f| f.func == func);
+                t.stack.push(Frame {
+                    func,
+                    node,
+                    entry_ns: ev.ts_ns,
+                    sp: ev.sp,
+                    child_ns: 0,
+                    outermost,
+                });
+            }
+            KIND_EXIT => {
+                let Some(pos) = t
+                    .stack
+                    .iter()
+                    .rposition(|f| f.func == func && same_frame(f.sp, ev.sp))
+                else {
+                    // The returning frame was never seen entering, yet
+                    // frames at or below its level are gone.
+                    if ev.sp != 0 {
+                        t.unwind_to(funcs, ev.sp.wrapping_sub(8), ev.ts_ns);
+                    }
+                    t.orphan_exits += 1;
+                    return None;
+                };
+                while t.stack.len() > pos + 1 {
+                    t.close_top(funcs, ev.ts_ns, true);
+                }
+                let f = t.close_top(funcs, ev.ts_ns, false);
+                return Some(Completed {
+                    func,
+                    start_ns: f.entry_ns,
+                    dur_ns: ev.ts_ns.saturating_sub(f.entry_ns),
+                });
+            }
+            _ => self.invalid_events += 1,
+        }
+        None
+    }
+
+    /// Names the threads first seen since the last call, with `lookup`.
+    /// A name read now wins over the kernel's first sighting (threads often
+    /// rename themselves right after they start).
+    pub fn name_new_threads(
+        &mut self,
+        lookup: impl Fn(u32) -> Option<String>,
+    ) -> Vec<(u32, String)> {
+        let mut set = Vec::new();
+        for tid in self.new_tids.drain(..) {
+            if let (Some(t), Some(name)) = (self.threads.get_mut(&tid), lookup(tid)) {
+                t.name = Some(name.clone());
+                set.push((tid, name));
+            }
+        }
+        set
+    }
+
+    /// Ends a time window at `cut_ns`: frames still open are completed at
+    /// the cut, so their time *within the window* counts (for the startup
+    /// window, exec to ready). Returns how many frames were cut.
+    pub fn cut_window(&mut self, cut_ns: u64) -> u64 {
+        let mut cut = 0;
+        for t in self.threads.values_mut() {
+            while !t.stack.is_empty() {
+                t.close_top(&mut self.funcs, cut_ns, false);
+                cut += 1;
+            }
+        }
+        cut
+    }
+
+    /// The thread `tid`, if it had events.
+    pub fn thread_state(&self, tid: u32) -> Option<&ThreadState> {
+        self.threads.get(&tid)
+    }
+
+    /// Marks every frame still open as unfinished. Call once, at the end.
+    pub fn finish(&mut self) {
+        for t in self.threads.values_mut() {
+            for f in t.stack.drain(..) {
+                self.funcs[f.func as usize].unfinished += 1;
+                t.unfinished_frames += 1;
+            }
+        }
+    }
+
+    /// Threads seen, by tid.
+    pub fn threads(&self) -> impl Iterator<Item = &ThreadState> {
+        self.threads.values().chain(self.exited.values())
+    }
+
+    /// Number of threads seen (exited ones included).
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+            + self
+                .exited
+                .values()
+                .map(|t| t.exited_threads as usize)
+                .sum::<usize>()
+    }
+
+    /// Exits that matched no open entry, over all threads.
+    pub fn orphan_exits(&self) -> u64 {
+        self.threads().map(|t| t.orphan_exits).sum()
+    }
+
+    /// Frames that never completed, over all threads.
+    pub fn unfinished_frames(&self) -> u64 {
+        self.threads().map(|t| t.unfinished_frames).sum()
+    }
+
+    /// Frames closed by stack pointer, over all threads.
+    pub fn unwound_frames(&self) -> u64 {
+        self.threads().map(|t| t.unwound_frames).sum()
+    }
+
+    /// Folds exited threads into one aggregate per thread name: their open
+    /// frames become unfinished, their call paths are summed. A thread is
+    /// folded once `alive` said no at the previous call too, so everything
+    /// it sent before dying has been drained in between; with `now`, at
+    /// once (after the final drain). Returns how many threads were reaped.
+    pub fn reap(&mut self, alive: impl Fn(u32) -> bool, now: bool) -> Vec<u32> {
+        // Goroutines are not threads: they are never reaped.
+        let dead: std::collections::HashSet<u32> = self
+            .threads
+            .keys()
+            .copied()
+            .filter(|&tid| !super::goroutines::is_goroutine(tid) && !alive(tid))
+            .collect();
+        let gone: Vec<u32> = if now {
+            dead.iter().copied().collect()
+        } else {
+            dead.intersection(&self.seen_dead).copied().collect()
+        };
+        self.seen_dead = dead;
+        self.fold_exited(&gone);
+        gone
+    }
+
+    /// Folds the threads `gone` (see [`Stacks::reap`]); replay applies the
+    /// recorded decisions through this.
+    pub fn fold_exited(&mut self, gone: &[u32]) {
+        for tid in gone {
+            let Some(mut t) = self.threads.remove(tid) else {
+                continue;
+            };
+            for f in t.stack.drain(..) {
+                self.funcs[f.func as usize].unfinished += 1;
+                t.unfinished_frames += 1;
+            }
+            let name = t.name.clone().unwrap_or_else(|| format!("tid-{tid}"));
+            match self.exited.get_mut(&name) {
+                Some(agg) => {
+                    agg.events += t.events;
+                    agg.orphan_exits += t.orphan_exits;
+                    agg.unfinished_frames += t.unfinished_frames;
+                    agg.unwound_frames += t.unwound_frames;
+                    agg.tree.absorb(&t.tree);
+                    agg.exited_threads += 1;
+                }
+                None => {
+                    t.name = Some(name.clone());
+                    t.exited_threads = 1;
+                    self.exited.insert(name, t);
+                }
+            }
+        }
+    }
+
+    /// Sets a thread's name (replay of a name read from /proc).
+    pub fn set_name(&mut self, tid: u32, name: String) {
+        if let Some(t) = self.threads.get_mut(&tid) {
+            t.name = Some(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(ts: u64, tid: u32, kind: u32, func: u32) -> Event {
+        Event {
+            ts_ns: ts,
+            tid,
+            word: Event::pack(kind, func),
+            sp: 0,
+        }
+    }
+    fn run(n: usize, evs: &[(u64, u32, u32, u32)]) -> Stacks {
+        let mut s = Stacks::new(n);
+        for &(ts, tid, kind, func) in evs {
+            s.on_event(&ev(ts, tid, kind, func));
+        }
+        s
+    }
+    const E: u32 = KIND_ENTRY;
+    const X: u32 = KIND_EXIT;
+
+    #[test]
+    fn nested_calls_give_total_and_self() {
+        // a(0..100) { b(10..40) b(50..90) }
+        let s = run(
+            2,
+            &[
+                (0, 1, E, 0),
+                (10, 1, E, 1),
+                (40, 1, X, 1),
+                (50, 1, E, 1),
+                (90, 1, X, 1),
+                (100, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 30);
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].total_ns, 70);
+        assert_eq!(
+            (s.funcs[1].min_ns, s.funcs[1].max_ns, s.funcs[1].avg_ns()),
+            (30, 40, 35)
+        );
+        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+    }
+
+    #[test]
+    fn recursion_counts_outermost_total_once() {
+        // r(0..100) { r(10..60) { r(20..30) } }
+        let s = run(
+            1,
+            &[
+                (0, 1, E, 0),
+                (10, 1, E, 0),
+                (20, 1, E, 0),
+                (30, 1, X, 0),
+                (60, 1, X, 0),
+                (100, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.funcs[0].calls, 3);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 100);
+        assert_eq!(s.funcs[0].max_ns, 100);
+        assert_eq!(s.funcs[0].min_ns, 10);
+    }
+
+    #[test]
+    fn orphan_exit_leaves_stack_intact() {
+        // a opens, an exit of b arrives with no b open, then a closes.
+        let s = run(
+            2,
+            &[
+                (0, 1, E, 0),
+                (5, 1, X, 1),
+                (10, 1, E, 1),
+                (20, 1, X, 1),
+                (30, 1, X, 0),
+            ],
+        );
+        assert_eq!(s.orphan_exits(), 1);
+        assert_eq!(s.funcs[0].total_ns, 30);
+        assert_eq!(s.funcs[0].self_ns, 20);
+        assert_eq!(s.funcs[1].calls, 1);
+    }
+
+    #[test]
+    fn lost_exit_closes_inner_frame_unwound() {
+        // a { b (exit lost) } : a's duration is unchanged; b is closed at
+        // a's return, marked unwound.
+        let s = run(2, &[(0, 1, E, 0), (10, 1, E, 1), (50, 1, X, 0)]);
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 50);
+        assert_eq!(s.funcs[0].self_ns, 10);
+        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!(s.funcs[1].total_ns, 40);
+        assert_eq!(s.unfinished_frames(), 0);
+        assert_eq!(s.unwound_frames(), 1);
+    }
+
+    #[test]
+    fn open_frames_at_end_are_unfinished_not_invented() {
+        let mut s = run(1, &[(0, 1, E, 0), (10, 2, E, 0), (20, 2, X, 0)]);
+        s.finish();
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 10);
+        assert_eq!(s.funcs[0].unfinished, 1);
+        assert_eq!(s.thread_count(), 2);
+    }
+
+    #[test]
+    fn threads_are_independent() {
+        let s = run(
+            1,
+            &[(0, 1, E, 0), (5, 2, E, 0), (10, 1, X, 0), (25, 2, X, 0)],
+        );
+        assert_eq!(s.funcs[0].calls, 2);
+        assert_eq!(s.funcs[0].total_ns, 30);
+    }
+
+    #[test]
+    fn skipped_returns_do_not_mis_pair_recursion() {
+        // r nested 4 deep at sp 1000, 900, 800, 700; the kernel skipped the
+        // two innermost returns. Returns at 808 and 908... are depth 2 and 1.
+        let mut s = Stacks::new(1);
+        let at = |ts, kind, sp| Event {
+            ts_ns: ts,
+            tid: 1,
+            word: Event::pack(kind, 0),
+            sp,
+        };
+        for (i, sp) in [1000u64, 900, 800, 700].iter().enumerate() {
+            s.on_event(&at(i as u64 * 10, E, *sp));
+        }
+        s.on_event(&at(100, X, 908));
+        s.on_event(&at(200, X, 1008));
+        // The two frames without a return close at their caller's return.
+        assert_eq!(s.funcs[0].calls, 4);
+        assert_eq!(s.funcs[0].unwound, 2);
+        assert_eq!(s.funcs[0].total_ns, 200);
+        assert_eq!(s.funcs[0].max_ns, 200);
+        assert_eq!(s.funcs[0].min_ns, 70);
+        assert_eq!(s.funcs[0].unfinished, 0);
+        // A return from a frame that never entered is an orphan.
+        s.on_event(&at(300, X, 5008));
+        assert_eq!(s.orphan_exits(), 1);
+    }
+
+    #[test]
+    fn exited_threads_fold_by_name() {
+        let mut s = Stacks::new(1);
+        for tid in 10..20 {
+            s.on_event(&ev(0, tid, E, 0));
+            s.on_event(&ev(5, tid, X, 0));
+            s.threads.get_mut(&tid).unwrap().name = Some("worker".into());
+        }
+        s.on_event(&ev(0, 99, E, 0)); // still open when its thread dies
+        s.threads.get_mut(&99).unwrap().name = Some("worker".into());
+        assert!(
+            s.reap(|tid| tid == 1, false).is_empty(),
+            "first sighting only marks them"
+        );
+        assert_eq!(s.reap(|tid| tid == 1, false).len(), 11);
+        assert_eq!(s.threads().count(), 1);
+        let agg = s.threads().next().unwrap();
+        assert_eq!(agg.exited_threads, 11);
+        assert_eq!(agg.unfinished_frames, 1);
+        assert_eq!(agg.tree.nodes()[1].calls, 10);
+        assert_eq!(s.thread_count(), 11);
+        assert_eq!(s.funcs[0].calls, 10);
+        assert_eq!(s.funcs[0].unfinished, 1);
+    }
+
+    fn at(ts: u64, kind: u32, func: u32, sp: u64) -> Event {
+        Event {
+            ts_ns: ts,
+            tid: 1,
+            word: Event::pack(kind, func),
+            sp,
+        }
+    }
+
+    #[test]
+    fn exception_through_frames_closes_them_unwound() {
+        // outer(sp 1000) { middle(900) { thrower(800) throws } } caught in
+        // outer, which then calls middle again and returns.
+        let mut s = Stacks::new(3);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.on_event(&at(20, E, 2, 800));
+        // Caught: the next call from outer is at middle's level.
+        s.on_event(&at(50, E, 1, 900));
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[2].unwound, 1);
+        assert_eq!((s.funcs[1].calls, s.funcs[1].total_ns), (1, 40));
+        assert_eq!((s.funcs[2].calls, s.funcs[2].total_ns), (1, 30));
+        s.on_event(&at(60, X, 1, 908));
+        s.on_event(&at(100, X, 0, 1008));
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[0].calls, 1);
+        assert_eq!(s.funcs[0].total_ns, 100);
+        assert_eq!(s.funcs[0].self_ns, 100 - 40 - 10);
+        assert_eq!(s.unwound_frames(), 2);
+        assert_eq!(s.unfinished_frames() + s.orphan_exits(), 0);
+        for f in &s.funcs {
+            assert!(f.self_ns <= f.total_ns, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn longjmp_closes_frames_at_the_return_of_the_setjmp_caller() {
+        // jumper(1000) { via(900) { via(800) longjmp } } back in jumper,
+        // which returns: both via frames close at that return.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.on_event(&at(20, E, 1, 800));
+        s.on_event(&at(70, X, 0, 1008));
+        assert_eq!(s.funcs[1].calls, 2);
+        assert_eq!(s.funcs[1].unwound, 2);
+        assert_eq!(s.funcs[1].total_ns, 60);
+        assert_eq!(s.funcs[1].self_ns, 60);
+        assert_eq!(s.funcs[0].total_ns, 70);
+        assert_eq!(s.funcs[0].self_ns, 10);
+    }
+
+    #[test]
+    fn signal_handler_on_its_own_stack_nests() {
+        // a(sp 0x7000_0000) interrupted by a handler on a sigaltstack far
+        // above: the handler's call nests and does not close a.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 0x7000_0000));
+        s.on_event(&at(10, E, 1, 0x7fff_0000));
+        s.on_event(&at(20, X, 1, 0x7fff_0008));
+        s.on_event(&at(30, X, 0, 0x7000_0008));
+        assert_eq!(s.unwound_frames(), 0);
+        assert_eq!(s.funcs[0].total_ns, 30);
+        assert_eq!(s.funcs[0].self_ns, 20);
+    }
+
+    #[test]
+    fn orphan_exit_still_proves_deeper_frames_gone() {
+        // b(800) open; a return from a frame at 900 never seen entering.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 1, 800));
+        s.on_event(&at(10, X, 0, 908));
+        assert_eq!(s.orphan_exits(), 1);
+        assert_eq!(s.funcs[1].unwound, 1);
+        assert_eq!(s.funcs[1].total_ns, 10);
+    }
+
+    #[test]
+    fn out_of_range_function_is_counted_invalid() {
+        let s = run(1, &[(0, 1, E, 7)]);
+        assert_eq!(s.invalid_events, 1);
+    }
+}

@@ -1,0 +1,451 @@
+//! Loads the eBPF object, attaches the entry/exit uprobes by file offset
+//! (cookie = function index, scope = the target PID), and reads the
+//! per-CPU counters. Dropping [`Probes`] detaches everything: the links are
+//! BPF links owned by file descriptors, so nothing outlives the agent, even
+//! after SIGKILL.
+use std::{
+    num::NonZeroU32,
+    os::fd::{AsFd, OwnedFd},
+    time::Instant,
+};
+
+use aya::{
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        PerfEvent, ProgramError, RawTracePoint, UProbe,
+    },
+    Ebpf, EbpfLoader,
+};
+use profiler_common::{
+    unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY,
+    PROG_EXIT, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL,
+    TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+};
+
+use super::uprobe_multi as multi;
+use crate::{
+    cli::UnwindMode,
+    error::chain,
+    target::{exits::ExitProbe, select::Selection},
+    Error, Result,
+};
+
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+fn load_error(e: ProgramError) -> Error {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => Error::Load(format!("{io_error}; verifier log:\n{verifier_log}")),
+        other => Error::Load(chain(&other)),
+    }
+}
+
+/// The counters the kernel side keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Events dropped because the ring buffer was full.
+    pub lost: u64,
+    /// Probe hits from other processes, filtered out.
+    pub foreign: u64,
+    /// Thread-name events dropped (ring full).
+    pub lost_comm: u64,
+    /// Scheduler and sample events dropped (ring full).
+    pub lost_sched: u64,
+    /// Stacks that could not be read.
+    pub stack_errors: u64,
+    /// CPU samples whose user stack could not be stored.
+    pub cpu_stack_lost: u64,
+    /// CPU samples not counted (the counts map was full).
+    pub cpu_counts_full: u64,
+    /// `--dwarf` samples dropped (the ring was full).
+    pub dwarf_lost: u64,
+}
+
+/// The programs loaded for uprobe_multi links.
+struct MultiPrograms {
+    entry: OwnedFd,
+    exit: OwnedFd,
+    ret: OwnedFd,
+}
+
+/// Which kind of probe point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeKind {
+    /// A function's first instruction.
+    Entry,
+    /// A return uprobe on the function.
+    Return,
+    /// A return instruction (or tail-call jump) of the function.
+    ReturnSite,
+}
+
+/// File offsets and cookies of the `kind` probes of functions `idx`.
+fn probe_points(
+    sel: &Selection,
+    idx: &[usize],
+    kind: ProbeKind,
+    cookie: impl Fn(usize) -> u64,
+) -> (Vec<u64>, Vec<u64>) {
+    let mut offsets = Vec::new();
+    let mut cookies = Vec::new();
+    for &i in idx {
+        let f = &sel.funcs[i];
+        let points: &[u64] = match (kind, &f.exit) {
+            (ProbeKind::Entry, _) | (ProbeKind::Return, ExitProbe::Uretprobe) => {
+                std::slice::from_ref(&f.offset)
+            }
+            (ProbeKind::ReturnSite, ExitProbe::Sites(sites)) => sites,
+            _ => &[],
+        };
+        offsets.extend_from_slice(points);
+        cookies.extend(points.iter().map(|_| cookie(i)));
+    }
+    (offsets, cookies)
+}
+
+/// Loaded programs and their links.
+pub struct Probes {
+    /// uprobe_multi links (dropped first: each detaches all its probes in
+    /// one RCU grace period).
+    multi_links: Vec<OwnedFd>,
+    /// Programs loaded for the uprobe_multi links.
+    multi: Option<MultiPrograms>,
+    /// Probes attached one perf event each (the fallback path).
+    per_probe: usize,
+    ebpf: Ebpf,
+    /// How long attaching took.
+    pub attach_ms: u128,
+    /// Functions that could not be probed, with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+impl Probes {
+    /// Loads the programs for process `tgid` with a ring of `ring_size`
+    /// bytes, walking user stacks as `unwind` says.
+    pub fn load(
+        tgid: u32,
+        watch_tid: u32,
+        ring_size: u32,
+        sample_all: bool,
+        unwind: UnwindMode,
+    ) -> Result<Self> {
+        let dwarf = unwind == UnwindMode::Copy;
+        let (mode, rows) = match unwind {
+            UnwindMode::Tables if sample_all => {
+                (unwind_mode::TABLES, profiler_common::UNWIND_ROWS_ALL)
+            }
+            UnwindMode::Tables => (
+                unwind_mode::TABLES,
+                profiler_common::UNWIND_ROWS_ONE_PROCESS,
+            ),
+            _ => (unwind_mode::FP, 1),
+        };
+        // Wake the agent only when a quarter of the ring is pending; the
+        // agent's drain timer picks up the rest.
+        let wakeup_bytes = u64::from(ring_size / 4);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(TARGET_TGID_GLOBAL, &tgid, true)
+            .override_global(WATCH_TID_GLOBAL, &watch_tid, true)
+            .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
+            .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
+            .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
+            .override_global(UNWIND_MODE_GLOBAL, &mode, true)
+            .map_max_entries(EVENTS_MAP, ring_size)
+            .map_max_entries(UNWIND_ROWS_MAP, rows)
+            .load(EBPF_OBJECT)
+            .map_err(|e| Error::Load(chain(&e)))?;
+        for name in [PROG_ENTRY, PROG_EXIT, PROG_RET] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
+            prog.load().map_err(load_error)?;
+        }
+        // Load the uprobe_multi copies now, while every map is still in
+        // `ebpf` for the relocation.
+        let multi = Self::multi_programs(&ebpf);
+        Ok(Probes {
+            multi_links: Vec::new(),
+            multi,
+            per_probe: 0,
+            ebpf,
+            attach_ms: 0,
+            failed: Vec::new(),
+        })
+    }
+
+    /// Attaches exit probes (return-site uprobes or return uprobes), then
+    /// entry probes, to every selected function. Exits first, so that a
+    /// call entered mid-attach shows up as an orphan exit (counted) rather
+    /// than as a frame that never closes. Returns the number of functions
+    /// probed.
+    pub fn attach(&mut self, sel: &Selection, pid: u32) -> Result<usize> {
+        assert!(sel.funcs.len() <= MAX_FUNCS as usize);
+        let start = Instant::now();
+        let cookie = |i: usize| {
+            let f = &sel.funcs[i];
+            let mut c = i as u64;
+            if f.dispatch {
+                c |= COOKIE_DISPATCH;
+            }
+            if sel.binaries[f.binary as usize].go {
+                c |= COOKIE_GO;
+            }
+            c
+        };
+        // Fast path: one uprobe_multi link per binary and program, which
+        // also detaches in one grace period instead of one per probe.
+        let mut pending = vec![true; sel.funcs.len()];
+        if let Some(progs) = self.multi.as_ref() {
+            for (bi, bin) in sel.binaries.iter().enumerate() {
+                let idx: Vec<usize> = (0..sel.funcs.len())
+                    .filter(|&i| sel.funcs[i].binary as usize == bi)
+                    .collect();
+                if idx.is_empty() {
+                    continue;
+                }
+                let mut links = Vec::new();
+                let mut failed = false;
+                for (prog, kind) in [
+                    (&progs.ret, ProbeKind::ReturnSite),
+                    (&progs.exit, ProbeKind::Return),
+                    (&progs.entry, ProbeKind::Entry),
+                ] {
+                    let (offsets, cookies) = probe_points(sel, &idx, kind, cookie);
+                    if offsets.is_empty() {
+                        continue;
+                    }
+                    match multi::attach_uprobe_multi(
+                        prog.as_fd(),
+                        &bin.open_path,
+                        &offsets,
+                        &cookies,
+                        pid,
+                        kind == ProbeKind::Return,
+                    ) {
+                        Ok(link) => links.push(link),
+                        Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
+                            return Err(Error::TargetGone(pid));
+                        }
+                        // Fall back to one probe per function for this binary,
+                        // which also tells which function the kernel refused.
+                        Err(e) => {
+                            if std::env::var_os("PROFILER_DEBUG").is_some() {
+                                eprintln!(
+                                    "profiler: debug: uprobe_multi attach to {}: {e}",
+                                    bin.open_path.display()
+                                );
+                            }
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if !failed {
+                    self.multi_links.extend(links);
+                    for i in idx {
+                        pending[i] = false;
+                    }
+                }
+            }
+        }
+        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid > 0"));
+        let mut ok = vec![true; sel.funcs.len()];
+        for (name, kind) in [
+            (PROG_RET, ProbeKind::ReturnSite),
+            (PROG_EXIT, ProbeKind::Return),
+            (PROG_ENTRY, ProbeKind::Entry),
+        ] {
+            let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+            for (i, f) in sel.funcs.iter().enumerate() {
+                if !ok[i] || !pending[i] {
+                    continue;
+                }
+                let bin = &sel.binaries[f.binary as usize];
+                let (offsets, _) = probe_points(sel, &[i], kind, cookie);
+                for offset in offsets {
+                    let point = UProbeAttachPoint {
+                        location: UProbeAttachLocation::AbsoluteOffset(offset),
+                        cookie: Some(cookie(i)),
+                    };
+                    let attached = prog.attach(point, &bin.open_path, scope);
+                    if attached.is_ok() {
+                        self.per_probe += 1;
+                    }
+                    if let Err(e) = attached {
+                        let reason = chain(&e);
+                        if reason.contains("Operation not permitted") {
+                            return Err(Error::MissingCapability {
+                                missing: "CAP_SYS_ADMIN".into(),
+                            });
+                        }
+                        if reason.contains("No such process") || reason.contains("No such file") {
+                            return Err(Error::TargetGone(pid));
+                        }
+                        ok[i] = false;
+                        self.failed.push((f.name.clone(), reason));
+                        break;
+                    }
+                }
+            }
+        }
+        self.attach_ms = start.elapsed().as_millis();
+        let attached = ok.iter().filter(|&&b| b).count();
+        if attached == 0 {
+            let (func, reason) = self.failed.first().cloned().unwrap_or_default();
+            let f = &sel.funcs[0];
+            return Err(Error::Attach {
+                func,
+                binary: sel.binaries[f.binary as usize].path.clone(),
+                offset: f.offset,
+                reason,
+            });
+        }
+        Ok(attached)
+    }
+
+    /// The entry, exit and return-site programs loaded for uprobe_multi
+    /// links, or None when this kernel cannot (the per-probe path is used
+    /// then).
+    fn multi_programs(ebpf: &Ebpf) -> Option<MultiPrograms> {
+        let load = |name| {
+            multi::load_multi_program(EBPF_OBJECT, ebpf, name)
+                .map_err(|e| {
+                    if std::env::var_os("PROFILER_DEBUG").is_some() {
+                        eprintln!("profiler: debug: uprobe_multi load of {name}: {e}");
+                    }
+                })
+                .ok()
+        };
+        Some(MultiPrograms {
+            entry: load(PROG_ENTRY)?,
+            exit: load(PROG_EXIT)?,
+            ret: load(PROG_RET)?,
+        })
+    }
+
+    /// How the probes were attached, for the attached line.
+    pub fn attach_kind(&self) -> &'static str {
+        if self.multi_links.is_empty() {
+            "one perf event per probe"
+        } else if self.failed.is_empty() && self.per_probe == 0 {
+            "uprobe_multi"
+        } else {
+            "uprobe_multi + per-probe"
+        }
+    }
+
+    /// Follows the watched thread's scheduler transitions, and samples its
+    /// stacks at `hz` (0: off) while a dispatch is open.
+    pub fn attach_watch(&mut self, tid: u32, hz: u64) -> Result<()> {
+        for (name, tp) in [
+            (PROG_SCHED_SWITCH, "sched_switch"),
+            (PROG_SCHED_WAKEUP, "sched_wakeup"),
+        ] {
+            let prog: &mut RawTracePoint = self
+                .ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+            prog.load().map_err(load_error)?;
+            prog.attach(tp)
+                .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+        }
+        if hz > 0 {
+            let prog: &mut PerfEvent = self
+                .ebpf
+                .program_mut(PROG_SAMPLE)
+                .ok_or_else(|| Error::Load(format!("program {PROG_SAMPLE} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+            prog.load().map_err(load_error)?;
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::OneProcess {
+                    pid: tid,
+                    cpu: None,
+                },
+                SamplePolicy::Frequency(hz),
+                false,
+            )
+            .map_err(|e| Error::Load(format!("starting the cpu-clock sampler: {}", chain(&e))))?;
+        }
+        Ok(())
+    }
+
+    /// The loaded object, for the CPU profiler.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    /// Takes the ring buffer out, so it outlives the programs.
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
+        let map = self
+            .ebpf
+            .take_map(EVENTS_MAP)
+            .ok_or_else(|| Error::Load("no EVENTS map".into()))?;
+        RingBuf::try_from(map).map_err(|e| Error::Load(chain(&e)))
+    }
+
+    /// Takes the counters out, so they outlive the programs.
+    pub fn take_counters(&mut self) -> Result<CounterMap> {
+        let map = self
+            .ebpf
+            .take_map(COUNTERS_MAP)
+            .ok_or_else(|| Error::Load("no COUNTERS map".into()))?;
+        Ok(CounterMap(
+            PerCpuArray::try_from(map).map_err(|e| Error::Load(chain(&e)))?,
+        ))
+    }
+}
+
+/// The per-CPU counter map.
+pub struct CounterMap(PerCpuArray<MapData, u64>);
+
+impl CounterMap {
+    /// Sums every counter over all CPUs.
+    pub fn read(&self) -> Counters {
+        let sum = |idx: u32| {
+            self.0
+                .get(&idx, 0)
+                .map(|v| v.iter().sum::<u64>())
+                .unwrap_or(0)
+        };
+        Counters {
+            lost: sum(COUNTER_LOST),
+            foreign: sum(COUNTER_FOREIGN),
+            lost_comm: sum(COUNTER_LOST_COMM),
+            lost_sched: sum(COUNTER_LOST_SCHED),
+            stack_errors: sum(COUNTER_STACK_ERRORS),
+            cpu_stack_lost: sum(profiler_common::COUNTER_CPU_USER_STACK_LOST),
+            cpu_counts_full: sum(profiler_common::COUNTER_CPU_COUNTS_FULL),
+            dwarf_lost: sum(profiler_common::COUNTER_DWARF_LOST),
+        }
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| Error::Load(format!("program {name} missing from the eBPF object")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))
+}
+
+/// Raises the open-file limit to its hard maximum: every probe holds a perf
+/// event and a link descriptor.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid rlimit on our stack.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The samplers: `prof_cpu_sample` on a perf event on every online CPU
+//! (hardware cycles where the machine has a PMU, else `cpu-clock`), and
+//! `prof_offcpu` on `sched_switch`. The kernel aggregates what they see in
+//! maps, which [`CpuMaps`] takes out of the object so they outlive it.
+use aya::{
+    maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
+    programs::{
+        perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent, ProgramError, RawTracePoint,
+    },
+    Ebpf,
+};
+use profiler_common::{
+    SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, OFFCPU_NS_MAP,
+    PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
+};
+
+use crate::{Error, Result};
+
+/// Starts sampling at `hz` on every online CPU, with the hardware cycles
+/// event where the machine has one, else the software `cpu-clock` (VMs
+/// without a PMU). Returns the event's name.
+pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
+    let prog: &mut PerfEvent = ebpf
+        .program_mut(PROG_CPU_SAMPLE)
+        .ok_or_else(|| Error::Load(format!("program {PROG_CPU_SAMPLE} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::ebpf(e))?;
+    prog.load().map_err(Error::ebpf)?;
+    let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
+    let cycles = PerfEventConfig::Hardware(HardwareEvent::CpuCycles);
+    let first = cpus.first().copied().unwrap_or(0);
+    let (config, name) = match prog.attach(
+        cycles,
+        PerfEventScope::AllProcessesOneCpu { cpu: first },
+        SamplePolicy::Frequency(hz),
+        false,
+    ) {
+        Ok(_) => (cycles, "cycles"),
+        Err(_) => (
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            "cpu-clock",
+        ),
+    };
+    for cpu in cpus {
+        if name == "cycles" && cpu == first {
+            continue;
+        }
+        prog.attach(
+            config,
+            PerfEventScope::AllProcessesOneCpu { cpu },
+            SamplePolicy::Frequency(hz),
+            false,
+        )
+        .map_err(|e| Error::ebpf_in(format!("starting the {name} sampler on CPU {cpu}"), e))?;
+    }
+    Ok(name)
+}
+
+/// The maps the sampler fills, taken out of the object so they outlive it.
+pub struct CpuMaps {
+    /// Stacks by id, as the sampled counts name them.
+    pub stacks: StackTraceMap<MapData>,
+    /// Samples per (process, thread, user stack, kernel stack), per CPU.
+    pub counts: PerCpuHashMap<MapData, SampleKey, u64>,
+    /// Thread names (`comm`) by tid.
+    pub comms: MapHash<MapData, u32, [u8; 16]>,
+    /// Off-CPU nanoseconds per (thread, stacks), when `--off-cpu` is on.
+    pub offcpu: Option<PerCpuHashMap<MapData, SampleKey, u64>>,
+    /// Stacks walked with the unwind tables, by key.
+    pub user_stacks: MapHash<MapData, u64, UserStack>,
+}
+
+impl CpuMaps {
+    /// Takes the maps out of `ebpf` (with the off-CPU counts if `offcpu`).
+    pub fn take(ebpf: &mut Ebpf, offcpu: bool) -> Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| Error::Load(format!("no {name} map")))
+        };
+        let stacks = StackTraceMap::try_from(take(CPU_STACKS_MAP)?).map_err(Error::ebpf)?;
+        let counts = PerCpuHashMap::try_from(take(CPU_COUNTS_MAP)?).map_err(Error::ebpf)?;
+        let comms = MapHash::try_from(take(CPU_COMMS_MAP)?).map_err(Error::ebpf)?;
+        let user_stacks = MapHash::try_from(take(USER_STACKS_MAP)?).map_err(Error::ebpf)?;
+        let offcpu = match offcpu {
+            true => Some(PerCpuHashMap::try_from(take(OFFCPU_NS_MAP)?).map_err(Error::ebpf)?),
+            false => None,
+        };
+        Ok(CpuMaps {
+            stacks,
+            counts,
+            comms,
+            offcpu,
+            user_stacks,
+        })
+    }
+}
+
+impl CpuMaps {
+    /// Processes sampled so far.
+    pub fn pids(&self) -> std::collections::BTreeSet<u32> {
+        let off = self.offcpu.iter().flat_map(|m| m.keys());
+        self.counts
+            .keys()
+            .chain(off)
+            .filter_map(|k| k.ok())
+            .map(|k| k.pid)
+            .collect()
+    }
+}
+
+/// Starts off-CPU tracking: every target thread's blocked time, by stack.
+pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(PROG_OFFCPU)
+        .ok_or_else(|| Error::Load(format!("program {PROG_OFFCPU} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::ebpf(e))?;
+    prog.load().map_err(Error::ebpf)?;
+    prog.attach("sched_switch")
+        .map_err(|e| Error::ebpf_in("attaching sched_switch", e))?;
+    Ok(())
+}

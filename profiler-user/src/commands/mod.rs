@@ -1,0 +1,7 @@
+//! The subcommands, one file each: check the arguments, run a session or
+//! read one, and say what was written.
+pub mod diff;
+pub mod list;
+pub mod record;
+pub mod report;
+pub mod sample;

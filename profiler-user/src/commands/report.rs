@@ -1,0 +1,126 @@
+//! `profiler report DIR`: renders a recording's outputs again from its
+//! `profile.data`, offline and without root. The stream is fed through the
+//! same pipeline as live, with the journaled hang checks, thread exits,
+//! thread names and symbolized addresses, so with the recorded settings the
+//! outputs come out byte for byte the same; dispatch thresholds can be
+//! changed.
+use crate::{
+    analyze::dispatch::{self},
+    analyze::stages::StagesConfig,
+    cli::ReportArgs,
+    output::OutDir,
+    output::{report::Session, writers},
+    session::{datafile, finish, pipeline},
+    symbolize::Symbolizer,
+    target::{
+        exits::ExitProbe,
+        select::{Binary, Func},
+    },
+    Result,
+};
+
+/// Runs `profiler report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let file = if args.recording.is_dir() {
+        args.recording.join("profile.data")
+    } else {
+        args.recording.clone()
+    };
+    let data = datafile::read(&file)?;
+    let dir = args
+        .out
+        .clone()
+        .or_else(|| file.parent().map(|p| p.to_path_buf()))
+        .unwrap_or_else(|| ".".into());
+    let out = OutDir::prepare(&dir, writers::RECORD_FILES)?;
+    let (h, t) = (&data.header, &data.trailer);
+    let funcs: Vec<Func> = h
+        .funcs
+        .iter()
+        .map(|f| Func {
+            name: f.name.clone(),
+            binary: f.binary,
+            offset: f.offset,
+            dispatch: f.dispatch,
+            exit: ExitProbe::from_kind(&f.exit),
+            unprobed: None,
+        })
+        .collect();
+    let binaries: Vec<Binary> = h
+        .binaries
+        .iter()
+        .map(|p| Binary {
+            path: p.into(),
+            open_path: p.into(),
+            go: false,
+        })
+        .collect();
+    let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
+    let trace_events = args.trace_events.unwrap_or(h.trace_events);
+    let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;
+    let exec_ns = h.exec_ns.unwrap_or(0);
+    let mut sinks = pipeline::build(pipeline::Config {
+        out: &out,
+        pid: h.pid,
+        exe: &h.exe,
+        funcs: &funcs,
+        dispatch: dispatch::Config {
+            tid: h.watch_tid,
+            thread_name: h.watch_name.clone(),
+            rule: h.dispatch_rule.clone(),
+            threshold_ns: ns(args.threshold, h.threshold_ns),
+            hang_ns: ns(args.hang, h.hang_ns),
+            frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
+            full_tree: args.full_tree || h.full_tree,
+            sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
+        },
+        session_start_ns: h.session_start_ns,
+        trace_events,
+        stages: &stage_cfg,
+        startup: h.launch.then_some((exec_ns, h.ready.as_deref())),
+        dispatch_fallback: h.dispatch_fallback,
+    })?;
+    if let Some(d) = &mut sinks.dispatch {
+        d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
+    }
+    for entry in &data.entries {
+        sinks.replay(entry);
+    }
+    let session = Session {
+        pid: h.pid,
+        exe: h.exe.clone(),
+        duration_ns: t.duration_ns,
+        stop_reason: t.stop_reason.clone(),
+        functions_probed: t.functions_probed,
+        lost_events: t.lost_events,
+        capped: t.capped,
+        failed_probes: t.failed_probes,
+        start_unix_ns: h.start_unix_ns,
+        exit_rule: h.exit_rule.clone(),
+    };
+    finish::write(
+        finish::Finish {
+            out: &out,
+            funcs: &funcs,
+            binaries: &binaries,
+            session,
+            thread_names: t.thread_names.iter().cloned().collect(),
+            dispatch_fallback: h.dispatch_fallback,
+            ready: h.ready.clone(),
+            startup_threshold_ns: h.startup_threshold_ns,
+            exec_ns,
+            trace_events,
+            cpu: t.cpu.clone(),
+            offcpu: t.offcpu.clone(),
+            lost_sched: t.lost_sched,
+            lost_comm: t.lost_comm,
+        },
+        sinks,
+    )?;
+    eprintln!(
+        "profiler: replayed {} into {}",
+        file.display(),
+        out.path().display()
+    );
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! `profiler sample`: a sampling profiler for one process or the whole
+//! system; and `profiler diff`.
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use profiler_common::{DwarfSample, KIND_DWARF};
+
+use crate::{
+    analyze::cpu_profile::{self, Unwound},
+    attach::{
+        probes::Probes,
+        samplers::{self, CpuMaps},
+    },
+    cli::{SampleArgs, UnwindMode},
+    output::writers,
+    output::OutDir,
+    session::collector,
+    symbolize::{
+        tables::{self, Tables},
+        DwarfUnwinder, Symbolizer,
+    },
+    target::{
+        caps,
+        process::{thread_name, Target},
+    },
+    Error, Result,
+};
+
+/// Files the CPU profile writes.
+pub const CPU_FILES: &[&str] = &[
+    "cpu.folded",
+    "cpu.svg",
+    "cpu.txt",
+    "profile.pb.gz",
+    "offcpu.folded",
+    "offcpu.svg",
+    "offcpu.txt",
+];
+
+/// `--dwarf` state: the ring of copied stacks, the unwinder, the counts.
+struct Dwarf {
+    ring: aya::maps::RingBuf<aya::maps::MapData>,
+    unwinder: DwarfUnwinder,
+    stacks: Unwound,
+    names: HashMap<u32, String>,
+}
+
+impl Dwarf {
+    /// Unwinds every pending sample.
+    fn drain(&mut self, pid: u32) {
+        while let Some(item) = self.ring.next() {
+            if item.len() < size_of::<DwarfSample>() {
+                continue;
+            }
+            // SAFETY: a whole DwarfSample written by the kernel program.
+            let s = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const DwarfSample) };
+            if s.event.kind() != KIND_DWARF {
+                continue;
+            }
+            let len = (s.len as usize).min(s.stack.len());
+            let addrs = self
+                .unwinder
+                .unwind(s.ip, s.event.sp, s.bp, &s.stack[..len]);
+            let tid = s.event.tid;
+            self.names
+                .entry(tid)
+                .or_insert_with(|| thread_name(pid, tid).unwrap_or_else(|| format!("tid-{tid}")));
+            *self.stacks.entry((s.pid, tid, addrs)).or_default() += 1;
+        }
+    }
+}
+
+/// Time spent on unwind tables per tick of `sample --all`; processes not
+/// reached wait for the next tick (their stacks use frame pointers until
+/// then, counted as `no tables`).
+const TABLES_BUDGET: Duration = Duration::from_millis(300);
+
+/// Runs `profiler sample`.
+pub fn run(args: &SampleArgs) -> Result<()> {
+    caps::check()?;
+    let target = args.pid.map(Target::open).transpose()?;
+    let out = OutDir::prepare(&args.out, CPU_FILES)?;
+    let hz = args.hz.unwrap_or(if args.all { 99 } else { 997 });
+    if hz == 0 || hz > 100_000 {
+        return Err(Error::Usage(format!(
+            "--hz {hz} is out of range: use 1 to 100000"
+        )));
+    }
+    let pid = target.as_ref().map_or(0, |t| t.pid);
+    let unwind = if args.dwarf {
+        UnwindMode::Copy
+    } else {
+        args.unwind
+    };
+    if unwind == UnwindMode::Copy && args.all {
+        return Err(Error::Usage(
+            "--unwind copy needs --pid (it copies 16 KiB of stack per sample); use --unwind tables with --all".into(),
+        ));
+    }
+    let copy = unwind == UnwindMode::Copy;
+    // copy: 16 KiB per sample through the ring, drained every 20 ms.
+    let ring_size = if copy { 64 << 20 } else { 4096 };
+    let mut probes = Probes::load(pid, 0, ring_size, args.all, unwind)?;
+    let mut tables = match unwind {
+        UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), tables::capacity(args.all))?),
+        _ => None,
+    };
+    // The processes whose stacks get tables: the target; with --all, those
+    // on a CPU now and, from then on, those sampled (so that busy
+    // processes get the table memory first).
+    if let Some(t) = &mut tables {
+        match args.all {
+            false => t.add_process(pid),
+            true => t.sync(&tables::running_pids(), false, TABLES_BUDGET),
+        }
+    }
+    let event = samplers::start(probes.ebpf_mut(), hz)?;
+    if args.off_cpu {
+        samplers::start_offcpu(probes.ebpf_mut())?;
+    }
+    let maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
+    let counters = probes.take_counters()?;
+    let what = match &target {
+        Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
+        None => "all processes".to_string(),
+    };
+    eprintln!("profiler: attached {event} sampler at {hz} Hz to {what}; stop with Ctrl-C");
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
+    let mut sym = Symbolizer::new(pid);
+    let mut dwarf = match copy {
+        true => Some(Dwarf {
+            ring: probes.take_ring()?,
+            unwinder: DwarfUnwinder::new(pid),
+            stacks: Unwound::new(),
+            names: HashMap::new(),
+        }),
+        false => None,
+    };
+    let every = if dwarf.is_some() {
+        Duration::from_millis(20)
+    } else {
+        Duration::from_secs(1)
+    };
+    let mut ticks = 0u32;
+    let tick = || {
+        ticks = ticks.wrapping_add(1);
+        if let Some(d) = &mut dwarf {
+            d.drain(pid);
+        }
+        if dwarf.is_none() || ticks.is_multiple_of(50) {
+            if let Some(t) = &mut tables {
+                match args.all {
+                    false => t.add_process(pid),
+                    true => {
+                        // Busy now first, then everything sampled so far.
+                        let mut pids = tables::running_pids();
+                        pids.extend(maps.pids());
+                        t.sync(&pids, false, TABLES_BUDGET);
+                    }
+                }
+            }
+            maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
+            if let Some(d) = &mut dwarf {
+                d.unwinder.refresh();
+            }
+        }
+    };
+    let reason = rt.block_on(collector::wait_for_stop(
+        target.as_ref().map(|t| &t.pidfd),
+        args.duration,
+        every,
+        tick,
+    ))?;
+    if let Some(d) = &mut dwarf {
+        d.drain(pid);
+    }
+    maps.remember_maps(&mut sym, None);
+    let duration_ns = started.elapsed().as_nanos() as u64;
+    drop(probes);
+    eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
+    let mut prof = cpu_profile::collect(&maps, &mut sym);
+    let c = counters.read();
+    prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
+    prof.unwinding = tables.as_ref().map(|t| t.stats.clone());
+    if let Some(d) = &dwarf {
+        cpu_profile::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
+    }
+    let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    out.write(
+        "profile.pb.gz",
+        &crate::output::export::cpu_pprof(
+            &prof.folded,
+            hz,
+            duration_ns,
+            crate::output::export::unix_ns_ago(duration_ns),
+        ),
+    )?;
+    print!("{text}");
+    if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
+        print!("\n{}", writers::write_offcpu(&out, &off, &what)?);
+    }
+    eprintln!(
+        "profiler: wrote {}/{{{}}}",
+        out.path().display(),
+        CPU_FILES.join(",")
+    );
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! `dispatches.txt`, `dispatches.json` and `dispatch-<n>.svg`.
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::analyze::dispatch::{
+    stats::{quantile_of, Frames},
+    tree::{FlatNode, Kind},
+    Dispatcher,
+};
+use crate::fmt::fmt_ns;
+
+/// Flame graphs drawn, for the costliest groups.
+pub const SVG_GROUPS: usize = 5;
+
+#[derive(Serialize)]
+struct Thread<'a> {
+    tid: u32,
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct BlockingJson<'a> {
+    ns: u64,
+    stack: &'a [String],
+}
+
+#[derive(Serialize)]
+struct SlowJson<'a> {
+    index: u64,
+    start_ns: u64,
+    duration_ns: u64,
+    on_cpu_ns: u64,
+    blocked_ns: u64,
+    runnable_ns: u64,
+    dropped_frames: u64,
+    key: &'a str,
+    verdict: &'a str,
+    samples: u32,
+    truncated: bool,
+    tree: &'a [FlatNode],
+    blocking_stacks: Vec<BlockingJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct GroupJson<'a> {
+    key: &'a str,
+    count: u64,
+    total_ns: u64,
+    max_ns: u64,
+    p95_ns: u64,
+    verdict: &'a str,
+    svg: Option<String>,
+}
+
+#[derive(Serialize)]
+struct HangJson<'a> {
+    index: u64,
+    start_ns: u64,
+    reported_after_ns: u64,
+    duration_ns: Option<u64>,
+    stack: &'a [String],
+}
+
+#[derive(Serialize)]
+struct WorstJson<'a> {
+    index: u64,
+    start_ns: u64,
+    duration_ns: u64,
+    key: &'a str,
+}
+
+#[derive(Serialize)]
+struct DispatchesJson<'a> {
+    rule: &'a str,
+    thread: Thread<'a>,
+    threshold_ns: u64,
+    hang_ns: u64,
+    frame_interval_ns: u64,
+    dispatches: u64,
+    dispatches_per_sec: f64,
+    p50_ns: u64,
+    p95_ns: u64,
+    p99_ns: u64,
+    slow_not_detailed: u64,
+    slow: Vec<SlowJson<'a>>,
+    groups: Vec<GroupJson<'a>>,
+    hangs: Vec<HangJson<'a>>,
+    frames: Frames,
+    worst: Vec<WorstJson<'a>>,
+}
+
+/// Name of the flame graph of the `rank`-th group (0-based), if drawn.
+pub fn svg_name(rank: usize) -> Option<String> {
+    (rank < SVG_GROUPS).then(|| format!("dispatch-{}.svg", rank + 1))
+}
+
+fn key_of(d: &Dispatcher, index: u64) -> &str {
+    d.slow
+        .iter()
+        .find(|s| s.index == index)
+        .map_or("", |s| s.key.as_str())
+}
+
+/// Renders `dispatches.json`.
+pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
+    let groups = d.sorted_groups();
+    let doc = DispatchesJson {
+        rule: &d.cfg.rule,
+        thread: Thread {
+            tid: d.cfg.tid,
+            name: &d.cfg.thread_name,
+        },
+        threshold_ns: d.cfg.threshold_ns,
+        hang_ns: d.cfg.hang_ns,
+        frame_interval_ns: d.cfg.frame_interval_ns,
+        dispatches: d.stats.count,
+        dispatches_per_sec: d.stats.count as f64 / (duration_ns.max(1) as f64 / 1e9),
+        p50_ns: d.stats.quantile(0.50),
+        p95_ns: d.stats.quantile(0.95),
+        p99_ns: d.stats.quantile(0.99),
+        slow_not_detailed: d.slow_dropped,
+        slow: d
+            .slow
+            .iter()
+            .map(|s| SlowJson {
+                index: s.index,
+                start_ns: s.start_ns,
+                duration_ns: s.duration_ns,
+                on_cpu_ns: s.split.on_cpu_ns,
+                blocked_ns: s.split.blocked_ns,
+                runnable_ns: s.split.runnable_ns,
+                dropped_frames: s.dropped_frames,
+                key: &s.key,
+                verdict: &s.verdict,
+                samples: s.samples,
+                truncated: s.truncated,
+                tree: &s.tree,
+                blocking_stacks: s
+                    .blocking_stacks
+                    .iter()
+                    .map(|(ns, stack)| BlockingJson { ns: *ns, stack })
+                    .collect(),
+            })
+            .collect(),
+        groups: groups
+            .iter()
+            .enumerate()
+            .map(|(rank, g)| GroupJson {
+                key: &g.key,
+                count: g.count(),
+                total_ns: g.total_ns(),
+                max_ns: g.max_ns(),
+                p95_ns: quantile_of(&g.durations, 0.95),
+                verdict: &g.verdict,
+                svg: svg_name(rank),
+            })
+            .collect(),
+        hangs: d
+            .hangs
+            .iter()
+            .map(|h| HangJson {
+                index: h.index,
+                start_ns: h.start_ns,
+                reported_after_ns: h.reported_after_ns,
+                duration_ns: h.duration_ns,
+                stack: &h.stack,
+            })
+            .collect(),
+        frames: d.stats.frames,
+        worst: d
+            .stats
+            .worst()
+            .into_iter()
+            .map(|w| WorstJson {
+                index: w.index,
+                start_ns: w.start_ns,
+                duration_ns: w.duration_ns,
+                key: key_of(d, w.index),
+            })
+            .collect(),
+    };
+    let mut out = serde_json::to_string_pretty(&doc).expect("plain data serializes");
+    out.push('\n');
+    out
+}
+
+/// Writes a pre-order tree as `<dots for depth>name Nx total (self s)` lines.
+pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
+    for n in tree {
+        let marker = match n.kind {
+            Kind::Traced => "",
+            Kind::Sampled => "  [sampled]",
+            Kind::Blocked => "  [blocked]",
+        };
+        let approx = if n.kind == Kind::Sampled { "~" } else { "" };
+        let _ = writeln!(
+            out,
+            "    {}{} {}x {}{} (self {}{}){}",
+            ".".repeat(n.depth as usize),
+            n.name,
+            n.calls,
+            approx,
+            fmt_ns(n.total_ns),
+            approx,
+            fmt_ns(n.self_ns),
+            marker
+        );
+    }
+}
+
+/// Renders `dispatches.txt`.
+pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
+    let mut out = String::new();
+    let slow_count: u64 = d.groups.values().map(|g| g.count()).sum();
+    let _ = writeln!(
+        out,
+        "dispatches on thread {} ({}): {} in {}, {:.1}/s; {} slow (>= {}); rule: {}",
+        d.cfg.tid,
+        d.cfg.thread_name,
+        d.stats.count,
+        fmt_ns(duration_ns),
+        d.stats.count as f64 / (duration_ns.max(1) as f64 / 1e9),
+        slow_count,
+        fmt_ns(d.cfg.threshold_ns),
+        d.cfg.rule
+    );
+    let _ = writeln!(
+        out,
+        "duration p50 {}  p95 {}  p99 {}",
+        fmt_ns(d.stats.quantile(0.5)),
+        fmt_ns(d.stats.quantile(0.95)),
+        fmt_ns(d.stats.quantile(0.99))
+    );
+    let groups = d.sorted_groups();
+    let _ = writeln!(out, "\nSlow dispatch groups, by total time");
+    if groups.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for (rank, g) in groups.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "\n#{} [{}] count {}  total {}  max {}  p95 {}{}",
+            rank + 1,
+            g.key,
+            g.count(),
+            fmt_ns(g.total_ns()),
+            fmt_ns(g.max_ns()),
+            fmt_ns(quantile_of(&g.durations, 0.95)),
+            svg_name(rank)
+                .map(|s| format!("  ({s})"))
+                .unwrap_or_default()
+        );
+        let _ = writeln!(out, "  verdict: {}", g.verdict);
+        let _ = writeln!(out, "  worst instance:");
+        tree_lines(&mut out, &g.worst_tree);
+    }
+    let _ = writeln!(out, "\nHangs (over {})", fmt_ns(d.cfg.hang_ns));
+    if d.hangs.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for h in &d.hangs {
+        let _ = writeln!(
+            out,
+            "  dispatch #{} at +{}: reported after {}, {}; stack: {}",
+            h.index,
+            fmt_ns(h.start_ns),
+            fmt_ns(h.reported_after_ns),
+            h.duration_ns
+                .map_or("still running at the end".to_string(), |ns| format!(
+                    "lasted {}",
+                    fmt_ns(ns)
+                )),
+            h.stack.join(" <- ")
+        );
+    }
+    let f = d.stats.frames;
+    let _ = writeln!(
+        out,
+        "\nFrames (interval {}): dropped frames per dispatch",
+        fmt_ns(d.cfg.frame_interval_ns)
+    );
+    let _ = writeln!(
+        out,
+        "  best (<3) {}  normal (>=3) {}  middle (>=9) {}  high (>=24) {}  frozen (>=42) {}",
+        f.best, f.normal, f.middle, f.high, f.frozen
+    );
+    let _ = writeln!(out, "\nWorst dispatches");
+    for w in d.stats.worst() {
+        let _ = writeln!(
+            out,
+            "  #{:<8} at +{:<10} {:>10}  {}",
+            w.index,
+            fmt_ns(w.start_ns),
+            fmt_ns(w.duration_ns),
+            key_of(d, w.index)
+        );
+    }
+    out
+}
+
+/// The flame graphs of the costliest groups: `(file name, svg)`.
+pub fn svgs(d: &Dispatcher) -> Vec<(String, Vec<u8>)> {
+    d.sorted_groups()
+        .iter()
+        .enumerate()
+        .filter_map(|(rank, g)| {
+            let name = svg_name(rank)?;
+            let title = format!("slow dispatch [{}]: worst of {}", g.key, g.count());
+            crate::output::report::flame::svg(&g.worst_folded, &title)
+                .ok()
+                .map(|svg| (name, svg))
+        })
+        .collect()
+}

@@ -1,0 +1,17 @@
+//! Output: the checked output directory and everything written into it.
+//!
+//! - [`OutDir`] (`dir.rs`): created and checked before anything is
+//!   attached, never written through a symlink, handed to the sudo user;
+//! - [`writers`]: each output file of a session, from the analysis results;
+//! - [`report`]: report.txt, functions.json, trace.folded and flame graphs;
+//! - [`dispatches`]: dispatches.txt, dispatches.json, dispatch-N.svg;
+//! - [`timeline`]: trace.json, streamed while recording;
+//! - [`export`]: other tools' formats (pprof, Chrome trace, diff).
+mod dir;
+pub mod dispatches;
+pub mod export;
+pub mod report;
+pub mod timeline;
+pub mod writers;
+
+pub use dir::OutDir;

@@ -1,0 +1,82 @@
+//! Everything the session produced, in one place, and the renderers that
+//! turn it into files: `text` (report.txt), `json` (functions.json) and
+//! `flame` (trace.folded, flamegraph.svg).
+pub mod flame;
+pub mod json;
+pub mod text;
+
+use std::collections::HashMap;
+
+use crate::{
+    analyze::stacks::{FuncStats, Stacks},
+    target::select::{Binary, Func},
+};
+
+/// Facts about the session as a whole.
+#[derive(Debug, Clone, Default)]
+pub struct Session {
+    /// Target PID.
+    pub pid: u32,
+    /// Target executable.
+    pub exe: String,
+    /// Wall time recorded.
+    pub duration_ns: u64,
+    /// Why recording stopped.
+    pub stop_reason: String,
+    /// Functions with live probes.
+    pub functions_probed: usize,
+    /// Events dropped in the kernel because the ring was full.
+    pub lost_events: u64,
+    /// Functions matched but not probed (`--max-funcs`).
+    pub capped: usize,
+    /// Functions whose probes could not be attached.
+    pub failed_probes: usize,
+    /// Unix time at the start (pprof's time_nanos).
+    pub start_unix_ns: i64,
+    /// How returns were observed, in words.
+    pub exit_rule: String,
+}
+
+/// The finished recording, ready to render.
+pub struct Report<'a> {
+    /// Session facts.
+    pub session: Session,
+    /// Probed functions, by index.
+    pub funcs: &'a [Func],
+    /// Binaries, by index.
+    pub binaries: &'a [Binary],
+    /// Rebuilt stacks and aggregates.
+    pub stacks: &'a Stacks,
+    /// Thread names by tid.
+    pub thread_names: HashMap<u32, String>,
+}
+
+impl Report<'_> {
+    /// The name to show for a thread: an aggregate of exited threads keeps
+    /// its own (its tid may have been reused since).
+    pub fn name_of(&self, t: &crate::analyze::stacks::ThreadState) -> String {
+        match (&t.name, t.exited_threads) {
+            (Some(n), 1..) => n.clone(),
+            _ => self.thread_name(t.tid),
+        }
+    }
+
+    /// A thread's name, or `tid-N` when it exited before we could read it.
+    pub fn thread_name(&self, tid: u32) -> String {
+        self.thread_names
+            .get(&tid)
+            .cloned()
+            .unwrap_or_else(|| format!("tid-{tid}"))
+    }
+
+    /// Function indices with at least one call or unfinished frame, with
+    /// their stats.
+    pub fn active_funcs(&self) -> Vec<(usize, &FuncStats)> {
+        self.stacks
+            .funcs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
+            .collect()
+    }
+}

@@ -1,0 +1,119 @@
+//! `report.txt`: the session summary and the top functions by self and by
+//! total time.
+use std::fmt::Write;
+
+use super::Report;
+use crate::analyze::stacks::FuncStats;
+use crate::fmt::fmt_ns;
+use crate::target::exits::ExitProbe;
+
+/// How many functions each table lists.
+const TOP: usize = 20;
+
+fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]) {
+    let _ = writeln!(out, "\n{title}");
+    let _ = writeln!(
+        out,
+        "{:>10} {:>11} {:>11} {:>11} {:>11} {:>11}  function",
+        "calls", "total", "self", "min", "avg", "max"
+    );
+    for (i, st) in rows.iter().take(TOP) {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>11} {:>11} {:>11} {:>11} {:>11}  {}{}",
+            st.calls,
+            fmt_ns(st.total_ns),
+            fmt_ns(st.self_ns),
+            fmt_ns(st.min_ns),
+            fmt_ns(st.avg_ns()),
+            fmt_ns(st.max_ns),
+            r.funcs[*i].name,
+            notes(st, &r.funcs[*i]),
+        );
+    }
+    if rows.len() > TOP {
+        let _ = writeln!(out, "  ... {} more in functions.json", rows.len() - TOP);
+    }
+}
+
+/// What to say beside a function's row: frames without a return, and
+/// functions counted at entry only.
+fn notes(st: &FuncStats, f: &crate::target::select::Func) -> String {
+    let mut parts = Vec::new();
+    if st.unfinished > 0 {
+        parts.push(format!("{} unfinished", st.unfinished));
+    }
+    if st.unwound > 0 {
+        parts.push(format!("{} unwound", st.unwound));
+    }
+    if let ExitProbe::EntryOnly(_) = f.exit {
+        parts.push("entry only: no durations".to_string());
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", parts.join(", "))
+    }
+}
+
+/// Renders `report.txt`.
+pub fn render(r: &Report) -> String {
+    let s = &r.session;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "profiler: PID {} ({}), {} recorded, stopped: {}",
+        s.pid,
+        s.exe,
+        fmt_ns(s.duration_ns),
+        s.stop_reason
+    );
+    let _ = writeln!(
+        out,
+        "probed {} functions in {} threads; {} events, {} lost, {} orphan exits, {} unfinished frames",
+        s.functions_probed,
+        r.stacks.thread_count(),
+        r.stacks.events,
+        s.lost_events,
+        r.stacks.orphan_exits(),
+        r.stacks.unfinished_frames(),
+    );
+    if !s.exit_rule.is_empty() {
+        let _ = writeln!(out, "returns: {}", s.exit_rule);
+    }
+    let unwound = r.stacks.unwound_frames();
+    if unwound > 0 {
+        let _ = writeln!(
+            out,
+            "note: {unwound} frames ended without a return (an exception, longjmp, a tail call, or a return not seen); \
+             they were closed when the stack showed them gone, marked unwound"
+        );
+    }
+    if s.lost_events > 0 {
+        let _ = writeln!(
+            out,
+            "warning: {} events were lost because the ring buffer was full: raise --ring-size or probe fewer functions",
+            s.lost_events
+        );
+    }
+    if s.capped > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} more functions matched but were not probed (--max-funcs)",
+            s.capped
+        );
+    }
+    if s.failed_probes > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} functions could not be probed",
+            s.failed_probes
+        );
+    }
+    let mut rows = r.active_funcs();
+    rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
+    table(&mut out, r, "Top functions by self time", &rows);
+    rows.sort_by(|a, b| b.1.total_ns.cmp(&a.1.total_ns).then(a.0.cmp(&b.0)));
+    table(&mut out, r, "Top functions by total time", &rows);
+    out
+}

@@ -1,0 +1,139 @@
+//! `trace.json`: the session as a Chrome Trace Event / Perfetto timeline.
+//! One track per thread with every completed traced call (an "X" slice,
+//! written when its exit pairs, so unfinished frames never get invented
+//! ends), slow dispatches and hangs as marked slices, and dispatch samples
+//! as instant events. Streamed to disk; calls past `--trace-events` are
+//! counted, not written.
+use std::{fs::File, io};
+
+use crate::{
+    analyze::dispatch::Dispatcher,
+    analyze::stacks::Completed,
+    output::export::trace::{json_name, TraceWriter},
+};
+
+/// The streaming timeline of one session.
+pub struct Timeline {
+    w: TraceWriter,
+    pid: u32,
+    start_ns: u64,
+    names: Vec<String>,
+    limit: u64,
+    calls: u64,
+    /// Calls not written because of the limit.
+    pub omitted: u64,
+    error: Option<io::Error>,
+}
+
+impl Timeline {
+    /// Starts `trace.json` in `file` for process `pid`; timestamps are
+    /// relative to `start_ns` (CLOCK_MONOTONIC). `names` are the probed
+    /// functions' names, escaped here once.
+    pub fn create(
+        file: File,
+        pid: u32,
+        exe: &str,
+        start_ns: u64,
+        names: Vec<String>,
+        limit: u64,
+    ) -> io::Result<Self> {
+        let mut w = TraceWriter::create(file)?;
+        w.process_name(pid, exe)?;
+        Ok(Timeline {
+            w,
+            pid,
+            start_ns,
+            names: names.iter().map(|n| json_name(n)).collect(),
+            limit,
+            calls: 0,
+            omitted: 0,
+            error: None,
+        })
+    }
+
+    fn rel(&self, ts_ns: u64) -> u64 {
+        ts_ns.saturating_sub(self.start_ns)
+    }
+
+    fn keep(&mut self, r: io::Result<()>) {
+        if let Err(e) = r {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    /// A completed traced call on thread `tid`.
+    #[inline]
+    pub fn call(&mut self, tid: u32, c: &Completed) {
+        if self.calls >= self.limit || self.error.is_some() {
+            self.omitted += 1;
+            return;
+        }
+        self.calls += 1;
+        let start = self.rel(c.start_ns);
+        let r = self
+            .w
+            .call(self.pid, tid, &self.names[c.func as usize], start, c.dur_ns);
+        self.keep(r);
+    }
+
+    /// A cpu-clock sample of the watched thread during a dispatch.
+    pub fn sample(&mut self, tid: u32, ts_ns: u64, frames: usize) {
+        let ts = self.rel(ts_ns);
+        let r = self.w.instant(
+            self.pid,
+            tid,
+            "cpu sample",
+            ts,
+            &[("frames", frames.to_string())],
+        );
+        self.keep(r);
+    }
+
+    /// Closes the file: thread names, then slow dispatches and hangs.
+    /// Returns the first write error, if any happened.
+    pub fn finish(
+        mut self,
+        threads: &[(u32, String)],
+        dispatch: Option<&Dispatcher>,
+    ) -> io::Result<()> {
+        for (tid, name) in threads {
+            let r = self.w.thread_name(self.pid, *tid, name);
+            self.keep(r);
+        }
+        if let Some(d) = dispatch {
+            for s in &d.slow {
+                let args = [
+                    ("key", s.key.clone()),
+                    ("verdict", s.verdict.clone()),
+                    ("index", s.index.to_string()),
+                ];
+                let name = format!("slow dispatch: {}", s.key);
+                let r = self.w.complete(
+                    self.pid,
+                    d.cfg.tid,
+                    &name,
+                    "dispatch",
+                    s.start_ns,
+                    s.duration_ns,
+                    &args,
+                );
+                self.keep(r);
+            }
+            for h in &d.hangs {
+                let dur = h.duration_ns.unwrap_or(h.reported_after_ns);
+                let args = [
+                    ("stack", h.stack.join(" <- ")),
+                    ("index", h.index.to_string()),
+                ];
+                let r = self
+                    .w
+                    .complete(self.pid, d.cfg.tid, "HANG", "hang", h.start_ns, dur, &args);
+                self.keep(r);
+            }
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.w.finish()
+    }
+}

@@ -1,0 +1,285 @@
+//! Writes a finished `record` session's files: the spine's report, JSON,
+//! folded stacks, flame graph and pprof; dispatches; stages; startup.
+use std::fmt::Write;
+
+use crate::{
+    analyze::cpu_profile::CpuProfile,
+    analyze::dispatch::{self, Dispatcher},
+    analyze::stacks::Stacks,
+    analyze::stages::{self, StagesResult},
+    analyze::startup::StartupReport,
+    fmt::{fmt_count, fmt_ns},
+    output::dispatches,
+    output::report::{self, Report},
+    output::OutDir,
+    Error, Result,
+};
+
+/// Files `record` may write (checked for symlinks before attaching).
+pub const RECORD_FILES: &[&str] = &[
+    "report.txt",
+    "functions.json",
+    "trace.folded",
+    "flamegraph.svg",
+    "profile.pb.gz",
+    "trace.json",
+    "dispatches.txt",
+    "dispatches.json",
+    "hangs.log",
+    "cpu.folded",
+    "cpu.svg",
+    "cpu.txt",
+    "cpu.pb.gz",
+    "offcpu.folded",
+    "offcpu.svg",
+    "offcpu.txt",
+    "stages.txt",
+    "stages.json",
+    "startup.txt",
+    "startup.json",
+    "startup.folded",
+    "startup.svg",
+    "profile.data",
+];
+
+/// Writes `{stem}.folded` and `{stem}.svg` (a flame graph titled `title`).
+pub fn flame(out: &OutDir, stem: &str, lines: &[String], title: &str) -> Result<()> {
+    out.write(&format!("{stem}.folded"), folded_text(lines).as_bytes())?;
+    svg_or_err(out, &format!("{stem}.svg"), lines, title)
+}
+
+fn svg_or_err(out: &OutDir, name: &str, lines: &[String], title: &str) -> Result<()> {
+    let svg = report::flame::svg(lines, title).map_err(|reason| Error::Output {
+        path: out.path().join(name),
+        reason,
+    })?;
+    out.write(name, &svg)
+}
+
+fn folded_text(lines: &[String]) -> String {
+    let mut t = lines.join("\n");
+    t.push('\n');
+    t
+}
+
+/// `report.txt`, `functions.json`, `trace.folded`, `flamegraph.svg`,
+/// `profile.pb.gz`. Prints the text report.
+pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
+    let text = report::text::render(report);
+    out.write("report.txt", text.as_bytes())?;
+    out.write("functions.json", report::json::render(report).as_bytes())?;
+    let folded = report::flame::folded(report);
+    out.write("trace.folded", folded_text(&folded).as_bytes())?;
+    out.write(
+        "profile.pb.gz",
+        &crate::output::export::wall_pprof(
+            &folded,
+            report.session.duration_ns,
+            report.session.start_unix_ns,
+        ),
+    )?;
+    let title = format!(
+        "profiler: PID {} wall-clock by call path",
+        report.session.pid
+    );
+    svg_or_err(out, "flamegraph.svg", &folded, &title)?;
+    print!("{text}");
+    Ok(())
+}
+
+/// `dispatches.txt`, `dispatches.json`, `dispatch-<n>.svg`. Prints the text.
+pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
+    let text = dispatches::text(d, duration_ns);
+    out.write("dispatches.txt", text.as_bytes())?;
+    out.write(
+        "dispatches.json",
+        dispatches::json(d, duration_ns).as_bytes(),
+    )?;
+    for (name, svg) in dispatches::svgs(d) {
+        out.write(&name, &svg)?;
+    }
+    print!("\n{text}");
+    Ok(())
+}
+
+/// `stages.txt` and `stages.json`. Prints the text.
+pub fn stages(out: &OutDir, results: &[StagesResult]) -> Result<()> {
+    let text = stages::render::render_text(results);
+    out.write("stages.txt", text.as_bytes())?;
+    out.write(
+        "stages.json",
+        stages::render::render_json(results).as_bytes(),
+    )?;
+    print!("\n{text}");
+    Ok(())
+}
+
+/// `startup.txt`, `startup.json`, and the startup window's flame graph
+/// (`startup.folded`, `startup.svg`): completed calls from exec to ready.
+pub fn startup(
+    out: &OutDir,
+    report: Option<&StartupReport>,
+    ready_what: &str,
+    threshold_ns: Option<u64>,
+    window: &Report,
+) -> Result<()> {
+    let summary = crate::analyze::startup::StartupSummary::of(
+        report.into_iter().cloned().collect::<Vec<_>>().as_slice(),
+    );
+    let mut text = summary.render_text(ready_what);
+    if let (Some(r), Some(limit)) = (report, threshold_ns) {
+        if let Some(ns) = r.exec_to_ready_ns.filter(|&ns| ns >= limit) {
+            let _ = writeln!(
+                text,
+                "SLOW STARTUP: {} from exec to ready (threshold {})",
+                fmt_ns(ns),
+                fmt_ns(limit)
+            );
+            eprintln!(
+                "profiler: slow startup {} (threshold {})",
+                fmt_ns(ns),
+                fmt_ns(limit)
+            );
+        }
+    }
+    if let Some(main) = window.stacks.thread_state(window.session.pid) {
+        let names: Vec<String> = window.funcs.iter().map(|f| f.name.clone()).collect();
+        let tree =
+            dispatch::tree::Tree::from_calltree("startup (exec to ready)", &main.tree, &names);
+        let _ = writeln!(
+            text,
+            "\nStartup call tree of the main thread (trimmed like a slow dispatch):"
+        );
+        dispatches::tree_lines(&mut text, &tree.trimmed(20));
+    }
+    let window_top = report::text::render(window);
+    let _ = write!(text, "\nStartup window (exec to ready), calls in it (frames open at ready cut there):\n{window_top}");
+    out.write("startup.txt", text.as_bytes())?;
+    out.write("startup.json", summary.render_json().as_bytes())?;
+    let folded = report::flame::folded(window);
+    out.write("startup.folded", folded_text(&folded).as_bytes())?;
+    svg_or_err(
+        out,
+        "startup.svg",
+        &folded,
+        "profiler: startup, exec to ready",
+    )?;
+    print!("\n{text}");
+    Ok(())
+}
+
+/// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
+/// off the CPU, from switch-out to switch-in); returns the summary text.
+pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
+    let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
+    flame(out, "offcpu", &prof.folded, &title)?;
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "Off-CPU time of {what}: {} blocked in total; complete stacks {:.1}%",
+        fmt_ns(prof.samples),
+        prof.complete_share() * 100.0
+    );
+    let _ = writeln!(
+        text,
+        "\nTop blocking frames (innermost), by time off the CPU"
+    );
+    for (leaf, ns) in prof.leaves.iter().take(20) {
+        let _ = writeln!(
+            text,
+            "{:>12} {:>6.1}%  {leaf}",
+            fmt_ns(*ns),
+            *ns as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("offcpu.txt", text.as_bytes())?;
+    Ok(text)
+}
+
+/// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
+pub fn write_cpu(
+    out: &OutDir,
+    prof: &CpuProfile,
+    what: &str,
+    hz: u64,
+    duration_ns: u64,
+) -> Result<String> {
+    let title = format!("profiler: CPU samples of {what} at {hz} Hz");
+    flame(out, "cpu", &prof.folded, &title)?;
+    let mut text = String::new();
+    let (stack_lost, counts_full, dwarf_lost) = prof.lost;
+    let _ = writeln!(
+        text,
+        "CPU samples of {what}: {} at {hz} Hz over {}; complete stacks {:.1}%; no user stack {}; \
+         lost: {stack_lost} user stacks unreadable, {counts_full} samples not counted (map full), \
+         {dwarf_lost} --dwarf samples dropped (ring full)",
+        prof.samples,
+        fmt_ns(duration_ns),
+        prof.complete_share() * 100.0,
+        prof.no_user_stack
+    );
+    if let Some(u) = &prof.unwinding {
+        let fp: Vec<String> = u
+            .methods
+            .iter()
+            .filter(|(_, how)| *how != "tables")
+            .map(|(bin, how)| format!("{bin}: {how}"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "unwinding: compiled .eh_frame tables for {} binaries ({} functions, {} rows of which {} unsupported, {:.1} MiB of {:.0} MiB, built in {} ms){}",
+            u.methods.values().filter(|h| *h == "tables").count(),
+            u.fdes,
+            u.rows,
+            u.unsupported_rows,
+            (u.rows * 16) as f64 / (1 << 20) as f64,
+            (u.capacity * 16) as f64 / (1 << 20) as f64,
+            u.build_ms,
+            if fp.is_empty() {
+                String::new()
+            } else {
+                format!("; frame pointers for {}", fp.join(", "))
+            }
+        );
+    }
+    if !prof.ends.is_empty() {
+        let total: u64 = prof.ends.values().sum();
+        let mut ends: Vec<(&String, &u64)> = prof.ends.iter().collect();
+        ends.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = ends
+            .iter()
+            .map(|(why, n)| format!("{why} {:.1}%", **n as f64 * 100.0 / total.max(1) as f64))
+            .collect();
+        let _ = writeln!(text, "stack walks ended: {}", parts.join(", "));
+    }
+    if prof.per_pid.len() > 1 {
+        let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
+        pids.sort_by(|a, b| b.1.cmp(a.1));
+        let _ = writeln!(text, "\nTop processes by samples");
+        for (pid, n) in pids.into_iter().take(10) {
+            let _ = writeln!(text, "{:>10}  PID {pid}", fmt_count(*n));
+        }
+    }
+    let _ = writeln!(text, "\nTop frames by self samples");
+    for (leaf, n) in prof.leaves.iter().take(20) {
+        let loc = prof
+            .locations
+            .get(leaf)
+            .map(|l| format!("  ({l})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            text,
+            "{:>10} {:>6.1}%  {leaf}{loc}",
+            n,
+            *n as f64 * 100.0 / prof.samples.max(1) as f64
+        );
+    }
+    out.write("cpu.txt", text.as_bytes())?;
+    Ok(text)
+}
+
+/// Marks open frames unfinished and returns the stacks (for reports).
+pub fn finished(mut s: Stacks) -> Stacks {
+    s.finish();
+    s
+}

@@ -1,0 +1,462 @@
+//! Drains the ring buffer into [`Stacks`] until a stop condition: Ctrl-C,
+//! SIGTERM, `--duration`, or the target's exit (its pidfd turns readable).
+//! Decoding copies each record out of the ring; nothing is allocated per
+//! entry/exit event.
+use std::{
+    os::fd::{AsRawFd, OwnedFd, RawFd},
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use profiler_common::{
+    CommEvent, Event, GoEvent, StackEvent, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY,
+    KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES,
+    MAX_USER_FRAMES, SCHED_BLOCKED,
+};
+use tokio::{
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
+};
+
+use crate::{
+    analyze::dispatch::Dispatcher,
+    analyze::goroutines::Goroutines,
+    analyze::stacks::Stacks,
+    analyze::stages::StageTracker,
+    analyze::startup::StartupWatch,
+    attach::probes::CounterMap,
+    clock::monotonic_ns,
+    output::timeline::Timeline,
+    session::datafile::{DataWriter, Entry},
+    session::notices,
+    session::status::Status,
+    target::process::thread_name,
+    Error, Result,
+};
+
+/// Why recording stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The target exited.
+    TargetExited,
+    /// `--duration` elapsed.
+    Duration,
+    /// SIGINT or SIGTERM (the number).
+    Signal(i32),
+    /// Every scenario has its `--runs`.
+    RunsComplete,
+    /// The target exec'd another program: the probes no longer apply.
+    TargetExeced,
+}
+
+impl StopReason {
+    /// As written in the outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::TargetExited => "target exited",
+            StopReason::Duration => "duration",
+            StopReason::Signal(_) => "signal",
+            StopReason::RunsComplete => "runs complete",
+            StopReason::TargetExeced => "target exec'd another program",
+        }
+    }
+}
+
+/// How often the ring is drained when the kernel does not wake us (it only
+/// wakes us once a quarter of the ring is pending).
+const DRAIN_TICK: Duration = Duration::from_millis(10);
+
+/// Everything events are fed to.
+pub struct Sinks {
+    /// Target PID.
+    pub pid: u32,
+    /// Shadow stacks of every thread.
+    pub stacks: Stacks,
+    /// Dispatch tracking of the watched thread.
+    pub dispatch: Option<Dispatcher>,
+    /// The `trace.json` timeline.
+    pub timeline: Option<Timeline>,
+    /// The CPU profile (`--sample`) and its symbolizer, whose snapshot of
+    /// the target's mappings is refreshed every second.
+    pub cpu: Option<(
+        crate::attach::samplers::CpuMaps,
+        crate::symbolize::Symbolizer,
+    )>,
+    /// One tracker per scenario.
+    pub stages: Vec<StageTracker>,
+    /// Stop once every scenario has its runs.
+    pub stop_when_runs_done: bool,
+    /// Launch mode: exec-to-ready timing, and the startup window's stacks
+    /// (fed until ready).
+    pub startup: Option<(StartupWatch, Stacks)>,
+    /// Startup is ready at the first dispatch (no `--ready`, and dispatch
+    /// functions are known).
+    pub ready_on_first_dispatch: bool,
+    /// `profile.data`, journaling what the pipeline sees.
+    pub data: Option<DataWriter>,
+    /// The target's executable as attached; checked once a second so an
+    /// exec is noticed.
+    pub exe: Option<std::path::PathBuf>,
+    /// Where hangs are logged as they are noticed (`hangs.log`).
+    pub hang_log: Option<std::path::PathBuf>,
+    execd: bool,
+    ticks: u32,
+    goroutines: Goroutines,
+    /// The kernel's unwind tables (`--unwind tables`), refreshed once a
+    /// second (dlopen, and the exec of a launched command).
+    pub tables: Option<crate::symbolize::tables::Tables>,
+}
+
+impl Sinks {
+    /// Applies one function entry or exit.
+    #[inline]
+    fn on_call(&mut self, ev: &Event) {
+        if self.stacks.is_entry_only(ev.func()) {
+            // No exit probe: counted, and seen by nothing that needs the
+            // call's end.
+            self.stacks.on_event(ev);
+            return;
+        }
+        if let (Some(done), Some(tl)) = (self.stacks.on_event(ev), &mut self.timeline) {
+            tl.call(ev.tid, &done);
+        }
+        if let Some(d) = &mut self.dispatch {
+            if ev.tid == d.cfg.tid {
+                d.on_call(ev);
+            }
+        }
+        for st in &mut self.stages {
+            if ev.kind() == KIND_ENTRY {
+                st.on_entry(ev.tid, ev.func(), ev.ts_ns);
+            } else {
+                st.on_exit(ev.tid, ev.func(), ev.ts_ns);
+            }
+        }
+        if let Some((watch, window)) = &mut self.startup {
+            if !watch.is_ready() {
+                if ev.kind() == KIND_ENTRY {
+                    watch.on_entry(ev.func(), ev.ts_ns);
+                }
+                if self.ready_on_first_dispatch {
+                    if let Some(first) = self.dispatch.as_ref().and_then(|d| d.first_start_ns) {
+                        watch.mark_ready(first);
+                    }
+                }
+                if !watch.is_ready() {
+                    window.on_event(ev);
+                }
+            }
+        }
+    }
+
+    /// Applies one ring-buffer record.
+    #[inline]
+    fn on_record(&mut self, rec: &[u8]) {
+        if rec.len() < size_of::<Event>() {
+            return;
+        }
+        // SAFETY: the record holds at least one `Event`, written by the
+        // kernel program; `read_unaligned` copes with any alignment.
+        let ev = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const Event) };
+        match ev.kind() {
+            KIND_GO_ENTRY | KIND_GO_EXIT if rec.len() >= size_of::<GoEvent>() => {
+                // SAFETY: as above, for the longer record.
+                let g = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const GoEvent) };
+                let (ev, new) = self.goroutines.event(&g);
+                if let Some(ev) = ev {
+                    self.on_call(&ev);
+                    if new {
+                        self.stacks.set_name(ev.tid, "goroutine".into());
+                    }
+                }
+            }
+            KIND_ENTRY | KIND_EXIT => self.on_call(&ev),
+            KIND_COMM if rec.len() >= size_of::<CommEvent>() => {
+                // SAFETY: as above, for the longer record.
+                let c = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const CommEvent) };
+                self.stacks.on_comm(&c);
+            }
+            KIND_SCHED_OUT | KIND_SAMPLE => {
+                let Some(d) = &mut self.dispatch else { return };
+                let stacks = (rec.len() >= size_of::<StackEvent>()).then(|| {
+                    // SAFETY: as above, for the longer record.
+                    unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const StackEvent) }
+                });
+                let user = stacks
+                    .as_ref()
+                    .map(|s| &s.user[..(s.user_len as usize).min(MAX_USER_FRAMES)]);
+                let kernel = stacks
+                    .as_ref()
+                    .map(|s| &s.kernel[..(s.kernel_len as usize).min(MAX_KERNEL_FRAMES)]);
+                if ev.kind() == KIND_SAMPLE {
+                    if let Some(user) = user {
+                        if d.is_open() {
+                            if let Some(tl) = &mut self.timeline {
+                                tl.sample(ev.tid, ev.ts_ns, user.len());
+                            }
+                        }
+                        d.on_sample(ev.ts_ns, user);
+                    }
+                } else {
+                    d.on_switch_out(ev.ts_ns, ev.func() == SCHED_BLOCKED, user.zip(kernel));
+                }
+            }
+            KIND_SCHED_IN => {
+                if let Some(d) = &mut self.dispatch {
+                    d.on_switch_in(ev.ts_ns);
+                }
+            }
+            KIND_WAKEUP => {
+                if let Some(d) = &mut self.dispatch {
+                    d.on_wakeup(ev.ts_ns);
+                }
+            }
+            _ => self.stacks.invalid_events += 1,
+        }
+    }
+
+    /// Copies every pending record out of the ring, then names the threads
+    /// seen for the first time (while they are most likely alive).
+    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            if let Some(w) = &mut self.data {
+                w.record(&item);
+            }
+            self.on_record(&item);
+        }
+        self.tell_notices();
+        let pid = self.pid;
+        let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
+        if let Some(w) = &mut self.data {
+            for (tid, name) in &named {
+                w.name(*tid, name);
+            }
+        }
+    }
+
+    /// Folds the threads that have exited (journaled for replay).
+    pub fn reap(&mut self, now: bool) {
+        let pid = self.pid;
+        let gone = self.stacks.reap(
+            |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+            now,
+        );
+        if let Some(w) = &mut self.data {
+            if !gone.is_empty() {
+                w.reap(now, &gone);
+            }
+        }
+    }
+
+    /// Applies one entry of a `profile.data` stream (offline replay).
+    pub fn replay(&mut self, entry: &Entry) {
+        match entry {
+            Entry::Record(rec) => self.on_record(rec),
+            Entry::Tick(now) => {
+                if let Some(d) = &mut self.dispatch {
+                    d.tick(*now);
+                }
+            }
+            Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
+            Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
+        }
+        self.tell_notices();
+    }
+
+    /// Tells what the dispatcher noticed since the last call.
+    fn tell_notices(&mut self) {
+        if let Some(d) = &mut self.dispatch {
+            let notices = d.take_notices();
+            if !notices.is_empty() {
+                notices::tell(&notices, self.hang_log.as_deref());
+            }
+        }
+    }
+
+    /// True when the session should end: every scenario has its runs.
+    pub fn finished(&self) -> bool {
+        self.stop_when_runs_done && !self.stages.is_empty() && self.stages.iter().all(|s| s.done())
+    }
+
+    /// A new set of sinks.
+    pub fn new(
+        pid: u32,
+        stacks: Stacks,
+        dispatch: Option<Dispatcher>,
+        timeline: Option<Timeline>,
+    ) -> Self {
+        Sinks {
+            pid,
+            stacks,
+            dispatch,
+            timeline,
+            cpu: None,
+            stages: Vec::new(),
+            stop_when_runs_done: false,
+            startup: None,
+            ready_on_first_dispatch: false,
+            data: None,
+            exe: None,
+            hang_log: None,
+            execd: false,
+            ticks: 0,
+            goroutines: Goroutines::default(),
+            tables: None,
+        }
+    }
+
+    /// Periodic work: hang detection, and once a second the CPU profile's
+    /// snapshot of the target's mappings.
+    fn tick(&mut self) {
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks % 100 == 1 {
+            if let Some((maps, sym)) = &mut self.cpu {
+                maps.remember_maps(sym, Some(self.pid));
+            }
+            if let Some(d) = &mut self.dispatch {
+                d.remember_maps();
+            }
+            if let Some(t) = &mut self.tables {
+                t.add_process(self.pid);
+            }
+            // Exited threads' state folds into one aggregate per name.
+            self.reap(false);
+            if let Some(exe) = &self.exe {
+                let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
+                // Gone (exited) is the pidfd's business; a different path is an exec.
+                let strip = |p: &std::path::Path| {
+                    let s = p.to_string_lossy();
+                    s.strip_suffix(" (deleted)").unwrap_or(&s).to_string()
+                };
+                if now.is_ok_and(|p| strip(&p) != strip(exe)) {
+                    self.execd = true;
+                }
+            }
+        }
+        if let Some(d) = &mut self.dispatch {
+            if d.is_open() {
+                let now = monotonic_ns();
+                if let Some(w) = &mut self.data {
+                    w.tick(now);
+                }
+                d.tick(now);
+            }
+        }
+        self.tell_notices();
+    }
+}
+
+struct Fd(RawFd);
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Reads events until a stop condition, then returns why.
+pub async fn collect(
+    ring: &mut RingBuf<MapData>,
+    sinks: &mut Sinks,
+    pidfd: &OwnedFd,
+    duration: Option<Duration>,
+    counters: &CounterMap,
+    status: &mut Status,
+) -> Result<StopReason> {
+    let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+    // SAFETY: both descriptors stay open for longer than these AsyncFds,
+    // which are dropped when this function returns; `ring` and `pidfd` are
+    // borrowed for the whole call.
+    let ring_fd =
+        unsafe { AsyncFd::register_with_interest(Fd(ring.as_raw_fd()), Interest::READABLE) }
+            .map_err(|e| io("polling the ring buffer", e.into()))?;
+    // SAFETY: as above.
+    let exit_fd =
+        unsafe { AsyncFd::register_with_interest(Fd(pidfd.as_raw_fd()), Interest::READABLE) }
+            .map_err(|e| io("polling the target's pidfd", e.into()))?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    let deadline = sleep_or_forever(duration);
+    tokio::pin!(deadline);
+    let mut tick = tokio::time::interval(DRAIN_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let start = Instant::now();
+    let reason = loop {
+        tokio::select! {
+            biased;
+            _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
+            _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
+            _ = &mut deadline => break StopReason::Duration,
+            _ = exit_fd.readable() => break StopReason::TargetExited,
+            guard = ring_fd.readable() => {
+                let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
+                sinks.drain(ring);
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                sinks.drain(ring);
+                sinks.tick();
+                status.update(start.elapsed(), &sinks.stacks, counters);
+            }
+        }
+        if sinks.finished() {
+            break StopReason::RunsComplete;
+        }
+        if sinks.execd {
+            break StopReason::TargetExeced;
+        }
+    };
+    sinks.drain(ring);
+    Ok(reason)
+}
+
+/// Waits for a stop condition without reading any ring: for `sample`.
+/// Calls `tick` every `every` meanwhile.
+pub async fn wait_for_stop(
+    pidfd: Option<&OwnedFd>,
+    duration: Option<Duration>,
+    every: Duration,
+    mut tick: impl FnMut(),
+) -> Result<StopReason> {
+    let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+    let exit_fd = match pidfd {
+        // SAFETY: the pidfd outlives this AsyncFd, dropped on return.
+        Some(fd) => Some(
+            unsafe { AsyncFd::register_with_interest(Fd(fd.as_raw_fd()), Interest::READABLE) }
+                .map_err(|e| io("polling the target's pidfd", e.into()))?,
+        ),
+        None => None,
+    };
+    let exited = async {
+        match &exit_fd {
+            Some(fd) => {
+                let _ = fd.readable().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    let deadline = sleep_or_forever(duration);
+    tokio::pin!(deadline, exited);
+    let mut second = tokio::time::interval(every);
+    Ok(loop {
+        tokio::select! {
+            _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
+            _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
+            _ = &mut deadline => break StopReason::Duration,
+            _ = &mut exited => break StopReason::TargetExited,
+            _ = second.tick() => tick(),
+        }
+    })
+}
+
+async fn sleep_or_forever(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}

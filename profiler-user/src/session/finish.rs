@@ -1,0 +1,155 @@
+//! Writes a session's outputs from its finished pipeline. Shared by `record`
+//! (live) and `report` (replaying `profile.data`), so both render the same
+//! bytes from the same stream.
+use std::collections::HashMap;
+
+use crate::{
+    analyze::cpu_profile::CpuProfile,
+    analyze::stages::StageTracker,
+    analyze::startup::StartupReport,
+    output::report::{Report, Session},
+    output::writers,
+    output::OutDir,
+    session::collector::Sinks,
+    target::select::{Binary, Func},
+    Error, Result,
+};
+
+/// What the outputs need besides the pipeline itself.
+pub struct Finish<'a> {
+    /// Where to write.
+    pub out: &'a OutDir,
+    /// Probed functions and binaries.
+    pub funcs: &'a [Func],
+    /// Binaries searched.
+    pub binaries: &'a [Binary],
+    /// Session facts.
+    pub session: Session,
+    /// Final thread names.
+    pub thread_names: HashMap<u32, String>,
+    /// No dispatch function was known (startup is then never "ready" by
+    /// dispatch).
+    pub dispatch_fallback: bool,
+    /// `--ready FUNC`.
+    pub ready: Option<String>,
+    /// `--startup-threshold`, in ns.
+    pub startup_threshold_ns: Option<u64>,
+    /// Launch mode: CLOCK_MONOTONIC at exec.
+    pub exec_ns: u64,
+    /// `--trace-events`.
+    pub trace_events: u64,
+    /// CPU profile and its rate (`--sample`).
+    pub cpu: Option<(u64, CpuProfile)>,
+    /// Off-CPU profile (`--off-cpu`).
+    pub offcpu: Option<CpuProfile>,
+    /// Scheduler/sample and thread-name events lost.
+    pub lost_sched: u64,
+    /// Thread-name events lost.
+    pub lost_comm: u64,
+}
+
+/// Writes every output of the session; returns the startup report in
+/// launch mode.
+pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
+    let Sinks {
+        stacks,
+        dispatch,
+        timeline,
+        stages,
+        startup,
+        ..
+    } = sinks;
+    let stacks = writers::finished(stacks);
+    let out = f.out;
+    let report = Report {
+        session: f.session.clone(),
+        funcs: f.funcs,
+        binaries: f.binaries,
+        stacks: &stacks,
+        thread_names: f.thread_names.clone(),
+    };
+    writers::spine(out, &report)?;
+    let duration_ns = f.session.duration_ns;
+    if let Some(d) = &dispatch {
+        writers::dispatches(out, d, duration_ns)?;
+    }
+    if !stages.is_empty() {
+        let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
+        writers::stages(out, &results)?;
+    }
+    let mut startup_report = None;
+    if let Some((mut watch, mut window)) = startup {
+        if let Some(first) = dispatch.as_ref().and_then(|d| d.first_start_ns) {
+            if f.ready.is_none() && !f.dispatch_fallback {
+                watch.mark_ready(first);
+            }
+        }
+        if let Some(ready) = watch
+            .report()
+            .and_then(|r| r.exec_to_ready_ns.map(|d| d + f.exec_ns))
+        {
+            window.cut_window(ready);
+        }
+        let window = writers::finished(window);
+        let window_report = Report {
+            session: f.session.clone(),
+            funcs: f.funcs,
+            binaries: f.binaries,
+            stacks: &window,
+            thread_names: f.thread_names.clone(),
+        };
+        let ready_what = match &f.ready {
+            Some(func) => format!("entry of {func}"),
+            None if f.dispatch_fallback => "never: give --ready FUNC or --dispatch".to_string(),
+            None => "first dispatch".to_string(),
+        };
+        writers::startup(
+            out,
+            watch.report().as_ref(),
+            &ready_what,
+            f.startup_threshold_ns,
+            &window_report,
+        )?;
+        startup_report = watch.report();
+    }
+    if let Some(tl) = timeline {
+        let omitted = tl.omitted;
+        let mut threads: Vec<(u32, String)> = f.thread_names.into_iter().collect();
+        threads.sort();
+        tl.finish(&threads, dispatch.as_ref())
+            .map_err(|e| Error::Output {
+                path: out.path().join("trace.json"),
+                reason: e.to_string(),
+            })?;
+        if omitted > 0 {
+            eprintln!(
+                "profiler: note: trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
+                f.trace_events
+            );
+        }
+    }
+    let what = format!("PID {}", f.session.pid);
+    if let Some(off) = &f.offcpu {
+        print!("\n{}", writers::write_offcpu(out, off, &what)?);
+    }
+    if let Some((hz, prof)) = &f.cpu {
+        print!(
+            "\n{}",
+            writers::write_cpu(out, prof, &what, *hz, duration_ns)?
+        );
+        let pprof = crate::output::export::cpu_pprof(
+            &prof.folded,
+            *hz,
+            duration_ns,
+            f.session.start_unix_ns,
+        );
+        out.write("cpu.pb.gz", &pprof)?;
+    }
+    if f.lost_sched + f.lost_comm > 0 {
+        eprintln!(
+            "profiler: warning: {} scheduler/sample events and {} thread-name events were lost (ring full): raise --ring-size",
+            f.lost_sched, f.lost_comm
+        );
+    }
+    Ok(startup_report)
+}

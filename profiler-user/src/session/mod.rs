@@ -1,0 +1,16 @@
+//! A session: the pipeline built, fed and finished.
+//!
+//! - [`pipeline`]: builds the sinks the same way for `record` and `report`;
+//! - [`collector`]: the loop that drains the ring into the sinks until a
+//!   stop condition, and the sinks' routing of each record;
+//! - [`datafile`]: `profile.data`, written live and read for a replay;
+//! - [`notices`]: slow dispatches and hangs told as they happen, hangs
+//!   logged to `hangs.log`;
+//! - [`status`]: the live status line;
+//! - [`finish`]: every output of a finished pipeline.
+pub mod collector;
+pub mod datafile;
+pub mod finish;
+pub mod notices;
+pub mod pipeline;
+pub mod status;

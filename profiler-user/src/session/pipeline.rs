@@ -1,0 +1,114 @@
+//! Builds the event pipeline (`Sinks`): shadow stacks, the dispatcher, the
+//! `trace.json` timeline, stage trackers and the startup watch. `record`
+//! and `report` build it the same way, which is what makes a replay
+//! reproduce a recording's outputs.
+use crate::{
+    analyze::dispatch::{self, Dispatcher},
+    analyze::stacks::Stacks,
+    analyze::stages::{StageTracker, StagesConfig},
+    analyze::startup::StartupWatch,
+    output::timeline::Timeline,
+    output::OutDir,
+    session::collector::Sinks,
+    target::exits::ExitProbe,
+    target::select::Func,
+    Error, Result,
+};
+
+/// What the pipeline is built from.
+pub struct Config<'a> {
+    /// Where `trace.json` and `hangs.log` go.
+    pub out: &'a OutDir,
+    /// Target PID and executable.
+    pub pid: u32,
+    /// Target executable, for the trace's process name.
+    pub exe: &'a str,
+    /// Probed functions, by cookie.
+    pub funcs: &'a [Func],
+    /// Dispatch settings.
+    pub dispatch: dispatch::Config,
+    /// CLOCK_MONOTONIC at the session start.
+    pub session_start_ns: u64,
+    /// Calls written to trace.json (0: none).
+    pub trace_events: u64,
+    /// Stages and scenarios.
+    pub stages: &'a StagesConfig,
+    /// Launch mode: exec time and `--ready`.
+    pub startup: Option<(u64, Option<&'a str>)>,
+    /// No dispatch function was known.
+    pub dispatch_fallback: bool,
+}
+
+/// Index of the probed function named `name`.
+pub fn index_of(funcs: &[Func], name: &str) -> Option<u32> {
+    funcs.iter().position(|f| f.name == name).map(|i| i as u32)
+}
+
+/// Builds the pipeline; truncates `hangs.log` and starts `trace.json`.
+pub fn build(config: Config) -> Result<Sinks> {
+    let Config {
+        out,
+        pid,
+        exe,
+        funcs,
+        dispatch,
+        session_start_ns,
+        trace_events,
+        stages,
+        startup,
+        dispatch_fallback,
+    } = config;
+    let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
+    let index = |name: &str| index_of(funcs, name);
+    out.write("hangs.log", b"")?;
+    let dispatcher = Dispatcher::new(
+        dispatch,
+        pid,
+        names.clone(),
+        funcs.iter().map(|f| f.dispatch).collect(),
+        session_start_ns,
+    );
+    let timeline = match trace_events {
+        0 => None,
+        limit => Some(
+            Timeline::create(
+                out.create("trace.json")?,
+                pid,
+                exe,
+                session_start_ns,
+                names,
+                limit,
+            )
+            .map_err(|e| Error::Output {
+                path: out.path().join("trace.json"),
+                reason: e.to_string(),
+            })?,
+        ),
+    };
+    let mut stacks = Stacks::new(funcs.len());
+    stacks.set_entry_only(
+        funcs
+            .iter()
+            .map(|f| matches!(f.exit, ExitProbe::EntryOnly(_)))
+            .collect(),
+    );
+    let mut sinks = Sinks::new(pid, stacks, Some(dispatcher), timeline);
+    sinks.hang_log = Some(out.path().join("hangs.log"));
+    let resolved = stages
+        .stages
+        .iter()
+        .map(|s| s.resolve(index))
+        .collect::<Result<Vec<_>>>()?;
+    sinks.stages = stages
+        .roots
+        .iter()
+        .map(|&root| StageTracker::new(resolved.clone(), root, stages.runs))
+        .collect();
+    if let Some((exec_ns, ready)) = startup {
+        let mut watch = StartupWatch::new(index("main"), ready.and_then(index));
+        watch.set_exec(exec_ns);
+        sinks.startup = Some((watch, Stacks::new(funcs.len())));
+        sinks.ready_on_first_dispatch = ready.is_none() && !dispatch_fallback;
+    }
+    Ok(sinks)
+}

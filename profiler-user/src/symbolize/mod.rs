@@ -1,0 +1,15 @@
+//! Addresses to names, and user stacks to addresses.
+//!
+//! - [`Symbolizer`] (`symbolizer.rs`): blazesym over a process's mappings,
+//!   remembered for processes that exited, with a journal for offline
+//!   replay;
+//! - [`DwarfUnwinder`] (`unwind.rs`): framehop over each executable
+//!   mapping's `.eh_frame`, for `sample --dwarf`.
+pub mod perfmap;
+mod symbolizer;
+pub mod tables;
+mod unwind;
+pub mod unwind_table;
+
+pub use symbolizer::Symbolizer;
+pub use unwind::DwarfUnwinder;

@@ -1,0 +1,996 @@
+//! Turns addresses into names with blazesym: user addresses of a process
+//! (ELF symbols, DWARF with inlined functions and file:line, debug files
+//! under /usr/lib/debug; demangled), kernel addresses (kallsyms), and JIT
+//! code from the process's perf map (`perfmap.rs`, checked before it is
+//! read; blazesym's own perf map reading is off). Results are cached per
+//! address; a frame that cannot be resolved is kept as `[unknown] 0x…`,
+//! never dropped.
+//!
+//! Files the target's user controls must not block or mislead the agent,
+//! which runs as root:
+//! - blazesym 0.2.7, when it reads DWARF (`debug_syms`), opens files by
+//!   name beside the binary, as named by the binary's *symbolic* path in
+//!   our mount namespace: `<binary>.dwp` always, and for a
+//!   `.gnu_debuglink` (also `.gnu_debugaltlink`, `.debug_sup`) the build-id
+//!   and name under /usr/lib/debug and /lib/debug, then `<binary's
+//!   directory>/<link name>`, after reading the binary again by that path
+//!   for its build id (`dwarf/resolver.rs`: `try_find_dwp`,
+//!   `find_debug_file`, `DebugFileIter`). Those opens are plain `open`s: a
+//!   FIFO there blocks forever, a symlink is followed. None of this can be
+//!   configured away except by turning DWARF off. So a binary is given to
+//!   blazesym with DWARF by its path only when that path is root's alone
+//!   (every directory on the way and the file owned by root, writable by
+//!   nobody else: [`untrusted::root_controlled`]). Any other binary (a
+//!   user's own build, /tmp, another mount namespace) is symbolized through
+//!   `/proc/PID/map_files/…` (or an fd we opened without blocking), names
+//!   under which nothing else exists, with DWARF only if it has no debug
+//!   link sections; a split-debug binary in a user's directory gets its
+//!   ELF symbols only.
+//! - blazesym runs on its own thread. A request that gets no answer for
+//!   [`STALL`] (a blocking read we did not foresee: a FUSE file, a hung
+//!   NFS mount), or for more than a second after SIGINT/SIGTERM, is given
+//!   up with one warning and the remaining frames are left unnamed: the
+//!   session still ends and writes its outputs.
+use std::{
+    collections::HashMap,
+    fs::File,
+    os::{fd::AsRawFd, unix::fs::MetadataExt},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        mpsc, Arc, Once,
+    },
+    time::{Duration, Instant},
+};
+
+use blazesym::{
+    symbolize::{
+        source::{Elf, Kernel, Process, Source},
+        Input, Sym, Symbolized, Symbolizer as Blaze,
+    },
+    Pid,
+};
+
+use super::perfmap;
+use crate::untrusted;
+
+/// Largest cache before it is cleared, to keep memory flat.
+const CACHE_CAP: usize = 200_000;
+
+/// A blazesym request unanswered this long is given up.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// After SIGINT or SIGTERM, a request still unanswered after this long is
+/// given up (a quick one is let finish: the signal may just be ending the
+/// recording).
+const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
+
+/// A process's mappings are read again, for an address outside every
+/// remembered one, at most this often.
+const MAPS_REFRESH: Duration = Duration::from_millis(250);
+
+/// Frames of one address, outermost first: the function, then the
+/// functions inlined into it at that address (suffixed `_[i]`).
+pub type Frames = Vec<String>;
+
+/// What an executable mapping holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A file (the path starts with `/`).
+    File,
+    /// The vDSO.
+    Vdso,
+    /// Anonymous memory (JIT code, trampolines).
+    Anon,
+}
+
+/// One executable mapping of a process: what it takes to symbolize its
+/// addresses, also after the process is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ExecMap {
+    start: u64,
+    end: u64,
+    offset: u64,
+    /// Device and inode of the file, as `/proc/PID/maps` gives them.
+    dev: u64,
+    inode: u64,
+    path: PathBuf,
+    kind: Kind,
+}
+
+impl ExecMap {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end
+    }
+
+    /// Whether JIT code (named by the perf map) may live here: anonymous
+    /// memory, or a memfd (double-mapped JIT code).
+    fn may_be_jit(&self) -> bool {
+        self.kind == Kind::Anon
+            || (self.kind == Kind::File
+                && self
+                    .path
+                    .as_os_str()
+                    .as_encoded_bytes()
+                    .starts_with(b"/memfd:"))
+    }
+}
+
+/// The vDSO's name in `/proc/PID/maps`. Every process maps the same kernel
+/// vDSO image, so its addresses are symbolized through our own mapping.
+const VDSO: &str = "[vdso]";
+
+/// `MAJOR:MINOR` (hex) of `/proc/PID/maps` as a `dev_t`.
+fn parse_dev(s: &str) -> Option<u64> {
+    let (major, minor) = s.split_once(':')?;
+    Some(libc::makedev(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    ))
+}
+
+/// Executable mappings from the text of `/proc/PID/maps`.
+fn parse_exec_maps(text: &str) -> Vec<ExecMap> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+            let (dev, inode) = (f.next()?, f.next()?);
+            let path = f.collect::<Vec<_>>().join(" ");
+            if !perms.contains('x') || path == "[vsyscall]" {
+                return None;
+            }
+            let kind = if path.starts_with('/') {
+                Kind::File
+            } else if path == VDSO {
+                Kind::Vdso
+            } else {
+                Kind::Anon
+            };
+            let (start, end) = range.split_once('-')?;
+            Some(ExecMap {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                dev: parse_dev(dev)?,
+                inode: inode.parse().ok()?,
+                path: PathBuf::from(path.strip_suffix(" (deleted)").unwrap_or(&path)),
+                kind,
+            })
+        })
+        .collect()
+}
+
+/// Address-to-name resolution, with a cache.
+pub struct Symbolizer {
+    pid: u32,
+    cache: HashMap<(u32, u64), Frames>,
+    maps: HashMap<u32, Arc<Vec<ExecMap>>>,
+    /// When each process's mappings were last read.
+    refreshed: HashMap<u32, Instant>,
+    /// Every address resolved, kept for `profile.data` (or, offline, the
+    /// only source of names).
+    journal: HashMap<(u32, u64), Frames>,
+    offline: bool,
+    /// The blazesym thread; None offline, or once given up.
+    worker: Option<Worker>,
+}
+
+/// Pseudo-pid under which kernel addresses are cached.
+const KERNEL: u32 = 0;
+
+impl Symbolizer {
+    /// A symbolizer whose default process is `pid`.
+    pub fn new(pid: u32) -> Self {
+        let mut s = Symbolizer {
+            pid,
+            cache: HashMap::new(),
+            maps: HashMap::new(),
+            refreshed: HashMap::new(),
+            journal: HashMap::new(),
+            offline: false,
+            worker: Worker::start(),
+        };
+        s.remember_maps(pid);
+        s
+    }
+
+    /// Snapshots `pid`'s executable mappings, so its addresses can still be
+    /// symbolized (from the files, by offset) after it exits. Call it again
+    /// from time to time to catch `dlopen`.
+    pub fn remember_maps(&mut self, pid: u32) {
+        if pid == KERNEL {
+            return;
+        }
+        self.refreshed.insert(pid, Instant::now());
+        // Where its perf map is and whose it is, kept for after it exits.
+        let _ = perfmap::Location::of(pid);
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+            let maps = parse_exec_maps(&text);
+            if !maps.is_empty() {
+                self.maps.insert(pid, Arc::new(maps));
+            }
+        }
+    }
+
+    /// A symbolizer that only answers from a journal (offline replay).
+    pub fn offline(pid: u32, journal: impl IntoIterator<Item = (u32, u64, Frames)>) -> Self {
+        let journal = journal.into_iter().map(|(p, a, f)| ((p, a), f)).collect();
+        Symbolizer {
+            pid,
+            cache: HashMap::new(),
+            maps: HashMap::new(),
+            refreshed: HashMap::new(),
+            journal,
+            offline: true,
+            worker: None,
+        }
+    }
+
+    /// Every address resolved so far, for `profile.data`.
+    pub fn journal(&self) -> Vec<(u32, u64, Frames)> {
+        let mut v: Vec<_> = self
+            .journal
+            .iter()
+            .map(|(&(p, a), f)| (p, a, f.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// `file:line` of the instruction at `addr` in process `pid`, from DWARF,
+    /// when the binary has it (innermost, i.e. inside inlined code).
+    pub fn location(&mut self, pid: u32, addr: u64) -> Option<String> {
+        if self.offline || pid == KERNEL {
+            return None;
+        }
+        self.refresh_if_outside(pid, &[addr]);
+        let maps = self.maps.get(&pid).cloned().unwrap_or_default();
+        match self.ask(Req::Location { pid, addr, maps })? {
+            Resp::Location(loc) => loc,
+            Resp::Frames(_) => None,
+        }
+    }
+
+    /// True once `pid`'s mappings were remembered.
+    pub fn knows(&self, pid: u32) -> bool {
+        self.maps.contains_key(&pid)
+    }
+
+    /// Innermost names for a user stack of the default process (innermost
+    /// first), without inlined frames: for matching against traced calls.
+    pub fn user_stack(&mut self, addrs: &[u64]) -> Vec<String> {
+        self.frames(self.pid, addrs)
+            .into_iter()
+            .map(|mut f| f.swap_remove(0))
+            .collect()
+    }
+
+    /// Names for a kernel stack (innermost first), suffixed `_[k]`.
+    pub fn kernel_stack(&mut self, addrs: &[u64]) -> Vec<String> {
+        self.frames(KERNEL, addrs)
+            .into_iter()
+            .map(|mut f| format!("{}_[k]", f.swap_remove(0)))
+            .collect()
+    }
+
+    /// Frames for every address of a stack (innermost first) of process
+    /// `pid` (0: the kernel). Return addresses past the first are moved back
+    /// one byte so they land inside the call instruction.
+    pub fn frames(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frames> {
+        let lookup: Vec<u64> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+            .collect();
+        if self.offline {
+            return lookup
+                .iter()
+                .map(|a| {
+                    self.journal
+                        .get(&(pid, *a))
+                        .cloned()
+                        .unwrap_or_else(|| unknown(*a))
+                })
+                .collect();
+        }
+        let mut missing: Vec<u64> = lookup
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(&(pid, *a)))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            if self.cache.len() + missing.len() > CACHE_CAP {
+                self.cache.clear();
+            }
+            let req = if pid == KERNEL {
+                Req::Kernel(missing.clone())
+            } else {
+                self.refresh_if_outside(pid, &missing);
+                Req::Frames {
+                    pid,
+                    addrs: missing.clone(),
+                    maps: self.maps.get(&pid).cloned().unwrap_or_default(),
+                }
+            };
+            let resolved = match self.ask(req) {
+                Some(Resp::Frames(f)) if f.len() == missing.len() => f,
+                _ => missing.iter().map(|a| unknown(*a)).collect(),
+            };
+            let resolved: Vec<Frames> = resolved
+                .into_iter()
+                .zip(&missing)
+                .map(|(f, &a)| {
+                    if f[0].starts_with("[unknown]") {
+                        self.unknown_in_binary(pid, a).unwrap_or(f)
+                    } else {
+                        f
+                    }
+                })
+                .collect();
+            for (a, f) in missing.into_iter().zip(resolved) {
+                if self.journal.len() < CACHE_CAP {
+                    self.journal.insert((pid, a), f.clone());
+                }
+                self.cache.insert((pid, a), f);
+            }
+        }
+        lookup
+            .iter()
+            .map(|a| self.cache[&(pid, *a)].clone())
+            .collect()
+    }
+}
+
+impl Symbolizer {
+    /// Reads `pid`'s mappings again if one of `addrs` lies outside all the
+    /// remembered ones (a `dlopen`, new JIT memory), at most every
+    /// [`MAPS_REFRESH`].
+    fn refresh_if_outside(&mut self, pid: u32, addrs: &[u64]) {
+        let outside = match self.maps.get(&pid) {
+            Some(maps) => addrs.iter().any(|&a| !maps.iter().any(|m| m.contains(a))),
+            None => true,
+        };
+        if outside
+            && self
+                .refreshed
+                .get(&pid)
+                .is_none_or(|t| t.elapsed() >= MAPS_REFRESH)
+        {
+            self.remember_maps(pid);
+        }
+    }
+
+    /// `[unknown] binary+0xoffset` for an address no symbol covers, when a
+    /// remembered file mapping (or the vDSO) does.
+    fn unknown_in_binary(&mut self, pid: u32, addr: u64) -> Option<Frames> {
+        if pid == KERNEL {
+            return None;
+        }
+        if !self.maps.contains_key(&pid) {
+            self.remember_maps(pid);
+        }
+        let m = self
+            .maps
+            .get(&pid)?
+            .iter()
+            .find(|m| m.contains(addr) && m.kind != Kind::Anon)?;
+        let name = m
+            .path
+            .file_name()
+            .map_or_else(|| m.path.to_string_lossy(), |n| n.to_string_lossy());
+        Some(vec![format!(
+            "[unknown] {}+{:#x}",
+            perfmap::clean_name(name.as_bytes()),
+            addr - m.start + m.offset
+        )])
+    }
+
+    /// Sends `req` to the blazesym thread and waits for the answer, giving
+    /// up (for good, with one warning) after [`STALL`], or after
+    /// [`INTERRUPT_GRACE`] once SIGINT/SIGTERM arrived during the wait.
+    fn ask(&mut self, req: Req) -> Option<Resp> {
+        let w = self.worker.as_ref()?;
+        count_signals();
+        let signals = SIGNALS.load(Ordering::Relaxed);
+        if w.tx.send(req).is_err() {
+            self.give_up("its thread is gone");
+            return None;
+        }
+        let started = Instant::now();
+        loop {
+            match w.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(resp) => return Some(resp),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.give_up("it failed");
+                    return None;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let waited = started.elapsed();
+                    if SIGNALS.load(Ordering::Relaxed) != signals && waited >= INTERRUPT_GRACE {
+                        self.give_up("interrupted by a signal");
+                        return None;
+                    }
+                    if waited >= STALL {
+                        self.give_up(&format!(
+                            "no answer for {} s: a file the target maps may block reads",
+                            STALL.as_secs()
+                        ));
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn give_up(&mut self, why: &str) {
+        // The thread may stay blocked; it is abandoned, not joined.
+        self.worker = None;
+        eprintln!(
+            "profiler: warning: symbolization stopped ({why}); the remaining frames are left unnamed"
+        );
+    }
+}
+
+/// SIGINT and SIGTERM received, counted alongside tokio's own handling of
+/// them (which ends a recording, and later swallows them).
+static SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+fn count_signals() {
+    static ONCE: Once = Once::new();
+    if cfg!(test) {
+        return;
+    }
+    ONCE.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: the action only increments an atomic, which is
+            // async-signal-safe.
+            let _ = unsafe {
+                signal_hook_registry::register(sig, || {
+                    SIGNALS.fetch_add(1, Ordering::Relaxed);
+                })
+            };
+        }
+    });
+}
+
+/// A request to the blazesym thread.
+enum Req {
+    /// Frames for user addresses of `pid`, with its remembered mappings.
+    Frames {
+        pid: u32,
+        addrs: Vec<u64>,
+        maps: Arc<Vec<ExecMap>>,
+    },
+    /// Frames for kernel addresses.
+    Kernel(Vec<u64>),
+    /// `file:line` of one user address.
+    Location {
+        pid: u32,
+        addr: u64,
+        maps: Arc<Vec<ExecMap>>,
+    },
+}
+
+enum Resp {
+    Frames(Vec<Frames>),
+    Location(Option<String>),
+}
+
+/// The blazesym thread's handle.
+struct Worker {
+    tx: mpsc::Sender<Req>,
+    rx: mpsc::Receiver<Resp>,
+}
+
+impl Worker {
+    fn start() -> Option<Worker> {
+        let (tx, requests) = mpsc::channel::<Req>();
+        let (answers, rx) = mpsc::channel::<Resp>();
+        std::thread::Builder::new()
+            .name("symbolizer".into())
+            .spawn(move || {
+                let mut core = Core::new();
+                for req in requests {
+                    let resp = match req {
+                        Req::Frames { pid, addrs, maps } => {
+                            Resp::Frames(core.frames(pid, &addrs, &maps))
+                        }
+                        Req::Kernel(addrs) => Resp::Frames(core.kernel(&addrs)),
+                        Req::Location { pid, addr, maps } => {
+                            Resp::Location(core.location(pid, addr, &maps))
+                        }
+                    };
+                    if answers.send(resp).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Worker { tx, rx })
+    }
+}
+
+/// How far a mapped file may be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// Its path is root's alone: blazesym may read it by name, with DWARF
+    /// and whatever debug files it finds.
+    Root,
+    /// Anyone else's: read through a name nothing else exists under, with
+    /// DWARF only if it has no debug link sections (`links`).
+    User { links: bool },
+    /// Not readable as a regular file now.
+    Unreadable,
+}
+
+/// The blazesym side, on its own thread.
+struct Core {
+    blaze: Blaze,
+    trust: HashMap<(PathBuf, u64, u64), Trust>,
+    perf: HashMap<u32, perfmap::Tracked>,
+    own_vdso: Option<u64>,
+}
+
+/// Opens the file of mapping `m` of `pid` without blocking: through
+/// `/proc/PID/map_files` while it is mapped, else by its path if that is
+/// still the same regular file (device and inode). Returns the file and a
+/// path blazesym can open it by, under which no other file can exist.
+fn open_mapping(pid: u32, m: &ExecMap) -> Option<(File, PathBuf)> {
+    let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+    if let Ok((f, _)) = untrusted::open_regular(&mf, true) {
+        return Some((f, mf));
+    }
+    let (f, md) = untrusted::open_regular(&m.path, false).ok()?;
+    if (md.dev(), md.ino()) != (m.dev, m.inode) {
+        return None;
+    }
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+    Some((f, by_fd))
+}
+
+/// `file:line` of a symbol (innermost inlined function first).
+fn code_location(sym: &Sym<'_>) -> Option<String> {
+    let ci = sym
+        .inlined
+        .last()
+        .and_then(|i| i.code_info.as_ref())
+        .or(sym.code_info.as_deref())?;
+    let file = std::path::Path::new(&ci.file)
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
+    Some(match ci.line {
+        Some(line) => format!("{file}:{line}"),
+        None => file,
+    })
+}
+
+impl Core {
+    fn new() -> Self {
+        Core {
+            blaze: Blaze::new(),
+            trust: HashMap::new(),
+            perf: HashMap::new(),
+            own_vdso: None,
+        }
+    }
+
+    /// How far the file of mapping `m` may be trusted (cached per file).
+    fn trust(&mut self, pid: u32, m: &ExecMap) -> Trust {
+        let key = (m.path.clone(), m.dev, m.inode);
+        if let Some(t) = self.trust.get(&key) {
+            return *t;
+        }
+        let t = if untrusted::root_controlled(&m.path) {
+            Trust::Root
+        } else if let Some((f, _)) = open_mapping(pid, m) {
+            Trust::User {
+                links: untrusted::has_debug_links(&f),
+            }
+        } else {
+            // Not cached: the file may be readable later.
+            return Trust::Unreadable;
+        };
+        self.trust.insert(key, t);
+        t
+    }
+
+    /// A process source with blazesym's perf map reading off (ours is
+    /// checked first), with or without DWARF.
+    fn process(pid: Pid, debug: bool) -> Source<'static> {
+        let mut p = Process::new(pid);
+        p.perf_map = false;
+        p.debug_syms = debug;
+        Source::Process(p)
+    }
+
+    /// Symbolizes `addrs[i]` for each `i` in `idx` through `src` (absolute
+    /// addresses or file offsets), filling what resolves into `out`.
+    fn fill(
+        &self,
+        src: &Source,
+        input: &[u64],
+        idx: &[usize],
+        offsets: bool,
+        out: &mut [Option<Frames>],
+    ) {
+        if idx.is_empty() {
+            return;
+        }
+        let syms = match offsets {
+            true => self.blaze.symbolize(src, Input::FileOffset(input)),
+            false => self.blaze.symbolize(src, Input::AbsAddr(input)),
+        };
+        for (&i, f) in idx.iter().zip(to_frames(syms.ok(), input)) {
+            if !f[0].starts_with("[unknown]") {
+                out[i] = Some(f);
+            }
+        }
+    }
+
+    /// Frames for user addresses of `pid`; see the module comment for who
+    /// reads what.
+    fn frames(&mut self, pid: u32, addrs: &[u64], maps: &[ExecMap]) -> Vec<Frames> {
+        // A refused perf map is reported at first sight of the process,
+        // whether or not it has JIT code.
+        self.perf.entry(pid).or_insert_with(|| {
+            let map = perfmap::Tracked::new(pid);
+            map.check();
+            map
+        });
+        let at: Vec<Option<&ExecMap>> = addrs
+            .iter()
+            .map(|&a| maps.iter().find(|m| m.contains(a)))
+            .collect();
+        let mut out: Vec<Option<Frames>> = vec![None; addrs.len()];
+        let (mut rooted, mut plain) = (Vec::new(), Vec::new());
+        let mut users: Vec<(&ExecMap, bool, Vec<usize>)> = Vec::new();
+        for (i, m) in at.iter().enumerate() {
+            match m {
+                None => plain.push(i),
+                Some(m) if m.kind == Kind::Vdso => plain.push(i),
+                Some(m) if m.kind == Kind::Anon => {}
+                Some(m) => match self.trust(pid, m) {
+                    Trust::Root => rooted.push(i),
+                    Trust::User { links } => {
+                        match users.iter_mut().find(|(u, _, _)| std::ptr::eq(*u, *m)) {
+                            Some((_, _, v)) => v.push(i),
+                            None => users.push((m, links, vec![i])),
+                        }
+                    }
+                    Trust::Unreadable => {}
+                },
+            }
+        }
+        for (idx, debug) in [(&rooted, true), (&plain, false)] {
+            let input: Vec<u64> = idx.iter().map(|&i| addrs[i]).collect();
+            self.fill(
+                &Self::process(Pid::from(pid), debug),
+                &input,
+                idx,
+                false,
+                &mut out,
+            );
+        }
+        for (m, links, idx) in &users {
+            self.in_user_file(pid, m, *links, addrs, idx, &mut out);
+        }
+        // A process that exited (or a zombie with empty maps): its root-owned
+        // files and the vDSO, by file offset.
+        let rest: Vec<usize> = (0..addrs.len())
+            .filter(|&i| out[i].is_none())
+            .filter(|&i| {
+                at[i].is_some_and(|m| {
+                    m.kind == Kind::Vdso
+                        || (m.kind == Kind::File
+                            && self.trust.get(&(m.path.clone(), m.dev, m.inode))
+                                == Some(&Trust::Root))
+                })
+            })
+            .collect();
+        self.in_remembered_files(&at, addrs, &rest, &mut out);
+        // JIT code: the perf map, once checked.
+        let jit: Vec<usize> = (0..addrs.len())
+            .filter(|&i| out[i].is_none() && at[i].is_some_and(ExecMap::may_be_jit))
+            .collect();
+        if !jit.is_empty() {
+            let map = self
+                .perf
+                .entry(pid)
+                .or_insert_with(|| perfmap::Tracked::new(pid));
+            map.refresh();
+            for i in jit {
+                if let Some(name) = map.lookup(addrs[i]) {
+                    out[i] = Some(vec![name.to_string()]);
+                }
+            }
+        }
+        out.into_iter()
+            .zip(addrs)
+            .map(|(f, &a)| f.unwrap_or_else(|| unknown(a)))
+            .collect()
+    }
+
+    /// Addresses in a file that is not root's: through a name nothing else
+    /// exists under, with DWARF only if it has no debug link sections.
+    fn in_user_file(
+        &mut self,
+        pid: u32,
+        m: &ExecMap,
+        links: bool,
+        addrs: &[u64],
+        idx: &[usize],
+        out: &mut [Option<Frames>],
+    ) {
+        let Some((file, path)) = open_mapping(pid, m) else {
+            return;
+        };
+        let mut elf = Elf::new(path);
+        elf.debug_syms = !links;
+        let offsets: Vec<u64> = idx.iter().map(|&i| addrs[i] - m.start + m.offset).collect();
+        self.fill(&Source::Elf(elf), &offsets, idx, true, out);
+        drop(file);
+    }
+
+    /// Start of this process's own vDSO mapping.
+    fn own_vdso_start(&mut self) -> u64 {
+        *self.own_vdso.get_or_insert_with(|| {
+            let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+            parse_exec_maps(&text)
+                .into_iter()
+                .find(|m| m.kind == Kind::Vdso)
+                .map_or(0, |m| m.start)
+        })
+    }
+
+    /// Symbolizes addresses of an exited process from its remembered
+    /// mappings (`at[i]` holds `addrs[i]`): each becomes a file offset in a
+    /// root-owned binary, or an address in our own vDSO.
+    fn in_remembered_files(
+        &mut self,
+        at: &[Option<&ExecMap>],
+        addrs: &[u64],
+        idx: &[usize],
+        out: &mut [Option<Frames>],
+    ) {
+        // Per file: the addresses' indices and their file offsets (each by
+        // its own mapping: a file may have several executable ones).
+        let mut by_file: Vec<(&ExecMap, Vec<usize>, Vec<u64>)> = Vec::new();
+        for &i in idx {
+            let Some(m) = at[i] else { continue };
+            let offset = addrs[i] - m.start + m.offset;
+            match by_file.iter_mut().find(|(f, _, _)| f.path == m.path) {
+                Some((_, v, o)) => {
+                    v.push(i);
+                    o.push(offset);
+                }
+                None => by_file.push((m, vec![i], vec![offset])),
+            }
+        }
+        for (m, items, offsets) in by_file {
+            if m.kind == Kind::Vdso {
+                let own = self.own_vdso_start();
+                let mine: Vec<u64> = offsets.iter().map(|o| o + own).collect();
+                let src = Self::process(Pid::Slf, false);
+                self.fill(&src, &mine, &items, false, out);
+            } else {
+                let src = Source::Elf(Elf::new(m.path.clone()));
+                self.fill(&src, &offsets, &items, true, out);
+            }
+        }
+    }
+
+    /// Frames for kernel addresses.
+    fn kernel(&self, addrs: &[u64]) -> Vec<Frames> {
+        let src = Source::Kernel(Kernel {
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        to_frames(
+            self.blaze.symbolize(&src, Input::AbsAddr(addrs)).ok(),
+            addrs,
+        )
+    }
+
+    /// `file:line` of `addr` in `pid`, from DWARF, under the same rules as
+    /// [`Core::frames`].
+    fn location(&mut self, pid: u32, addr: u64, maps: &[ExecMap]) -> Option<String> {
+        let m = maps
+            .iter()
+            .find(|m| m.contains(addr) && m.kind == Kind::File)?;
+        let sym = |blaze: &Blaze, src: &Source, input: Input<&[u64]>| -> Option<String> {
+            let syms = blaze.symbolize(src, input).ok()?;
+            match syms.first()? {
+                Symbolized::Sym(sym) => code_location(sym),
+                Symbolized::Unknown(_) => None,
+            }
+        };
+        match self.trust(pid, m) {
+            Trust::Root => sym(
+                &self.blaze,
+                &Self::process(Pid::from(pid), true),
+                Input::AbsAddr(&[addr]),
+            ),
+            Trust::User { links: true } => None,
+            Trust::User { links: false } => {
+                let (file, path) = open_mapping(pid, m)?;
+                let loc = sym(
+                    &self.blaze,
+                    &Source::Elf(Elf::new(path)),
+                    Input::FileOffset(&[addr - m.start + m.offset]),
+                );
+                drop(file);
+                loc
+            }
+            Trust::Unreadable => None,
+        }
+    }
+}
+
+fn unknown(a: u64) -> Frames {
+    vec![format!("[unknown] {a:#x}")]
+}
+
+fn to_frames(syms: Option<Vec<Symbolized<'_>>>, addrs: &[u64]) -> Vec<Frames> {
+    match syms {
+        Some(syms) => syms
+            .iter()
+            .zip(addrs)
+            .map(|(s, a)| match s {
+                Symbolized::Sym(sym) => {
+                    let mut f = vec![sym.name.to_string()];
+                    f.extend(sym.inlined.iter().map(|i| format!("{}_[i]", i.name)));
+                    f
+                }
+                Symbolized::Unknown(_) => unknown(*a),
+            })
+            .collect(),
+        None => addrs.iter().map(|a| unknown(*a)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn marker_function_for_symbolizer() -> u64 {
+        marker_function_for_symbolizer as *const () as u64
+    }
+
+    #[test]
+    fn resolves_own_function_and_keeps_unknowns() {
+        let mut s = Symbolizer::new(std::process::id());
+        let names = s.user_stack(&[marker_function_for_symbolizer(), 0x10]);
+        assert!(
+            names[0].ends_with("marker_function_for_symbolizer"),
+            "{names:?}"
+        );
+        assert!(names[1].starts_with("[unknown]"), "{names:?}");
+    }
+
+    #[test]
+    fn symbolizes_from_remembered_maps_by_file_offset() {
+        let me = std::process::id();
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let maps = parse_exec_maps(&text);
+        let addr = marker_function_for_symbolizer();
+        let m = maps.iter().find(|m| m.contains(addr)).unwrap();
+        let mut core = Core::new();
+        let mut out = vec![None];
+        if core.trust(me, m) == Trust::Root {
+            core.in_remembered_files(&[Some(m)], &[addr], &[0], &mut out);
+        } else {
+            core.in_user_file(me, m, false, &[addr], &[0], &mut out);
+        }
+        let frames = out[0].clone().unwrap();
+        assert!(
+            frames[0].ends_with("marker_function_for_symbolizer"),
+            "{frames:?}"
+        );
+        let maps = parse_exec_maps(
+            "55d4c0a01000-55d4c0a02000 r-xp 00001000 fe:01 123 /usr/bin/my app\n\
+             7f-80 rw-p 0 0:0 0 [heap]\n\
+             7f00-7f10 rwxp 0 00:00 0 \n\
+             7f20-7f30 r-xp 0 00:01 77 /memfd:jit (deleted)\n",
+        );
+        assert_eq!(
+            maps[0],
+            ExecMap {
+                start: 0x55d4c0a01000,
+                end: 0x55d4c0a02000,
+                offset: 0x1000,
+                dev: libc::makedev(0xfe, 1),
+                inode: 123,
+                path: "/usr/bin/my app".into(),
+                kind: Kind::File,
+            }
+        );
+        assert_eq!(maps.len(), 3);
+        assert_eq!(maps[1].kind, Kind::Anon);
+        assert!(maps[1].may_be_jit());
+        assert_eq!(maps[2].path, PathBuf::from("/memfd:jit"));
+        assert!(maps[2].may_be_jit() && !maps[0].may_be_jit());
+    }
+
+    #[test]
+    fn user_binary_is_symbolized_through_map_files_with_dwarf() {
+        // Our own test binary, seen as if a user owned it: through
+        // /proc/self/map_files, never by its path.
+        let me = std::process::id();
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let maps = parse_exec_maps(&text);
+        let addr = marker_function_for_symbolizer();
+        let m = maps.iter().find(|m| m.contains(addr)).unwrap();
+        let mut core = Core::new();
+        let mut out = vec![None];
+        core.in_user_file(me, m, false, &[addr], &[0], &mut out);
+        let frames = out[0].clone().unwrap();
+        assert!(
+            frames[0].ends_with("marker_function_for_symbolizer"),
+            "{frames:?}"
+        );
+        core.trust.insert(
+            (m.path.clone(), m.dev, m.inode),
+            Trust::User { links: false },
+        );
+        let loc = core
+            .location(me, addr, &maps)
+            .expect("file:line from DWARF");
+        assert!(loc.starts_with("symbolizer.rs:"), "{loc}");
+    }
+
+    #[test]
+    fn jit_addresses_are_named_from_a_checked_perf_map() {
+        // An anonymous executable mapping of our own, and a perf map for it.
+        let len = 4096;
+        // SAFETY: a fresh anonymous mapping, unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        let start = page as u64;
+        let me = std::process::id();
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let maps = parse_exec_maps(&text);
+        assert!(maps
+            .iter()
+            .any(|m| m.contains(start) && m.kind == Kind::Anon));
+        let dir = std::env::temp_dir().join(format!("profiler-symjit-{me}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("perf.map");
+        std::fs::write(
+            &path,
+            format!("{start:x} 40 JIT:hot;fn\n{:x} 10 other\n", start + 0x100),
+        )
+        .unwrap();
+        let mut core = Core::new();
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        core.perf.insert(
+            me,
+            perfmap::Tracked::at(Some(perfmap::Location {
+                path: path.clone(),
+                shown: path.display().to_string(),
+                owners: vec![0, uid],
+            })),
+        );
+        let frames = core.frames(me, &[start + 8, start + 0x104, start + 0x200], &maps);
+        assert_eq!(frames[0], vec!["JIT:hot;fn".to_string()]);
+        assert_eq!(frames[1], vec!["other".to_string()]);
+        assert!(frames[2][0].starts_with("[unknown]"), "{frames:?}");
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(page, len) };
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,453 @@
+//! Where a function's frame ends: every `ret` in its code, and every direct
+//! `jmp` that leaves it for another function's entry (a tail call). Probing
+//! those instructions with plain uprobes replaces return probes
+//! (uretprobes), which rewrite the return address on the stack: that
+//! rewritten address has no unwind entry, so a C++ `throw` or a Rust panic
+//! that unwinds through the frame aborts the target, and Go's runtime, which
+//! copies goroutine stacks, crashes. A probe on the `ret` leaves the stack
+//! alone.
+//!
+//! At every site found here the function's frame is already torn down: the
+//! stack pointer points at the return address, as at entry. The kernel
+//! program adds 8 so that the agent pairs it like a uretprobe's (which
+//! fires after the return).
+//!
+//! A probe written into the middle of an instruction would corrupt the
+//! target, so the code is decoded (iced-x86) linearly from the symbol's
+//! start to its end, and accepted only if every instruction decodes and
+//! every branch inside the function lands on an instruction boundary of
+//! that decoding. Otherwise the function gets no exit probes at all
+//! ([`Exits::Unsafe`]): its calls are counted at entry only.
+//!
+//! Exits that cannot be probed are not errors: a conditional tail call
+//! (`jcc` to another function), an indirect jump, or a jump into another
+//! function's body leave the frame without passing a probed site. The
+//! agent closes such frames by stack pointer (see `stacks.rs`), marked as
+//! unwound, so counts stay exact.
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
+
+use super::symbols::Symbol;
+
+/// Why a function's exits could not all be probed (the frame is then
+/// closed by stack pointer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unprobed {
+    /// A conditional jump to another function (a conditional tail call).
+    ConditionalTailCall,
+    /// An indirect jump (a jump table, or a tail call through a pointer).
+    IndirectJump,
+    /// A jump into the middle of another function.
+    JumpOut,
+}
+
+/// The exit sites of one function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exits {
+    /// Probe these file offsets. `tail_calls` of them are direct jumps to
+    /// other functions; `unprobed` names a way the frame can end without
+    /// passing any of them.
+    Sites {
+        /// File offsets of the exit instructions.
+        offsets: Vec<u64>,
+        /// How many of them are tail calls.
+        tail_calls: u32,
+        /// A way out that has no probe, if any.
+        unprobed: Option<Unprobed>,
+    },
+    /// The code could not be decoded safely: no exit probes.
+    Unsafe(String),
+}
+
+/// The functions of one binary, sorted by address, and its bytes: what
+/// exit finding needs to tell a tail call from a jump inside a function.
+pub struct Code<'a> {
+    data: &'a [u8],
+    symbols: &'a [Symbol],
+    /// Address ranges of the PLT sections: a jump there is a tail call.
+    plt: Vec<(u64, u64)>,
+}
+
+/// Largest function decoded (bigger ones are nearly always data or
+/// generated tables; their exits are left to the stack-pointer rule).
+const MAX_FUNC_BYTES: u64 = 1 << 20;
+
+impl<'a> Code<'a> {
+    /// `data` is the whole ELF file; `symbols` its functions sorted by
+    /// address (as [`super::symbols::read_functions`] returns them).
+    pub fn new(data: &'a [u8], symbols: &'a [Symbol]) -> Self {
+        use object::{Object, ObjectSection};
+        let plt = object::File::parse(data)
+            .map(|file| {
+                file.sections()
+                    .filter(|s| s.name().is_ok_and(|n| n.starts_with(".plt")))
+                    .map(|s| (s.address(), s.address() + s.size()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Code { data, symbols, plt }
+    }
+
+    /// True when `addr` is a function's first instruction or a PLT stub.
+    fn is_entry(&self, addr: u64) -> bool {
+        self.starting_at(addr).is_some() || self.plt.iter().any(|&(s, e)| addr >= s && addr < e)
+    }
+
+    /// The function that starts exactly at `addr`.
+    fn starting_at(&self, addr: u64) -> Option<&'a Symbol> {
+        self.symbols
+            .binary_search_by_key(&addr, |s| s.addr)
+            .ok()
+            .map(|i| &self.symbols[i])
+    }
+
+    /// The function whose body holds `addr`.
+    fn containing(&self, addr: u64) -> Option<&'a Symbol> {
+        let i = self.symbols.partition_point(|s| s.addr <= addr);
+        let s = &self.symbols[i.checked_sub(1)?];
+        (addr < s.addr + s.size.max(1)).then_some(s)
+    }
+
+    /// The bytes of `sym` in the file.
+    fn bytes(&self, sym: &Symbol) -> Option<&'a [u8]> {
+        let start = usize::try_from(sym.offset).ok()?;
+        let end = start.checked_add(usize::try_from(sym.size).ok()?)?;
+        self.data.get(start..end)
+    }
+
+    /// Finds the exit sites of `func`.
+    pub fn exits(&self, func: &Symbol) -> Exits {
+        if func.size == 0 {
+            return Exits::Unsafe("its symbol has no size".into());
+        }
+        if func.size > MAX_FUNC_BYTES {
+            return Exits::Unsafe(format!("it is larger than {MAX_FUNC_BYTES} bytes"));
+        }
+        // The function's own body, then any `NAME.cold` parts it jumps to
+        // (gcc's hot/cold splitting: still this function's frame).
+        let mut regions: Vec<&Symbol> = vec![func];
+        let mut boundaries: Vec<u64> = Vec::new();
+        let mut targets: Vec<u64> = Vec::new();
+        let mut offsets = Vec::new();
+        let mut tail_calls = 0;
+        let mut unprobed = None;
+        let mut next = 0;
+        while let Some(&region) = regions.get(next) {
+            next += 1;
+            let Some(bytes) = self.bytes(region) else {
+                return Exits::Unsafe(format!("{} lies outside the file", region.name));
+            };
+            let mut decoder = Decoder::with_ip(64, bytes, region.addr, DecoderOptions::NONE);
+            for insn in &mut decoder {
+                if insn.is_invalid() {
+                    return Exits::Unsafe(format!(
+                        "undecodable instruction at {}+{:#x}",
+                        region.name,
+                        insn.ip() - region.addr
+                    ));
+                }
+                boundaries.push(insn.ip());
+                let site = region.offset + (insn.ip() - region.addr);
+                let inside = |t: u64| regions.iter().any(|r| t >= r.addr && t < r.addr + r.size);
+                match insn.flow_control() {
+                    FlowControl::Return => offsets.push(site),
+                    FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                        let target = insn.near_branch_target();
+                        let conditional = insn.flow_control() == FlowControl::ConditionalBranch;
+                        if inside(target) {
+                            targets.push(target);
+                        } else if let Some(cold) = self.cold_part(func, target) {
+                            regions.push(cold);
+                            targets.push(target);
+                        } else if self.is_entry(target) {
+                            if conditional {
+                                unprobed = Some(Unprobed::ConditionalTailCall);
+                            } else {
+                                offsets.push(site);
+                                tail_calls += 1;
+                            }
+                        } else if !conditional || self.containing(target).is_some() {
+                            unprobed = Some(Unprobed::JumpOut);
+                        }
+                    }
+                    FlowControl::IndirectBranch => {
+                        unprobed.get_or_insert(Unprobed::IndirectJump);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        boundaries.sort_unstable();
+        if let Some(bad) = targets
+            .iter()
+            .find(|t| boundaries.binary_search(t).is_err())
+        {
+            return Exits::Unsafe(format!(
+                "a branch lands inside an instruction at {bad:#x} (code mixed with data?)"
+            ));
+        }
+        offsets.sort_unstable();
+        offsets.dedup();
+        Exits::Sites {
+            offsets,
+            tail_calls,
+            unprobed,
+        }
+    }
+
+    /// The `.cold` part of `func` that holds `target`, if any.
+    fn cold_part(&self, func: &Symbol, target: u64) -> Option<&'a Symbol> {
+        let part = self.containing(target)?;
+        let rest = part.raw.strip_prefix(func.raw.as_str())?;
+        (rest.starts_with(".cold") && part.size > 0).then_some(part)
+    }
+}
+
+/// How one function's returns are observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitProbe {
+    /// Uprobes on these return sites (file offsets).
+    Sites(Vec<u64>),
+    /// A return uprobe on the function.
+    Uretprobe,
+    /// No exit probe: calls are counted at entry, with no duration. The
+    /// string says why.
+    EntryOnly(String),
+}
+
+impl ExitProbe {
+    /// Short name, for the reports and `profile.data`: `ret`, `uretprobe`
+    /// or `entry`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ExitProbe::Sites(_) => "ret",
+            ExitProbe::Uretprobe => "uretprobe",
+            ExitProbe::EntryOnly(_) => "entry",
+        }
+    }
+
+    /// The probe of a [`ExitProbe::kind`] (replay: without sites).
+    pub fn from_kind(kind: &str) -> Self {
+        match kind {
+            "ret" => ExitProbe::Sites(Vec::new()),
+            "entry" => ExitProbe::EntryOnly(String::new()),
+            _ => ExitProbe::Uretprobe,
+        }
+    }
+}
+
+/// What runs in a binary, as far as returns are concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// Go: goroutine stacks are copied when they grow, so a rewritten
+    /// return address crashes the program.
+    Go,
+    /// C++ exceptions or Rust panics: their unwinder walks every frame and
+    /// aborts at a return address it has no unwind entry for.
+    Unwinding,
+    /// Neither.
+    Plain,
+}
+
+/// Tells what runs in the ELF file `data`.
+pub fn runtime_of(data: &[u8]) -> Runtime {
+    use object::{Object, ObjectSymbol};
+    let Ok(file) = object::File::parse(data) else {
+        return Runtime::Plain;
+    };
+    if file.section_by_name(".go.buildinfo").is_some()
+        || file.symbols().any(|s| s.name() == Ok("runtime.main"))
+    {
+        return Runtime::Go;
+    }
+    const UNWINDERS: &[&str] = &[
+        "__cxa_throw",
+        "__gxx_personality_v0",
+        "_Unwind_RaiseException",
+        "_Unwind_Resume",
+        "rust_eh_personality",
+    ];
+    let unwinds = file.section_by_name(".gcc_except_table").is_some()
+        || file.symbols().chain(file.dynamic_symbols()).any(|s| {
+            s.name()
+                .is_ok_and(|n| UNWINDERS.contains(&n.split('@').next().unwrap_or(n)))
+        });
+    if unwinds {
+        Runtime::Unwinding
+    } else {
+        Runtime::Plain
+    }
+}
+
+/// Chooses how each of `funcs` (functions of one binary whose file is
+/// `data`, all functions `symbols`) has its returns observed. With
+/// `use_ret`, at its return sites (entry-only where they cannot be found
+/// safely, unless `uretprobe_fallback`); otherwise with a return uprobe.
+pub fn plan<'s>(
+    data: &[u8],
+    symbols: &[Symbol],
+    funcs: impl Iterator<Item = &'s Symbol>,
+    use_ret: bool,
+    uretprobe_fallback: bool,
+) -> Vec<(ExitProbe, Option<Unprobed>)> {
+    let code = Code::new(data, symbols);
+    funcs
+        .map(|f| {
+            if !use_ret {
+                return (ExitProbe::Uretprobe, None);
+            }
+            match code.exits(f) {
+                Exits::Sites {
+                    offsets, unprobed, ..
+                } if !offsets.is_empty() => (ExitProbe::Sites(offsets), unprobed),
+                _ if uretprobe_fallback => (ExitProbe::Uretprobe, None),
+                Exits::Sites { .. } => (
+                    ExitProbe::EntryOnly("no return instruction found".into()),
+                    None,
+                ),
+                Exits::Unsafe(why) => (ExitProbe::EntryOnly(why), None),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str, addr: u64, size: u64) -> Symbol {
+        Symbol {
+            name: name.into(),
+            raw: name.into(),
+            addr,
+            offset: addr,
+            size,
+        }
+    }
+
+    /// A file whose bytes at `addr` are `code`.
+    fn file(parts: &[(u64, &[u8])]) -> Vec<u8> {
+        let mut data = vec![0xcc; 0x400];
+        for (addr, code) in parts {
+            data[*addr as usize..*addr as usize + code.len()].copy_from_slice(code);
+        }
+        data
+    }
+
+    #[test]
+    fn finds_every_ret() {
+        // f: test edi,edi; je +3; mov eax,1; ret; xor eax,eax; ret
+        let f: &[u8] = &[
+            0x85, 0xff, 0x74, 0x06, 0xb8, 0x01, 0, 0, 0, 0xc3, 0x31, 0xc0, 0xc3,
+        ];
+        let data = file(&[(0x100, f)]);
+        let syms = [sym("f", 0x100, f.len() as u64)];
+        let exits = Code::new(&data, &syms).exits(&syms[0]);
+        assert_eq!(
+            exits,
+            Exits::Sites {
+                offsets: vec![0x109, 0x10c],
+                tail_calls: 0,
+                unprobed: None
+            }
+        );
+    }
+
+    #[test]
+    fn tail_call_is_an_exit_and_cold_part_is_followed() {
+        // f: test edi,edi; jne f.cold (0x200); jmp g (0x180)
+        // f.cold: ret
+        // g: ret
+        let f: &[u8] = &[
+            0x85, 0xff, // test
+            0x0f, 0x85, 0xf8, 0x00, 0x00, 0x00, // jne 0x200
+            0xe9, 0x73, 0x00, 0x00, 0x00, // jmp 0x180
+        ];
+        let data = file(&[(0x100, f), (0x180, &[0xc3]), (0x200, &[0xc3])]);
+        let syms = [
+            sym("f", 0x100, f.len() as u64),
+            sym("g", 0x180, 1),
+            sym("f.cold", 0x200, 1),
+        ];
+        let exits = Code::new(&data, &syms).exits(&syms[0]);
+        assert_eq!(
+            exits,
+            Exits::Sites {
+                offsets: vec![0x108, 0x200],
+                tail_calls: 1,
+                unprobed: None
+            }
+        );
+    }
+
+    #[test]
+    fn conditional_tail_call_and_indirect_jump_are_unprobed() {
+        // f: je g; ret
+        let f: &[u8] = &[0x0f, 0x84, 0x7a, 0x00, 0x00, 0x00, 0xc3];
+        // h: jmp rax
+        let h: &[u8] = &[0xff, 0xe0];
+        let data = file(&[(0x100, f), (0x180, &[0xc3]), (0x1c0, h)]);
+        let syms = [
+            sym("f", 0x100, f.len() as u64),
+            sym("g", 0x180, 1),
+            sym("h", 0x1c0, 2),
+        ];
+        let code = Code::new(&data, &syms);
+        assert_eq!(
+            code.exits(&syms[0]),
+            Exits::Sites {
+                offsets: vec![0x106],
+                tail_calls: 0,
+                unprobed: Some(Unprobed::ConditionalTailCall)
+            }
+        );
+        assert_eq!(
+            code.exits(&syms[2]),
+            Exits::Sites {
+                offsets: vec![],
+                tail_calls: 0,
+                unprobed: Some(Unprobed::IndirectJump)
+            }
+        );
+    }
+
+    #[test]
+    fn branch_into_an_instruction_is_unsafe() {
+        // f: jmp +1 (into the middle of the mov); mov eax, 0xc3c3c3c3; ret
+        let f: &[u8] = &[0xeb, 0x01, 0xb8, 0xc3, 0xc3, 0xc3, 0xc3, 0xc3];
+        let data = file(&[(0x100, f)]);
+        let syms = [sym("f", 0x100, f.len() as u64)];
+        let exits = Code::new(&data, &syms).exits(&syms[0]);
+        assert!(
+            matches!(&exits, Exits::Unsafe(why) if why.contains("inside an instruction")),
+            "{exits:?}"
+        );
+    }
+
+    #[test]
+    fn no_size_or_bytes_outside_the_file_is_unsafe() {
+        let data = file(&[]);
+        let syms = [sym("f", 0x100, 0), sym("g", 0x3f0, 0x100)];
+        let code = Code::new(&data, &syms);
+        assert!(matches!(code.exits(&syms[0]), Exits::Unsafe(_)));
+        assert!(matches!(code.exits(&syms[1]), Exits::Unsafe(_)));
+    }
+
+    #[test]
+    fn own_binary_functions_decode() {
+        let data = std::fs::read("/proc/self/exe").unwrap();
+        let syms =
+            super::super::symbols::read_functions(std::path::Path::new("/proc/self/exe")).unwrap();
+        let code = Code::new(&data, &syms);
+        let mut with_sites = 0;
+        for s in syms.iter().filter(|s| s.size > 0) {
+            if let Exits::Sites { offsets, .. } = code.exits(s) {
+                with_sites += usize::from(!offsets.is_empty());
+            }
+        }
+        assert!(
+            with_sites * 10 >= syms.len() * 8,
+            "{with_sites} of {}",
+            syms.len()
+        );
+    }
+}

@@ -1,0 +1,14 @@
+//! The target: the process (or the command launched as one), what the
+//! agent may do to it, and which of its functions to probe.
+//!
+//! - [`process`]: the process by pidfd, its mappings and threads;
+//! - [`launch`]: `record -- COMMAND`, gated fork/exec;
+//! - [`caps`]: the capabilities tracing needs, checked first;
+//! - [`symbols`]: ELF symbol tables of its binaries;
+//! - [`select`]: which functions to probe.
+pub mod caps;
+pub mod exits;
+pub mod launch;
+pub mod process;
+pub mod select;
+pub mod symbols;

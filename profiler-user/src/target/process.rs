@@ -1,0 +1,269 @@
+//! The traced process: liveness (through a pidfd, so a reused PID is never
+//! mistaken for it), its executable, its mapped files and thread names.
+use std::{
+    fs,
+    os::fd::{FromRawFd, OwnedFd},
+    path::{Path, PathBuf},
+};
+
+use crate::{Error, Result};
+
+/// A file-backed mapping of the target, as listed in `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// Start address of the first mapping of this file.
+    pub start: u64,
+    /// End address of that mapping.
+    pub end: u64,
+    /// Path as the target sees it (inside its mount namespace).
+    pub path: PathBuf,
+}
+
+impl Mapping {
+    /// A path to the same file that works from our mount namespace, even if
+    /// the file was deleted: the `/proc/PID/map_files` magic link.
+    pub fn open_path(&self, pid: u32) -> PathBuf {
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            self.start, self.end
+        ))
+    }
+}
+
+/// A live process we are tracing.
+#[derive(Debug)]
+pub struct Target {
+    /// Its PID (tgid).
+    pub pid: u32,
+    /// Its executable's path as the target sees it.
+    pub exe: PathBuf,
+    /// Path that opens the executable from here (`/proc/PID/exe` for a
+    /// running process; the program's path for one launched but not yet
+    /// exec'd).
+    pub exe_open: PathBuf,
+    /// Held open for the whole session: it becomes readable when the
+    /// process exits, and it keeps naming this process even if the PID is
+    /// reused.
+    pub pidfd: OwnedFd,
+}
+
+impl Target {
+    /// Opens the process. Fails with [`Error::NoSuchProcess`] if it is gone.
+    pub fn open(pid: u32) -> Result<Self> {
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ESRCH) | Some(libc::EINVAL) => Error::NoSuchProcess(pid),
+                _ => Error::io(format!("pidfd_open({pid})"), err),
+            });
+        }
+        // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
+            // A live process without an executable is a kernel thread.
+            std::io::ErrorKind::NotFound => match fs::read_to_string(format!("/proc/{pid}/comm")) {
+                Ok(name) => Error::KernelThread {
+                    pid,
+                    name: name.trim_end().to_string(),
+                },
+                Err(_) => Error::NoSuchProcess(pid),
+            },
+            _ => Error::io(
+                format!("reading /proc/{pid}/exe (is it a kernel thread?)"),
+                e,
+            ),
+        })?;
+        let exe_open = PathBuf::from(format!("/proc/{pid}/exe"));
+        Ok(Target {
+            pid,
+            exe,
+            exe_open,
+            pidfd,
+        })
+    }
+
+    /// A child forked by `profiler record -- CMD` that will exec `program`.
+    pub fn launched(pid: u32, program: PathBuf) -> Result<Self> {
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            return Err(Error::io(
+                format!("pidfd_open({pid})"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        Ok(Target {
+            pid,
+            exe: program.clone(),
+            exe_open: program,
+            pidfd,
+        })
+    }
+
+    /// A path to the executable that works from our namespace, even if it
+    /// was deleted or lives in another mount namespace.
+    pub fn exe_open_path(&self) -> PathBuf {
+        self.exe_open.clone()
+    }
+
+    /// True while the process has not exited.
+    pub fn alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd of our open pidfd, without waiting.
+        unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
+    }
+
+    /// The file-backed mappings, one per distinct file, in address order.
+    pub fn mappings(&self) -> Result<Vec<Mapping>> {
+        let text = fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map_err(|e| Error::io(format!("reading /proc/{}/maps", self.pid), e))?;
+        Ok(parse_maps(&text))
+    }
+
+    /// Finds the mapped library that `--lib NAME_OR_PATH` names: an exact
+    /// path, a file name, or a prefix of the file name (`libc` finds
+    /// `libc.so.6`).
+    pub fn find_library(&self, name: &str) -> Result<Mapping> {
+        let maps = self.mappings()?;
+        let file_name = |m: &Mapping| m.path.file_name().map(|f| f.to_string_lossy().into_owned());
+        let exact = maps
+            .iter()
+            .find(|m| m.path == Path::new(name) || file_name(m).as_deref() == Some(name));
+        let prefix = || {
+            maps.iter().find(|m| {
+                file_name(m).is_some_and(|f| {
+                    f.strip_prefix(name)
+                        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('-'))
+                })
+            })
+        };
+        exact
+            .or_else(prefix)
+            .cloned()
+            .ok_or_else(|| Error::NoSuchLibrary(name.to_string(), self.pid))
+    }
+}
+
+impl Target {
+    /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
+    /// a thread name. Returns the tid and its name.
+    pub fn resolve_thread(&self, spec: &str) -> Result<(u32, String)> {
+        let pid = self.pid;
+        let name_of = |tid: u32| thread_name(pid, tid);
+        if spec == "main" {
+            return Ok((pid, name_of(pid).unwrap_or_default()));
+        }
+        if let Ok(tid) = spec.parse::<u32>() {
+            return name_of(tid).map(|n| (tid, n)).ok_or_else(|| {
+                Error::Usage(format!(
+                    "PID {pid} has no thread {tid}: see /proc/{pid}/task for its threads"
+                ))
+            });
+        }
+        let tasks = fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|e| Error::io(format!("listing /proc/{pid}/task"), e))?;
+        let mut names = Vec::new();
+        for entry in tasks.flatten() {
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(n) = name_of(tid) {
+                if n == spec {
+                    return Ok((tid, n));
+                }
+                names.push(n);
+            }
+        }
+        names.sort();
+        names.dedup();
+        Err(Error::Usage(format!(
+            "PID {pid} has no thread named {spec:?}; its threads are: {}; use --thread main, a TID or one of these names",
+            names.join(", ")
+        )))
+    }
+}
+
+/// Parses the text of `/proc/PID/maps` into one [`Mapping`] per file.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    let mut out: Vec<Mapping> = Vec::new();
+    for line in text.lines() {
+        let mut fields = line.splitn(6, ' ');
+        let (Some(range), Some(_perms), Some(_off), Some(_dev), Some(inode), Some(rest)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            continue;
+        };
+        let path = rest.trim_start();
+        if inode == "0" || !path.starts_with('/') {
+            continue;
+        }
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        if out.iter().any(|m| m.path == Path::new(path)) {
+            continue;
+        }
+        out.push(Mapping {
+            start,
+            end,
+            path: PathBuf::from(path),
+        });
+    }
+    out
+}
+
+/// The name (`comm`) of thread `tid` of process `pid`, if it still exists.
+pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_file_mappings_once_each() {
+        let text = "\
+55d4c0a00000-55d4c0a01000 r--p 00000000 fe:01 123 /usr/bin/app
+55d4c0a01000-55d4c0a02000 r-xp 00001000 fe:01 123 /usr/bin/app
+7f0000000000-7f0000021000 rw-p 00000000 00:00 0 [heap]
+7f1000000000-7f1000100000 r-xp 00000000 fe:01 456 /usr/lib/libc.so.6
+7f2000000000-7f2000001000 r-xp 00000000 fe:01 789 /tmp/gone (deleted)
+";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(maps[0].path, Path::new("/usr/bin/app"));
+        assert_eq!(maps[0].start, 0x55d4c0a00000);
+        assert_eq!(maps[1].path, Path::new("/usr/lib/libc.so.6"));
+        assert_eq!(maps[2].path, Path::new("/tmp/gone"));
+        assert_eq!(
+            maps[2].open_path(7),
+            Path::new("/proc/7/map_files/7f2000000000-7f2000001000")
+        );
+    }
+}

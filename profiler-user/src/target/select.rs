@@ -1,0 +1,526 @@
+//! Which functions to probe: `--func`/`--exclude` globs over demangled and
+//! raw names, the binaries searched (`--lib`), default excludes and the cap.
+use std::path::PathBuf;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::{
+    exits::{self, ExitProbe, Runtime, Unprobed},
+    process::Target,
+    symbols,
+};
+use crate::{
+    cli::{ExitProbes, SelectArgs},
+    Error, Result,
+};
+
+/// Runtime and startup internals left out when no `--func` is given: they
+/// are not the program's own work, and some never return.
+pub const DEFAULT_EXCLUDES: &[&str] = &[
+    "_start",
+    "_init",
+    "_fini",
+    "__*",
+    "_GLOBAL_*",
+    "_dl_*",
+    "deregister_tm_clones",
+    "register_tm_clones",
+    "frame_dummy",
+    "std::*",
+    "core::*",
+    "alloc::*",
+    "<std::*",
+    "<core::*",
+    "<alloc::*",
+    "<&*",
+    "rust_begin_unwind",
+    "rust_panic",
+    "__gnu_cxx::*",
+    "_Unwind_*",
+];
+
+/// A compiled set of globs.
+#[derive(Debug, Clone)]
+pub struct Patterns {
+    set: GlobSet,
+}
+
+impl Patterns {
+    /// Compiles `patterns`, failing with [`Error::BadPattern`] on the first
+    /// that does not parse.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Self> {
+        let mut builder = GlobSetBuilder::new();
+        for p in patterns {
+            let p = p.as_ref();
+            let glob = GlobBuilder::new(p)
+                .literal_separator(false)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| Error::BadPattern {
+                    pattern: p.to_string(),
+                    reason: e.kind().to_string(),
+                })?;
+            builder.add(glob);
+        }
+        let set = builder.build().map_err(|e| Error::BadPattern {
+            pattern: String::new(),
+            reason: e.to_string(),
+        })?;
+        Ok(Patterns { set })
+    }
+
+    /// True when `sym`'s demangled or raw name matches.
+    pub fn matches(&self, sym: &symbols::Symbol) -> bool {
+        self.set.is_match(&sym.name) || self.set.is_match(&sym.raw)
+    }
+
+    /// Number of patterns.
+    #[expect(dead_code, reason = "no caller in the crate")]
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// True when there are no patterns.
+    #[expect(dead_code, reason = "no caller in the crate")]
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+}
+
+/// A function chosen for probing.
+#[derive(Debug, Clone)]
+pub struct Func {
+    /// Demangled name.
+    pub name: String,
+    /// Index into [`Selection::binaries`].
+    pub binary: u32,
+    /// File offset to attach at.
+    pub offset: u64,
+    /// True for dispatch functions: an outermost call of one on the watched
+    /// thread is one dispatch.
+    pub dispatch: bool,
+    /// How its returns are observed.
+    pub exit: ExitProbe,
+    /// A way its frame can end that no exit probe sees (it is closed by
+    /// stack pointer then), with return-site probes.
+    pub unprobed: Option<Unprobed>,
+}
+
+impl Func {
+    fn new(sym: &symbols::Symbol, binary: u32, dispatch: bool) -> Self {
+        Func {
+            name: sym.name.clone(),
+            binary,
+            offset: sym.offset,
+            dispatch,
+            exit: ExitProbe::Uretprobe,
+            unprobed: None,
+        }
+    }
+}
+
+/// A binary searched for functions.
+#[derive(Debug, Clone)]
+pub struct Binary {
+    /// Path as the target sees it (reported to the user).
+    pub path: PathBuf,
+    /// Path that opens the same file from here (for reading and attaching).
+    pub open_path: PathBuf,
+    /// A Go binary: its calls are paired by goroutine.
+    pub go: bool,
+}
+
+/// The outcome of selection.
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// Binaries searched, main executable first.
+    pub binaries: Vec<Binary>,
+    /// Functions to probe; a function's index here is its probe cookie.
+    pub funcs: Vec<Func>,
+    /// Functions that matched but were left out by `--max-funcs`.
+    pub capped: usize,
+    /// How dispatches are recognised, in words, for the reports.
+    pub dispatch_rule: String,
+    /// True when no dispatch function is known and every outermost traced
+    /// call counts as one.
+    pub dispatch_fallback: bool,
+    /// How returns are observed, in words, for the reports.
+    pub exit_rule: String,
+}
+
+impl Selection {
+    /// Probes attached: one per entry, return uprobe and return site.
+    pub fn probe_count(&self) -> usize {
+        self.funcs
+            .iter()
+            .map(|f| match &f.exit {
+                ExitProbe::Sites(sites) => 1 + sites.len(),
+                ExitProbe::Uretprobe => 2,
+                ExitProbe::EntryOnly(_) => 1,
+            })
+            .sum()
+    }
+}
+
+/// A function the session needs whatever `--func` says (a stage trigger,
+/// `main` for startup timing, `--ready`).
+#[derive(Debug, Clone)]
+pub struct Required {
+    /// Exact demangled or raw name.
+    pub name: String,
+    /// Fail if it is missing (else skip it quietly).
+    pub must: bool,
+    /// Which option needs it, for the error message.
+    pub why: String,
+}
+
+/// Dispatch functions of well-known native event loops: each runs one
+/// event's handlers and none of them includes the idle wait for events.
+pub const PRESETS: &[(&str, &str, &[&str])] = &[
+    // g_main_dispatch is static (stripped from distribution builds);
+    // g_main_context_dispatch is exported. Both run after the poll, so
+    // neither includes the idle wait; the outermost call is the dispatch.
+    (
+        "GLib",
+        "libglib-2.0",
+        &["g_main_context_dispatch", "g_main_dispatch"],
+    ),
+    (
+        "Qt 5",
+        "libQt5Core",
+        &["QCoreApplication::notifyInternal2(*"],
+    ),
+    (
+        "Qt 6",
+        "libQt6Core",
+        &["QCoreApplication::notifyInternal2(*"],
+    ),
+    (
+        "libuv",
+        "libuv",
+        &[
+            "uv__run_timers",
+            "uv__stream_io",
+            "uv__async_io",
+            "uv__server_io",
+            "uv__udp_io",
+            "uv__poll_io",
+            "uv__work_done",
+        ],
+    ),
+];
+
+/// Compiles the patterns in `args` (so a bad one fails before anything
+/// else happens).
+pub fn compile(args: &SelectArgs) -> Result<(Option<Patterns>, Patterns)> {
+    let include = if args.funcs.is_empty() {
+        None
+    } else {
+        Some(Patterns::new(&args.funcs)?)
+    };
+    let mut excludes: Vec<&str> = args.excludes.iter().map(String::as_str).collect();
+    if include.is_none() {
+        excludes.extend_from_slice(DEFAULT_EXCLUDES);
+    }
+    Patterns::new(&args.dispatch)?;
+    Ok((include, Patterns::new(&excludes)?))
+}
+
+fn add_binary(binaries: &mut Vec<Binary>, b: Binary) -> u32 {
+    match binaries.iter().position(|x| x.path == b.path) {
+        Some(i) => i as u32,
+        None => {
+            binaries.push(b);
+            (binaries.len() - 1) as u32
+        }
+    }
+}
+
+fn joined<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Chooses the functions to probe in `target`: dispatch functions first
+/// (`--dispatch`, else a preset the target has), then `--func` matches (or,
+/// with neither `--func` nor `--dispatch`, the main executable's own
+/// functions). With no dispatch function, every outermost traced call on the
+/// watched thread counts as a dispatch.
+pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Result<Selection> {
+    let (include, exclude) = compile(args)?;
+    let mut binaries = vec![Binary {
+        path: target.exe.clone(),
+        open_path: target.exe_open_path(),
+        go: false,
+    }];
+    for lib in &args.libs {
+        let m = target.find_library(lib)?;
+        add_binary(
+            &mut binaries,
+            Binary {
+                open_path: m.open_path(target.pid),
+                path: m.path,
+                go: false,
+            },
+        );
+    }
+    let mut symbols: Vec<Vec<symbols::Symbol>> = Vec::new();
+    for b in &binaries {
+        symbols.push(symbols::read_functions(&b.open_path)?);
+    }
+    let mut sel = Selection::default();
+    let mut taken = std::collections::HashSet::new();
+    if !args.dispatch.is_empty() {
+        let pats = Patterns::new(&args.dispatch)?;
+        for (bi, syms) in symbols.iter().enumerate() {
+            for sym in syms.iter().filter(|s| pats.matches(s)) {
+                taken.insert((bi as u32, sym.offset));
+                sel.funcs.push(Func::new(sym, bi as u32, true));
+            }
+        }
+        if sel.funcs.is_empty() {
+            return Err(Error::NoMatch {
+                what: joined(args.dispatch.iter().map(|d| format!("--dispatch {d:?}"))),
+                where_: joined(binaries.iter().map(|b| b.path.display())),
+                pid: target.pid,
+            });
+        }
+        sel.dispatch_rule = format!("--dispatch {}", joined(args.dispatch.iter()));
+    } else {
+        apply_presets(target, &mut binaries, &mut symbols, &mut sel, &mut taken)?;
+    }
+    for req in required {
+        let found = symbols.iter().enumerate().find_map(|(bi, syms)| {
+            syms.iter()
+                .find(|s| s.name == req.name || s.raw == req.name)
+                .map(|s| (bi as u32, s))
+        });
+        match found {
+            Some((bi, sym)) if taken.insert((bi, sym.offset)) => {
+                sel.funcs.push(Func::new(sym, bi, false));
+            }
+            Some(_) => {}
+            None if req.must => {
+                return Err(Error::Usage(format!(
+                    "{} needs a function named {:?}, which {} does not have; check the name with `profiler list`",
+                    req.why,
+                    req.name,
+                    joined(binaries.iter().map(|b| b.path.display()))
+                )))
+            }
+            None => {}
+        }
+    }
+    let regular =
+        include.is_some() || (args.dispatch.is_empty() && required.iter().all(|r| !r.must));
+    for (bi, syms) in symbols.iter().enumerate().filter(|_| regular) {
+        // With no --func, only the main executable's own functions.
+        if include.is_none() && bi != 0 {
+            break;
+        }
+        for sym in syms {
+            let wanted =
+                include.as_ref().is_none_or(|inc| inc.matches(sym)) && !exclude.matches(sym);
+            if !wanted || taken.contains(&(bi as u32, sym.offset)) {
+                continue;
+            }
+            if sel.funcs.len() >= args.max_funcs {
+                sel.capped += 1;
+                continue;
+            }
+            sel.funcs.push(Func::new(sym, bi as u32, false));
+        }
+    }
+    sel.binaries = binaries;
+    if sel.funcs.is_empty() {
+        let what = if args.funcs.is_empty() {
+            "the default selection (all functions minus runtime internals)".to_string()
+        } else {
+            joined(args.funcs.iter().map(|f| format!("--func {f:?}")))
+        };
+        let where_ = joined(sel.binaries.iter().map(|b| b.path.display()));
+        return Err(Error::NoMatch {
+            what,
+            where_,
+            pid: target.pid,
+        });
+    }
+    plan_exits(&mut sel, &symbols, args.exit_probes)?;
+    if !sel.funcs.iter().any(|f| f.dispatch) {
+        for f in &mut sel.funcs {
+            f.dispatch = true;
+        }
+        sel.dispatch_fallback = true;
+        sel.dispatch_rule =
+            "every outermost traced call on the watched thread (no dispatch function known: \
+                             use --dispatch)"
+                .to_string();
+    }
+    Ok(sel)
+}
+
+/// With `--exit-probes auto`, whether a process with no C++, Rust or Go
+/// code also gets return-site probes (no unwinder walks its frames, so
+/// return uprobes are safe there; the choice is the cheaper one, as
+/// `cargo xtask bench` measures it).
+const AUTO_RET_IN_PLAIN_PROCESS: bool = true;
+
+/// Decides how each selected function's returns are observed (see
+/// [`ExitProbes`]) and finds its return sites.
+fn plan_exits(
+    sel: &mut Selection,
+    symbols: &[Vec<symbols::Symbol>],
+    mode: ExitProbes,
+) -> Result<()> {
+    let mut datas = Vec::with_capacity(sel.binaries.len());
+    for b in &sel.binaries {
+        datas.push(std::fs::read(&b.open_path).map_err(|e| Error::BadElf {
+            path: b.path.clone(),
+            reason: e.to_string(),
+        })?);
+    }
+    let runtimes: Vec<Runtime> = datas.iter().map(|d| exits::runtime_of(d)).collect();
+    let unwinding = runtimes.iter().any(|&r| r != Runtime::Plain);
+    for (b, r) in sel.binaries.iter_mut().zip(&runtimes) {
+        b.go = *r == Runtime::Go;
+    }
+    for (bi, data) in datas.iter().enumerate() {
+        let (use_ret, fallback) = match mode {
+            ExitProbes::Ret => (true, false),
+            ExitProbes::Uretprobe => (false, false),
+            ExitProbes::Auto if unwinding => (true, false),
+            ExitProbes::Auto => (AUTO_RET_IN_PLAIN_PROCESS, true),
+        };
+        let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
+            symbols[bi].iter().map(|s| (s.offset, s)).collect();
+        let mine: Vec<usize> = (0..sel.funcs.len())
+            .filter(|&i| sel.funcs[i].binary as usize == bi)
+            .collect();
+        let plans = exits::plan(
+            data,
+            &symbols[bi],
+            mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
+            use_ret,
+            fallback,
+        );
+        for (i, (exit, unprobed)) in mine.into_iter().zip(plans) {
+            sel.funcs[i].exit = exit;
+            sel.funcs[i].unprobed = unprobed;
+        }
+    }
+    let n = |p: fn(&ExitProbe) -> bool| sel.funcs.iter().filter(|f| p(&f.exit)).count();
+    let (sites, uret, entry_only) = (
+        n(|e| matches!(e, ExitProbe::Sites(_))),
+        n(|e| matches!(e, ExitProbe::Uretprobe)),
+        n(|e| matches!(e, ExitProbe::EntryOnly(_))),
+    );
+    let why = match mode {
+        ExitProbes::Auto if unwinding => {
+            let what: Vec<&str> = runtimes
+                .iter()
+                .filter_map(|r| match r {
+                    Runtime::Go => Some("Go"),
+                    Runtime::Unwinding => Some("C++/Rust unwinding"),
+                    Runtime::Plain => None,
+                })
+                .collect();
+            format!(" (auto: the target has {})", what[0])
+        }
+        ExitProbes::Auto => " (auto)".to_string(),
+        ExitProbes::Ret => " (--exit-probes ret)".to_string(),
+        ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
+    };
+    sel.exit_rule = format!(
+        "{sites} at their return instructions, {uret} with return uprobes, {entry_only} at entry only{why}"
+    );
+    Ok(())
+}
+
+/// Adds the dispatch functions of the first preset whose library (or the
+/// executable) has them.
+fn apply_presets(
+    target: &Target,
+    binaries: &mut Vec<Binary>,
+    symbols: &mut Vec<Vec<symbols::Symbol>>,
+    sel: &mut Selection,
+    taken: &mut std::collections::HashSet<(u32, u64)>,
+) -> Result<()> {
+    for (name, lib, patterns) in PRESETS {
+        let pats = Patterns::new(patterns)?;
+        let mut candidates: Vec<u32> = vec![0];
+        if let Ok(m) = target.find_library(lib) {
+            let before = binaries.len();
+            let bi = add_binary(
+                binaries,
+                Binary {
+                    open_path: m.open_path(target.pid),
+                    path: m.path,
+                    go: false,
+                },
+            );
+            if binaries.len() > before {
+                symbols.push(symbols::read_functions(&binaries[bi as usize].open_path)?);
+            }
+            candidates.push(bi);
+        }
+        for bi in candidates {
+            for sym in symbols[bi as usize].iter().filter(|s| pats.matches(s)) {
+                if taken.insert((bi, sym.offset)) {
+                    sel.funcs.push(Func::new(sym, bi, true));
+                }
+            }
+        }
+        if !sel.funcs.is_empty() {
+            sel.dispatch_rule = format!("preset {name}: {}", joined(patterns.iter()));
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(name: &str, raw: &str) -> symbols::Symbol {
+        symbols::Symbol {
+            name: name.into(),
+            raw: raw.into(),
+            addr: 1,
+            offset: 1,
+            size: 1,
+        }
+    }
+
+    #[test]
+    fn globs_match_demangled_or_raw() {
+        let p = Patterns::new(&["parse_*", "app::net::*"]).unwrap();
+        assert!(p.matches(&sym("parse_json", "parse_json")));
+        assert!(p.matches(&sym(
+            "app::net::send",
+            "_ZN3app3net4send17h0000000000000000E"
+        )));
+        assert!(!p.matches(&sym("render", "render")));
+        let raw = Patterns::new(&["_ZN3app*"]).unwrap();
+        assert!(raw.matches(&sym(
+            "app::net::send",
+            "_ZN3app3net4send17h0000000000000000E"
+        )));
+    }
+
+    #[test]
+    fn bad_pattern_is_reported() {
+        let err = Patterns::new(&["a[b"]).unwrap_err().to_string();
+        assert!(err.starts_with("bad pattern \"a[b\""), "{err}");
+    }
+
+    #[test]
+    fn default_excludes_cover_runtime_internals() {
+        let args = SelectArgs::default();
+        let (inc, exc) = compile(&args).unwrap();
+        assert!(inc.is_none());
+        assert!(exc.matches(&sym("_start", "_start")));
+        assert!(exc.matches(&sym("std::rt::lang_start", "x")));
+        assert!(exc.matches(&sym("__libc_csu_init", "__libc_csu_init")));
+        assert!(!exc.matches(&sym("parse_json", "parse_json")));
+    }
+}
