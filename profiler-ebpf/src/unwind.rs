@@ -110,7 +110,7 @@ fn read_user(addr: u64) -> Option<u64> {
 #[inline(always)]
 fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u32, u32)> {
     // SAFETY: the value is only read.
-    let procs = unsafe { UNWIND_PROCS.get(&pid) }?;
+    let procs = unsafe { UNWIND_PROCS.get(pid) }?;
     let bounds = SEARCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch; every index is masked into range.
     let lo = unsafe {
@@ -263,7 +263,7 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
     let (pc, sp, bp) = user_regs()?;
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
-    let no_tables = u32::from(unsafe { UNWIND_PROCS.get(&pid) }.is_none());
+    let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
     let w = WALK.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
     // expects.
@@ -306,11 +306,14 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
         return 0;
     };
     // SAFETY: the value is only checked for presence.
-    if unsafe { USER_STACKS.get(&key) }.is_some() {
+    if unsafe { USER_STACKS.get(key) }.is_some() {
         return key;
     }
-    // SAFETY: `stack` points at the per-CPU scratch value.
-    if USER_STACKS.insert(&key, unsafe { &*stack }, 0).is_err() {
+    // SAFETY: `stack` points at the per-CPU scratch value. Passed by
+    // reference: a 1 KiB copy would not fit the BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = USER_STACKS.insert(key, unsafe { &*stack }, 0);
+    if inserted.is_err() {
         full();
         return 0;
     }

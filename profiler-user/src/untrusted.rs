@@ -165,6 +165,7 @@ mod tests {
         let d = tmp("fifo");
         let p = d.join("f");
         let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
         let err = open_regular(&p, false).unwrap_err();
         assert!(err.to_string().contains("a FIFO"), "{err}");

@@ -608,6 +608,7 @@ mod tests {
         let d = tmp("fifo");
         let p = d.join("perf-2.map");
         let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
         let err = open_checked(&p, &me()).unwrap_err();
         assert!(matches!(err, Refusal::NotRegular("a FIFO")), "{err}");
@@ -651,6 +652,7 @@ mod tests {
         let p = d.join("perf-5.map");
         std::fs::write(&p, b"1000 10 PLANTED_NAME\n").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             // As root: give it to nobody (65534), the target runs as root.
             std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
