@@ -278,28 +278,46 @@ pub fn runtime_of(data: &[u8]) -> Runtime {
     }
 }
 
+/// How returns are observed in one binary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Return sites; entry only where they cannot be found safely.
+    Ret,
+    /// Return uprobes.
+    Uretprobe,
+    /// Whichever costs less per call (no unwinder or Go runtime walks these
+    /// frames): a return uprobe where the function starts with a 5-byte nop
+    /// (the kernel turns that entry probe into a call, and an int3 at each
+    /// `ret` would cost several times more), return sites elsewhere (one
+    /// int3 instead of an int3 plus the return trampoline). See
+    /// BENCHMARKS.md, parts a and b.
+    Cheaper,
+}
+
+/// The 5-byte nop (`nopl 0x0(%rax,%rax,1)`) kernel 6.18 optimizes a
+/// uprobe on into a call.
+const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+
 /// Chooses how each of `funcs` (functions of one binary whose file is
-/// `data`, all functions `symbols`) has its returns observed. With
-/// `use_ret`, at its return sites (entry-only where they cannot be found
-/// safely, unless `uretprobe_fallback`); otherwise with a return uprobe.
+/// `data`, all functions `symbols`) has its returns observed, by `policy`.
 pub fn plan<'s>(
     data: &[u8],
     symbols: &[Symbol],
     funcs: impl Iterator<Item = &'s Symbol>,
-    use_ret: bool,
-    uretprobe_fallback: bool,
+    policy: Policy,
 ) -> Vec<(ExitProbe, Option<Unprobed>)> {
     let code = Code::new(data, symbols);
     funcs
         .map(|f| {
-            if !use_ret {
+            let nop5 = code.bytes(f).is_some_and(|b| b.starts_with(&NOP5));
+            if policy == Policy::Uretprobe || (policy == Policy::Cheaper && nop5) {
                 return (ExitProbe::Uretprobe, None);
             }
             match code.exits(f) {
                 Exits::Sites {
                     offsets, unprobed, ..
                 } if !offsets.is_empty() => (ExitProbe::Sites(offsets), unprobed),
-                _ if uretprobe_fallback => (ExitProbe::Uretprobe, None),
+                _ if policy == Policy::Cheaper => (ExitProbe::Uretprobe, None),
                 Exits::Sites { .. } => (
                     ExitProbe::EntryOnly("no return instruction found".into()),
                     None,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::{
-    exits::{self, ExitProbe, Runtime, Unprobed},
+    exits::{self, ExitProbe, Policy, Runtime, Unprobed},
     process::Target,
     symbols,
 };
@@ -358,12 +358,6 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
     Ok(sel)
 }
 
-/// With `--exit-probes auto`, whether a process with no C++, Rust or Go
-/// code also gets return-site probes (no unwinder walks its frames, so
-/// return uprobes are safe there; the choice is the cheaper one, as
-/// `cargo xtask bench` measures it).
-const AUTO_RET_IN_PLAIN_PROCESS: bool = true;
-
 /// Decides how each selected function's returns are observed (see
 /// [`ExitProbes`]) and finds its return sites.
 fn plan_exits(
@@ -384,11 +378,12 @@ fn plan_exits(
         b.go = *r == Runtime::Go;
     }
     for (bi, data) in datas.iter().enumerate() {
-        let (use_ret, fallback) = match mode {
-            ExitProbes::Ret => (true, false),
-            ExitProbes::Uretprobe => (false, false),
-            ExitProbes::Auto if unwinding => (true, false),
-            ExitProbes::Auto => (AUTO_RET_IN_PLAIN_PROCESS, true),
+        let policy = match mode {
+            ExitProbes::Ret => Policy::Ret,
+            ExitProbes::Uretprobe => Policy::Uretprobe,
+            // An unwinder or Go's runtime may walk these frames.
+            ExitProbes::Auto if unwinding => Policy::Ret,
+            ExitProbes::Auto => Policy::Cheaper,
         };
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
             symbols[bi].iter().map(|s| (s.offset, s)).collect();
@@ -399,8 +394,7 @@ fn plan_exits(
             data,
             &symbols[bi],
             mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
-            use_ret,
-            fallback,
+            policy,
         );
         for (i, (exit, unprobed)) in mine.into_iter().zip(plans) {
             sel.funcs[i].exit = exit;
@@ -425,7 +419,7 @@ fn plan_exits(
                 .collect();
             format!(" (auto: the target has {})", what[0])
         }
-        ExitProbes::Auto => " (auto)".to_string(),
+        ExitProbes::Auto => " (auto: the cheaper per function)".to_string(),
         ExitProbes::Ret => " (--exit-probes ret)".to_string(),
         ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
     };
