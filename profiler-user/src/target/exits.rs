@@ -429,6 +429,33 @@ mod tests {
     }
 
     #[test]
+    fn cheaper_policy_keeps_return_uprobes_behind_a_nop5_entry() {
+        // f: nopl 0(%rax,%rax,1); ret      g: push rbp; pop rbp; ret
+        let f: &[u8] = &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
+        let g: &[u8] = &[0x55, 0x5d, 0xc3];
+        let data = file(&[(0x100, f), (0x180, g)]);
+        let syms = [sym("f", 0x100, 6), sym("g", 0x180, 3)];
+        let plans = |policy| -> Vec<ExitProbe> {
+            plan(&data, &syms, syms.iter(), policy)
+                .into_iter()
+                .map(|(e, _)| e)
+                .collect()
+        };
+        assert_eq!(
+            plans(Policy::Cheaper),
+            vec![ExitProbe::Uretprobe, ExitProbe::Sites(vec![0x182])]
+        );
+        assert_eq!(
+            plans(Policy::Ret),
+            vec![ExitProbe::Sites(vec![0x105]), ExitProbe::Sites(vec![0x182])]
+        );
+        assert_eq!(
+            plans(Policy::Uretprobe),
+            vec![ExitProbe::Uretprobe, ExitProbe::Uretprobe]
+        );
+    }
+
+    #[test]
     fn branch_into_an_instruction_is_unsafe() {
         // f: jmp +1 (into the middle of the mov); mov eax, 0xc3c3c3c3; ret
         let f: &[u8] = &[0xeb, 0x01, 0xb8, 0xc3, 0xc3, 0xc3, 0xc3, 0xc3];
