@@ -9,10 +9,15 @@ pub mod kernel;
 pub mod outputs;
 pub mod recording;
 
-pub use build::{calls_exe, rust_fixture_exe, Mangling};
+pub use build::{build_c, build_c_world, calls_exe, rust_fixture_exe, stages_exe, Mangling};
 pub use fixture::{Fixture, TempDir};
-pub use kernel::{assert_nothing_attached, assert_text_unchanged, is_root, text_unchanged};
-pub use outputs::{assert_close, num, truth_fn, Outputs};
+pub use kernel::{
+    assert_none_left_since, assert_nothing_attached, assert_text_unchanged, is_root, prof_prog_ids,
+    text_unchanged,
+};
+pub use outputs::{
+    assert_close, complete_share, folded, num, read, read_json, truth_fn, truth_line, u64s, Outputs,
+};
 pub use recording::{assert_error, profiler, profiler_bin, profiler_wrapped, Finished, Recording};
 
 use std::path::PathBuf;

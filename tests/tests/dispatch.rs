@@ -4,8 +4,6 @@
 //! (on-CPU vs blocked, the trimmed tree, one group per cause), report the hang
 //! while it is still running, and bucket every dispatch into frame classes as
 //! the fixture's own durations do.
-mod common;
-use common::*;
 use profiler_tests::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
