@@ -3,6 +3,11 @@
 //! The helpers here build the fixture programs, drive them through their
 //! stdin/stdout handshake, run the profiler, and check the kernel's state
 //! (nothing attached, target text unchanged) after it has gone.
+// The integration tests' dev-dependencies; the library's own (empty) test
+// target sees them too.
+#[cfg(test)]
+use {flate2 as _, roxmltree as _};
+
 pub mod build;
 pub mod fixture;
 pub mod kernel;
