@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::Report;
 use crate::analyze::stacks::FuncStats;
-use crate::fmt::fmt_ns;
+use crate::fmt::{fmt_ns, line_if};
 
 /// How many functions each table lists.
 const TOP: usize = 20;
@@ -61,27 +61,27 @@ pub fn render(r: &Report) -> String {
         r.stacks.orphan_exits(),
         r.stacks.unfinished_frames(),
     );
-    if s.lost_events > 0 {
-        let _ = writeln!(
-            out,
+    line_if(
+        &mut out,
+        s.lost_events > 0,
+        format_args!(
             "warning: {} events were lost because the ring buffer was full: raise --ring-size or probe fewer functions",
             s.lost_events
-        );
-    }
-    if s.capped > 0 {
-        let _ = writeln!(
-            out,
+        ),
+    );
+    line_if(
+        &mut out,
+        s.capped > 0,
+        format_args!(
             "note: {} more functions matched but were not probed (--max-funcs)",
             s.capped
-        );
-    }
-    if s.failed_probes > 0 {
-        let _ = writeln!(
-            out,
-            "note: {} functions could not be probed",
-            s.failed_probes
-        );
-    }
+        ),
+    );
+    line_if(
+        &mut out,
+        s.failed_probes > 0,
+        format_args!("note: {} functions could not be probed", s.failed_probes),
+    );
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
     table(&mut out, r, "Top functions by self time", &rows);
