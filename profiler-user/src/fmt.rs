@@ -26,6 +26,15 @@ pub fn fmt_count(n: u64) -> String {
     }
 }
 
+/// Appends `line` and a newline to `out` when `cond` holds: the notes and
+/// warnings a text report carries only when they apply.
+pub fn line_if(out: &mut String, cond: bool, line: std::fmt::Arguments) {
+    if cond {
+        let _ = std::fmt::Write::write_fmt(out, line);
+        out.push('\n');
+    }
+}
+
 /// Makes a name safe for the folded format: no `;` (the frame separator),
 /// no control bytes or line breaks.
 pub fn folded_frame(name: &str) -> String {
@@ -55,6 +64,14 @@ mod tests {
         assert_eq!(fmt_count(999), "999");
         assert_eq!(fmt_count(123_456), "123.5K");
         assert_eq!(fmt_count(12_345_678), "12.3M");
+    }
+
+    #[test]
+    fn lines_only_when_they_apply() {
+        let mut out = String::new();
+        line_if(&mut out, false, format_args!("never"));
+        line_if(&mut out, true, format_args!("{} lost", 3));
+        assert_eq!(out, "3 lost\n");
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! Builds the fixture programs once per test process into `target/fixtures/`.
+//! Builds the fixture programs once per test process into `target/fixtures/`
+//! (or, for the ones an unprivileged user must run, a world-readable
+//! directory under /tmp).
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -43,14 +46,55 @@ fn build(out: &Path, mut cmd: Command, tmp_flag: &str) -> PathBuf {
     out.to_path_buf()
 }
 
+/// Compiles `fixtures/SRC` with gcc, `-Wall` and `flags` into `dir/name`.
+fn gcc(src: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let mut cmd = Command::new("gcc");
+    cmd.args(flags).arg("-Wall").arg(fixtures_src().join(src));
+    build(&dir.join(name), cmd, "-o")
+}
+
+/// `target/fixtures/NAME`, built from `fixtures/SRC` with `flags`.
+pub fn build_c(src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    gcc(src, &out_dir(), name, flags)
+}
+
+/// Like [`build_c`], into `/tmp/profiler-tests-fixtures-<pid>/` with mode
+/// 755 on the directory and the binary, so that an unprivileged user
+/// (`nobody`, for the SUDO_UID tests) can execute it: /root is not
+/// accessible to nobody.
+pub fn build_c_world(src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let dir = PathBuf::from(format!(
+        "/tmp/profiler-tests-fixtures-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).expect("create world-readable fixture dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = gcc(src, &dir, name, flags);
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
 /// `target/fixtures/calls`, built from `fixtures/calls.c` with gcc.
 pub fn calls_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall"])
-            .arg(fixtures_src().join("calls.c"));
-        build(&out_dir().join("calls"), cmd, "-o")
+        build_c(
+            "calls.c",
+            "calls",
+            &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+        )
+    })
+}
+
+/// The stages/launch fixture (`fixtures/stages.c`), built world-executable.
+pub fn stages_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_c_world(
+            "stages.c",
+            "stages",
+            &["-O1", "-g", "-fno-omit-frame-pointer"],
+        )
     })
 }
 

@@ -1,8 +1,9 @@
 //! Kernel-side teardown checks (reliability.md): no programs or links of ours
-//! left behind, and the target's text equal to its ELF file.
+//! left behind (all of them, or only those a test loaded), and the target's
+//! text equal to its ELF file.
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
@@ -118,5 +119,85 @@ pub fn text_unchanged(pid: u32, exe: &Path) -> Result<()> {
 pub fn assert_text_unchanged(pid: u32, exe: &Path) {
     if let Err(e) = text_unchanged(pid, exe) {
         panic!("target text after detach: {e:#}");
+    }
+}
+
+/// IDs of the loaded BPF programs named like ours (`prof_*`).
+pub fn prof_prog_ids() -> BTreeSet<u64> {
+    let progs = bpftool("prog").expect("query bpftool");
+    progs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("prof_")))
+        .filter_map(|p| p["id"].as_u64())
+        .collect()
+}
+
+/// PIDs holding an fd of each of `ids` (BPF program ids), from
+/// /proc/*/fdinfo (`prog_id:` lines of program and link fds).
+fn prog_holders(ids: &[u64]) -> BTreeMap<u64, BTreeSet<u32>> {
+    let mut out = BTreeMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fdinfo")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(info) = std::fs::read_to_string(fd.path()) else {
+                continue;
+            };
+            let id = info.lines().find_map(|l| {
+                l.strip_prefix("prog_id:")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            });
+            if let Some(id) = id.filter(|id| ids.contains(id)) {
+                out.entry(id).or_insert_with(BTreeSet::new).insert(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` runs a `profiler` binary.
+fn is_profiler(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .is_ok_and(|e| e.file_name().is_some_and(|n| n == "profiler"))
+}
+
+/// Like `assert_nothing_attached`, but only about programs loaded since
+/// `before` (a [`prof_prog_ids`] snapshot) and not held solely by another
+/// profiler process that is not in `ours`: other sessions profiling on this
+/// machine (another engineer's tests or benchmarks) do not make it fail,
+/// while a program held by our own profiler, by our target (an inherited
+/// fd), or by nobody (pinned) does. Polls for up to 3 s, as the kernel frees
+/// programs asynchronously.
+pub fn assert_none_left_since(before: &BTreeSet<u64>, ours: &[u32]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let new: Vec<u64> = prof_prog_ids().difference(before).copied().collect();
+        let holders = prog_holders(&new);
+        let left: Vec<String> = new
+            .iter()
+            .filter(|id| match holders.get(id) {
+                None => true,
+                Some(pids) => pids.iter().any(|p| ours.contains(p) || !is_profiler(*p)),
+            })
+            .map(|id| format!("{id} (held by {:?})", holders.get(id)))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "BPF programs loaded by this test's profiler are still loaded: {left:?}: \
+             left attached"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }

@@ -3,16 +3,26 @@
 //! The helpers here build the fixture programs, drive them through their
 //! stdin/stdout handshake, run the profiler, and check the kernel's state
 //! (nothing attached, target text unchanged) after it has gone.
+// The integration tests' dev-dependencies; the library's own (empty) test
+// target sees them too.
+#[cfg(test)]
+use {flate2 as _, roxmltree as _};
+
 pub mod build;
 pub mod fixture;
 pub mod kernel;
 pub mod outputs;
 pub mod recording;
 
-pub use build::{calls_exe, rust_fixture_exe, Mangling};
+pub use build::{build_c, build_c_world, calls_exe, rust_fixture_exe, stages_exe, Mangling};
 pub use fixture::{Fixture, TempDir};
-pub use kernel::{assert_nothing_attached, assert_text_unchanged, is_root, text_unchanged};
-pub use outputs::{assert_close, num, truth_fn, Outputs};
+pub use kernel::{
+    assert_none_left_since, assert_nothing_attached, assert_text_unchanged, is_root, prof_prog_ids,
+    text_unchanged,
+};
+pub use outputs::{
+    assert_close, complete_share, folded, num, read, read_json, truth_fn, truth_line, u64s, Outputs,
+};
 pub use recording::{assert_error, profiler, profiler_bin, profiler_wrapped, Finished, Recording};
 
 use std::path::PathBuf;

@@ -15,7 +15,8 @@ pub struct Outputs {
     pub svg: String,
 }
 
-fn read(dir: &Path, name: &str) -> String {
+/// Reads `dir/name` as text.
+pub fn read(dir: &Path, name: &str) -> String {
     let p = dir.join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
 }
@@ -138,6 +139,59 @@ fn entries<'a>(list: &'a Value, name: &str) -> Vec<&'a Value> {
                 .is_some_and(|n| n == name || n.starts_with(&generic))
         })
         .collect()
+}
+
+/// The `TRUTH {json}` line the stages fixture prints on stdout.
+pub fn truth_line(stdout: &str) -> Value {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("TRUTH "))
+        .unwrap_or_else(|| panic!("no TRUTH line from the fixture in stdout:\n{stdout}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("bad truth line {line:?}: {e}"))
+}
+
+/// A list of u64 in `v[key]`.
+pub fn u64s(v: &Value, key: &str) -> Vec<u64> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no array {key:?} in {v}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap_or_else(|| panic!("{key}: {x} not u64")))
+        .collect()
+}
+
+/// Reads and parses `dir/name` as JSON.
+pub fn read_json(dir: &Path, name: &str) -> Value {
+    let text = read(dir, name);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON: {e}"))
+}
+
+/// `cpu.folded` (or any folded file) as (frames, count) pairs.
+pub fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (stack, n) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("folded line without a count: {l:?}"));
+            let n = n
+                .parse()
+                .unwrap_or_else(|_| panic!("folded line count: {l:?}"));
+            (stack.split(';').map(str::to_string).collect(), n)
+        })
+        .collect()
+}
+
+/// The "complete stacks X%" share of cpu.txt's first line, in percent.
+pub fn complete_share(cpu_txt: &str) -> f64 {
+    let first = cpu_txt.lines().next().unwrap_or_default();
+    let pct = first
+        .split("complete stacks ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .unwrap_or_else(|| panic!("no `complete stacks N%` in cpu.txt's first line {first:?}"));
+    pct.parse()
+        .unwrap_or_else(|_| panic!("bad share {pct:?} in {first:?}"))
 }
 
 /// Looks up function `name` in the fixture's truth.

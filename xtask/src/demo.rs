@@ -37,9 +37,9 @@ const DEFAULT_FUNCS: &[&str] = &[
 pub fn run(args: &Args) -> Result<()> {
     crate::build()?;
     let root = workspace_root();
-    let exe = root.join("target/xtask/eventloop");
+    let exe = root.join("target/xtask/demo_app");
     gcc(
-        &root.join("xtask/demo/eventloop.c"),
+        &root.join("xtask/demo/demo_app.c"),
         &exe,
         &["-O1", "-g", "-fno-omit-frame-pointer"],
     )?;

@@ -1,5 +1,6 @@
-//! `cargo xtask lint`: formatting and clippy, with the eBPF crate checked in
-//! its own nightly invocation (feature unification would break its `no_std`).
+//! `cargo xtask lint`: formatting, the agent's module layering
+//! ([`crate::layers`]), and clippy, with the eBPF crate checked in its own
+//! nightly invocation (feature unification would break its `no_std`).
 
 use std::process::Command;
 
@@ -11,6 +12,7 @@ pub fn run() -> Result<()> {
     crate::setup::run(&crate::setup::Args::default())?;
     crate::setup::ensure_nightly_component("clippy", &mut Vec::new())?;
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    crate::layers::check(&workspace_root().join("profiler-user/src"))?;
     exec(cargo().args([
         "clippy",
         "--workspace",

@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod layers;
 mod lint;
 mod proc;
 mod setup;

@@ -10,17 +10,17 @@ use crate::util::{gcc, workspace_root};
 
 /// The compiled fixtures.
 pub struct Fixtures {
-    /// `calls.c` at -O2: probes trap with int3.
+    /// `bench_calls.c` at -O2: probes trap with int3.
     pub plain: PathBuf,
-    /// `calls.c` with a 5-byte nop at each function entry.
+    /// `bench_calls.c` with a 5-byte nop at each function entry.
     pub nop: PathBuf,
-    /// `calls.c` with mcount calls, for uftrace.
+    /// `bench_calls.c` with mcount calls, for uftrace.
     pub mcount: PathBuf,
     /// 1,000 noinline functions `fn_0000`..`fn_0999`.
     pub many: PathBuf,
-    /// `dispatch.c`, nop build: fast dispatches on the main thread.
+    /// `bench_dispatch.c`, nop build: fast dispatches on the main thread.
     pub dispatch: PathBuf,
-    /// `burn.c`: a CPU-bound chain burn_a -> burn_b -> burn_c, frame pointers.
+    /// `bench_burn.c`: a CPU-bound chain burn_a -> burn_b -> burn_c, frame pointers.
     pub burn: PathBuf,
 }
 
@@ -43,7 +43,7 @@ pub const BURN_FLAGS: &[&str] = &[
 ];
 
 pub fn build(dir: &Path) -> Result<Fixtures> {
-    let src = workspace_root().join("xtask/bench/calls.c");
+    let src = workspace_root().join("xtask/bench/bench_calls.c");
     let f = Fixtures {
         plain: dir.join("calls-plain"),
         nop: dir.join("calls-nop"),
@@ -53,12 +53,12 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         burn: dir.join("burn"),
     };
     gcc(
-        &workspace_root().join("xtask/bench/burn.c"),
+        &workspace_root().join("xtask/bench/bench_burn.c"),
         &f.burn,
         BURN_FLAGS,
     )?;
     gcc(
-        &workspace_root().join("xtask/bench/dispatch.c"),
+        &workspace_root().join("xtask/bench/bench_dispatch.c"),
         &f.dispatch,
         NOP_FLAGS,
     )?;

@@ -31,7 +31,7 @@ pub struct Args {
     /// Seconds per step of the event-rate sweep.
     #[arg(long, default_value_t = 1.0)]
     rate_secs: f64,
-    /// Rounds of the sampling fixture (burn.c); 200,000 take about 1.8 s.
+    /// Rounds of the sampling fixture (bench_burn.c); 200,000 take about 1.8 s.
     #[arg(long, default_value_t = 200_000)]
     burn_rounds: u64,
     /// Run only these parts (repeatable); default: all.
@@ -127,7 +127,7 @@ pub fn run(args: &Args) -> Result<()> {
         md.push_str("\n## e. Dispatch tracking: cost per dispatch and agent memory\n\n");
         md.push_str(&dispatch::rows(&rows));
         md.push_str(
-            "\nFixture `xtask/bench/dispatch.c` (nop build): each dispatch is `dispatch_message` calling \
+            "\nFixture `xtask/bench/bench_dispatch.c` (nop build): each dispatch is `dispatch_message` calling \
              `handle_fast`, both probed (`--dispatch dispatch_message --func handle_fast --trace-events 0`). \
              Added cost = traced − untraced ns per dispatch (2 probed calls, dispatch tracking, and with \
              the sampler on, cpu-clock samples of the watched thread during dispatches). Agent peak RSS \
@@ -159,7 +159,7 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
     );
     md.push_str(&sampling::overhead_rows(&rows));
     md.push_str(&format!(
-        "\nFixture `xtask/bench/burn.c` (`gcc {}`): {} rounds of a CPU-bound chain \
+        "\nFixture `xtask/bench/bench_burn.c` (`gcc {}`): {} rounds of a CPU-bound chain \
          `burn_a` → `burn_b` → `burn_c` (1 : 2 : 5 units of self time), single-threaded; it \
          reports its own elapsed time. Each sampler starts first (the profiler once it prints \
          `attached … sampler at … Hz`, perf once it holds perf-event descriptors plus 0.5 s); the \

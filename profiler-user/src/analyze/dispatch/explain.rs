@@ -224,22 +224,17 @@ mod tests {
         t.complete(s, 100, 100);
         t.complete(0, 100, 0);
         t.add_chain(s, &["fsync".to_string()], Kind::Blocked, 81);
-        let split = Split {
-            on_cpu_ns: 19,
-            blocked_ns: 81,
+        let split = |on_cpu_ns, blocked_ns| Split {
+            on_cpu_ns,
+            blocked_ns,
             runnable_ns: 0,
         };
         assert_eq!(
-            verdict(&t, t.key_node(), split, 100),
+            verdict(&t, t.key_node(), split(19, 81), 100),
             "81% blocked in fsync <- save_state"
         );
-        let split = Split {
-            on_cpu_ns: 92,
-            blocked_ns: 8,
-            runnable_ns: 0,
-        };
         assert_eq!(
-            verdict(&t, t.key_node(), split, 100),
+            verdict(&t, t.key_node(), split(92, 8), 100),
             "92% on-CPU in save_state <- dispatch"
         );
     }

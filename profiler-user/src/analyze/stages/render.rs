@@ -5,6 +5,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::{Overlap, StageResult, StagesResult, Summary};
+use crate::fmt::line_if;
 
 /// Milliseconds with two decimals, Pury-style: `120.31ms`.
 pub fn fmt_ms(ns: u64) -> String {
@@ -143,28 +144,28 @@ fn scenario_text(r: &StagesResult, out: &mut String) {
             );
         }
     }
-    if r.runs < r.runs_wanted {
-        let _ = writeln!(
-            out,
-            "\nOnly {} of {} runs completed.",
-            r.runs, r.runs_wanted
-        );
-    }
-    if r.incomplete_run {
-        let _ = writeln!(
-            out,
+    line_if(
+        out,
+        r.runs < r.runs_wanted,
+        format_args!("\nOnly {} of {} runs completed.", r.runs, r.runs_wanted),
+    );
+    line_if(
+        out,
+        r.incomplete_run,
+        format_args!(
             "A run of {} had started but not ended when recording stopped; it is not counted.",
             r.scenario
-        );
-    }
-    if r.dropped_occurrences > 0 {
-        let _ = writeln!(
-            out,
+        ),
+    );
+    line_if(
+        out,
+        r.dropped_occurrences > 0,
+        format_args!(
             "{} stage occurrences beyond {} per run were not measured.",
             r.dropped_occurrences,
             super::tracker::MAX_OCCURRENCES
-        );
-    }
+        ),
+    );
 }
 
 /// `stages.txt`: every scenario, separated by a blank line.

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::Report;
 use crate::analyze::stacks::FuncStats;
-use crate::fmt::fmt_ns;
+use crate::fmt::{fmt_ns, line_if};
 use crate::target::exits::ExitProbe;
 
 /// How many functions each table lists.
@@ -78,38 +78,41 @@ pub fn render(r: &Report) -> String {
         r.stacks.orphan_exits(),
         r.stacks.unfinished_frames(),
     );
-    if !s.exit_rule.is_empty() {
-        let _ = writeln!(out, "returns: {}", s.exit_rule);
-    }
+    line_if(
+        &mut out,
+        !s.exit_rule.is_empty(),
+        format_args!("returns: {}", s.exit_rule),
+    );
     let unwound = r.stacks.unwound_frames();
-    if unwound > 0 {
-        let _ = writeln!(
-            out,
+    line_if(
+        &mut out,
+        unwound > 0,
+        format_args!(
             "note: {unwound} frames ended without a return (an exception, longjmp, a tail call, or a return not seen); \
              they were closed when the stack showed them gone, marked unwound"
-        );
-    }
-    if s.lost_events > 0 {
-        let _ = writeln!(
-            out,
+        ),
+    );
+    line_if(
+        &mut out,
+        s.lost_events > 0,
+        format_args!(
             "warning: {} events were lost because the ring buffer was full: raise --ring-size or probe fewer functions",
             s.lost_events
-        );
-    }
-    if s.capped > 0 {
-        let _ = writeln!(
-            out,
+        ),
+    );
+    line_if(
+        &mut out,
+        s.capped > 0,
+        format_args!(
             "note: {} more functions matched but were not probed (--max-funcs)",
             s.capped
-        );
-    }
-    if s.failed_probes > 0 {
-        let _ = writeln!(
-            out,
-            "note: {} functions could not be probed",
-            s.failed_probes
-        );
-    }
+        ),
+    );
+    line_if(
+        &mut out,
+        s.failed_probes > 0,
+        format_args!("note: {} functions could not be probed", s.failed_probes),
+    );
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
     table(&mut out, r, "Top functions by self time", &rows);

@@ -2,8 +2,6 @@
 //! is split into dispatches by the GLib preset (`g_main_context_dispatch`,
 //! exported by Debian's stripped libglib), and its slow iterations are
 //! flagged and explained.
-mod common;
-use common::*;
 use profiler_tests::*;
 use std::path::PathBuf;
 use std::process::Command;

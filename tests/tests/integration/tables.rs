@@ -4,8 +4,6 @@
 //! (Debian's python3.11) unwind to their root, per PID and system-wide,
 //! JIT frames are still named, and the tables agree with the stack-copy
 //! unwinder.
-mod common;
-use common::*;
 use profiler_tests::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

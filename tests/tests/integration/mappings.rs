@@ -1,8 +1,6 @@
 //! Symbolization where the file is hard to find: a library dlopen'd after
 //! sampling began, and a binary that only exists in the target's own mount
 //! namespace.
-mod common;
-use common::*;
 use profiler_tests::*;
 use std::process::{Command, Stdio};
 

@@ -2,8 +2,6 @@
 //! issue 11 item 1): the target behaves as it does untraced, every call is
 //! counted, frames left without a return are marked unwound, and self time
 //! never exceeds total time.
-mod common;
-use common::*;
 use profiler_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

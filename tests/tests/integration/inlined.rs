@@ -1,7 +1,5 @@
 //! Symbolization with DWARF: a function inlined into another shows up as
 //! its own `_[i]` frame, and the hottest frames carry `file:line`.
-mod common;
-use common::*;
 use profiler_tests::*;
 
 #[test]

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../tests/fixtures/common.h"
+
 #define NOINLINE __attribute__((noinline))
 
 static volatile uint64_t sink;
@@ -19,13 +21,6 @@ static volatile uint64_t sink;
 NOINLINE void handle_fast(uint64_t i) { sink += i; }
 
 NOINLINE void dispatch_message(uint64_t i) { handle_fast(i); }
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int main(int argc, char **argv)
 {

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../tests/fixtures/common.h"
+
 #define NOINLINE __attribute__((noinline))
 #define UNIT 1000
 
@@ -32,13 +34,6 @@ NOINLINE uint64_t burn_c(uint64_t x) { return spin(x, 5); }
 NOINLINE uint64_t burn_b(uint64_t x) { return spin(burn_c(spin(x, 1)), 1); }
 
 NOINLINE uint64_t burn_a(uint64_t x) { return burn_b(spin(x, 1)) + 1; }
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int main(int argc, char **argv)
 {

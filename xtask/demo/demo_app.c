@@ -1,4 +1,4 @@
-// eventloop: a single-threaded UI-style event loop, used by `cargo xtask demo`.
+// demo_app: a single-threaded UI-style event loop, used by `cargo xtask demo`.
 //
 // The main thread waits on a 16 ms timerfd (one "vsync" tick), turns each tick
 // into a few events on a deterministic schedule, and dispatches every event
@@ -12,8 +12,8 @@
 //   tick % 90 == 70   load_thumbnail() blocked in nanosleep  ~250 ms off-CPU
 //   tick % 150 == 149 render_frame() of an animation frame  ~300 ms CPU
 //
-// It prints one line, "eventloop: pid=<pid> ready", then runs until killed.
-// Build: gcc -O1 -g -fno-omit-frame-pointer -o eventloop eventloop.c
+// It prints one line, "demo_app: pid=<pid> ready", then runs until killed.
+// Build: gcc -O1 -g -fno-omit-frame-pointer -o demo_app demo_app.c
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +25,8 @@
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../../tests/fixtures/common.h"
 
 #define NOINLINE __attribute__((noinline))
 
@@ -47,13 +49,6 @@ struct app_state {
 static struct app_state app;
 static char json_buf[64 * 1024];
 static volatile uint64_t sink;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 // Spin on real work until `ns` nanoseconds have passed. Inlined, so the time
 // lands in the self time of the handler that calls it.
@@ -158,7 +153,7 @@ NOINLINE uint64_t compress_snapshot(void)
 
 NOINLINE int save_state(void)
 {
-    char path[] = "/var/tmp/eventloop-state-XXXXXX";
+    char path[] = "/var/tmp/demo_app-state-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0)
         return -1;
@@ -238,7 +233,7 @@ NOINLINE void run_event_loop(int tfd)
     uint64_t tick = 0, expirations;
     for (;;) {
         if (wait_for_tick(tfd, &expirations) != 0) {
-            perror("eventloop: poll");
+            perror("demo_app: poll");
             exit(1);
         }
         // Ticks missed while a slow handler ran are coalesced, like vsync.
@@ -255,15 +250,15 @@ int main(void)
         app.doc[i] = (char)('a' + i % 26);
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     if (tfd < 0) {
-        perror("eventloop: timerfd_create");
+        perror("demo_app: timerfd_create");
         return 1;
     }
     struct itimerspec its = { .it_interval = { 0, 16000000 }, .it_value = { 0, 16000000 } };
     if (timerfd_settime(tfd, 0, &its, NULL) != 0) {
-        perror("eventloop: timerfd_settime");
+        perror("demo_app: timerfd_settime");
         return 1;
     }
-    printf("eventloop: pid=%d ready\n", getpid());
+    printf("demo_app: pid=%d ready\n", getpid());
     fflush(stdout);
     run_event_loop(tfd);
     return 0;

@@ -4,8 +4,6 @@
 //! (on-CPU vs blocked, the trimmed tree, one group per cause), report the hang
 //! while it is still running, and bucket every dispatch into frame classes as
 //! the fixture's own durations do.
-mod common;
-use common::*;
 use profiler_tests::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -204,33 +202,117 @@ fn record(tag: &str, extra: &[&str]) -> (Value, Finished, Value, TempDir) {
     (truth, fin, d, out)
 }
 
-#[test]
-fn slow_dispatches_flagged_explained_and_bucketed() {
-    require_root!();
-    let (truth, fin, d, out) = record("dispatch", &DISPATCH_ARGS);
-    let msgs = messages(&truth);
-    let by_index: BTreeMap<u64, &Msg> = msgs.iter().map(|m| (m.index, m)).collect();
-    let want_slow: BTreeSet<u64> = msgs
-        .iter()
-        .filter(|m| m.kind != "fast")
-        .map(|m| m.index)
-        .collect();
+/// The main recording (the command line, [`DISPATCH_ARGS`]), made
+/// once by the first check that asks for it and read by all of them.
+struct Main {
+    truth: Value,
+    msgs: Vec<Msg>,
+    fin: Finished,
+    /// dispatches.json.
+    d: Value,
+    /// dispatches.txt, or why it could not be read.
+    txt: Result<String, String>,
+    /// Each flame graph `groups` names, or why it could not be read.
+    svgs: BTreeMap<String, Result<String, String>>,
+}
 
-    // Header.
-    let rule = str_of(&d, "rule");
+/// The shared recording; the output directory is read into memory and
+/// removed once it is made.
+fn main_recording() -> &'static Main {
+    static MAIN: OnceLock<Main> = OnceLock::new();
+    MAIN.get_or_init(|| {
+        let (truth, fin, d, out) = record("dispatch", &DISPATCH_ARGS);
+        let msgs = messages(&truth);
+        let read = |name: &str| {
+            let p = out.join(name);
+            std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+        };
+        let txt = read("dispatches.txt");
+        let svgs = arr(&d, "groups")
+            .iter()
+            .filter_map(|g| g["svg"].as_str())
+            .map(|name| (name.to_string(), read(name)))
+            .collect();
+        Main {
+            truth,
+            msgs,
+            fin,
+            d,
+            txt,
+            svgs,
+        }
+    })
+}
+
+impl Main {
+    fn by_index(&self) -> BTreeMap<u64, &Msg> {
+        self.msgs.iter().map(|m| (m.index, m)).collect()
+    }
+
+    /// Indexes of the fixture's slow messages.
+    fn want_slow(&self) -> BTreeSet<u64> {
+        self.msgs
+            .iter()
+            .filter(|m| m.kind != "fast")
+            .map(|m| m.index)
+            .collect()
+    }
+
+    /// The `slow` entries by index.
+    fn slow_of(&self) -> BTreeMap<u64, &Value> {
+        arr(&self.d, "slow")
+            .iter()
+            .map(|s| (num(s, "index"), s))
+            .collect()
+    }
+
+    /// The slow entries of the five config (parse_json) messages.
+    fn config(&self) -> Vec<&Value> {
+        let slow_of = self.slow_of();
+        self.msgs
+            .iter()
+            .filter(|m| m.kind == "config")
+            .map(|m| slow_of[&m.index])
+            .collect()
+    }
+
+    /// The key of the first config dispatch: parse_json's group.
+    fn config_key(&self) -> &str {
+        str_of(self.config()[0], "key")
+    }
+
+    fn frame_ns(&self) -> u64 {
+        num(&self.d, "frame_interval_ns")
+    }
+
+    /// Indexes of the messages longer than `--hang`.
+    fn want_hangs(&self) -> BTreeSet<u64> {
+        self.msgs
+            .iter()
+            .filter(|m| m.duration_ns > HANG_NS)
+            .map(|m| m.index)
+            .collect()
+    }
+}
+
+#[test]
+fn header_has_the_rule_thresholds_count_and_percentiles() {
+    require_root!();
+    let d = &main_recording().d;
+    let rule = str_of(d, "rule");
     assert!(
         rule.contains("--dispatch"),
         "rule {rule:?} names --dispatch"
     );
-    assert_eq!(num(&d, "threshold_ns"), THRESHOLD_NS, "threshold_ns");
-    assert_eq!(num(&d, "hang_ns"), HANG_NS, "hang_ns");
-    let frame_ns = num(&d, "frame_interval_ns");
+    assert_eq!(num(d, "threshold_ns"), THRESHOLD_NS, "threshold_ns");
+    assert_eq!(num(d, "hang_ns"), HANG_NS, "hang_ns");
+    let frame_ns = num(d, "frame_interval_ns");
     assert!(
         (16_660_000..=16_670_000).contains(&frame_ns),
         "default frame interval 16.67 ms, got {frame_ns} ns"
     );
     assert_eq!(
-        num(&d, "dispatches"),
+        num(d, "dispatches"),
         MESSAGES as u64,
         "every message is one dispatch"
     );
@@ -239,15 +321,20 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "dispatches_per_sec: {}",
         d["dispatches_per_sec"]
     );
-    let (p50, p95, p99) = (num(&d, "p50_ns"), num(&d, "p95_ns"), num(&d, "p99_ns"));
+    let (p50, p95, p99) = (num(d, "p50_ns"), num(d, "p95_ns"), num(d, "p99_ns"));
     assert!(p50 < THRESHOLD_NS, "p50 {p50} ns under the threshold");
     assert!(
         p50 <= p95 && p95 <= p99,
         "p50 {p50} <= p95 {p95} <= p99 {p99}"
     );
+}
 
-    // Exactly the slow messages, with their durations.
-    let slow = arr(&d, "slow");
+#[test]
+fn exactly_the_slow_messages_with_their_durations_splits_and_trees() {
+    require_root!();
+    let r = main_recording();
+    let (by_index, want_slow, frame_ns) = (r.by_index(), r.want_slow(), r.frame_ns());
+    let slow = arr(&r.d, "slow");
     let got_slow: BTreeSet<u64> = slow.iter().map(|s| num(s, "index")).collect();
     assert_eq!(got_slow, want_slow, "slow dispatch indexes");
     assert_eq!(
@@ -255,7 +342,7 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         want_slow.len(),
         "one `slow` entry per slow dispatch"
     );
-    let slow_of: BTreeMap<u64, &Value> = slow.iter().map(|s| (num(s, "index"), s)).collect();
+    let slow_of = r.slow_of();
     let mut last_start = 0;
     for (&i, s) in &slow_of {
         let m = by_index[&i];
@@ -325,13 +412,14 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
             tree.len()
         );
     }
+}
 
-    // The five parse_json dispatches: one cause, one group of five.
-    let config: Vec<&Value> = msgs
-        .iter()
-        .filter(|m| m.kind == "config")
-        .map(|m| slow_of[&m.index])
-        .collect();
+/// The five parse_json dispatches: one cause, one group of five.
+#[test]
+fn parse_json_dispatches_share_one_key_and_one_group() {
+    require_root!();
+    let r = main_recording();
+    let (config, want_slow) = (r.config(), r.want_slow());
     assert_eq!(config.len(), 5, "fixture has five config messages");
     let key = str_of(config[0], "key");
     assert!(
@@ -353,7 +441,7 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
             "config verdict {verdict:?} says {state} in parse_json: {s}"
         );
     }
-    let groups = arr(&d, "groups");
+    let groups = arr(&r.d, "groups");
     let pj: Vec<&Value> = groups
         .iter()
         .filter(|g| str_of(g, "key").contains("parse_json"))
@@ -383,12 +471,19 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         want_slow.len() as u64,
         "groups cover the slow dispatches"
     );
+}
 
-    // Blocked dispatches: the verdict says blocked, the tree hangs a
-    // `blocked` node under the handler, and the blocking stacks account for
-    // the blocked time. (Not asserted: that a raw stack names the handler;
-    // frame-pointer unwinding out of a frameless libc function skips it.)
-    for m in msgs
+/// Blocked dispatches: the verdict says blocked, the tree hangs a `blocked`
+/// node under the handler, and the blocking stacks account for the blocked
+/// time. (Not asserted: that a raw stack names the handler; frame-pointer
+/// unwinding out of a frameless libc function skips it.)
+#[test]
+fn blocked_dispatches_show_where_they_blocked() {
+    require_root!();
+    let r = main_recording();
+    let slow_of = r.slow_of();
+    for m in r
+        .msgs
         .iter()
         .filter(|m| m.kind == "sleep" || m.kind == "save")
     {
@@ -437,10 +532,15 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
             m.index
         );
     }
+}
 
-    // BlockCanary's trap: A1 (790 ms), A2 (30 ms), A3 (300 ms).
-    let trap = msgs.iter().find(|m| m.kind == "trap").unwrap();
-    let s = slow_of[&trap.index];
+/// BlockCanary's trap: A1 (790 ms), A2 (30 ms), A3 (300 ms).
+#[test]
+fn blockcanary_trap_is_blamed_on_step_a1() {
+    require_root!();
+    let r = main_recording();
+    let trap = r.msgs.iter().find(|m| m.kind == "trap").unwrap();
+    let s = r.slow_of()[&trap.index];
     let names: Vec<&str> = arr(s, "tree").iter().map(|n| str_of(n, "name")).collect();
     let pos = |f: &str| names.iter().position(|n| *n == f);
     let (a1, a3) = (pos("step_a1"), pos("step_a3"));
@@ -461,15 +561,17 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         tverdict.contains("step_a1") && !tverdict.contains("step_a2"),
         "trap verdict {tverdict:?} names step_a1"
     );
+}
 
-    // Hangs: every dispatch longer than --hang 1s (the 2.5 s hang, and the
-    // 1.12 s trap too), each reported while it ran and completed afterwards.
-    let want_hangs: BTreeSet<u64> = msgs
-        .iter()
-        .filter(|m| m.duration_ns > HANG_NS)
-        .map(|m| m.index)
-        .collect();
-    let hangs = arr(&d, "hangs");
+/// Hangs: every dispatch longer than --hang 1s (the 2.5 s hang, and the
+/// 1.12 s trap too), each reported while it ran and completed afterwards.
+#[test]
+fn hangs_are_reported_while_they_run() {
+    require_root!();
+    let r = main_recording();
+    let (by_index, slow_of, want_hangs) = (r.by_index(), r.slow_of(), r.want_hangs());
+    let trap = r.msgs.iter().find(|m| m.kind == "trap").unwrap();
+    let hangs = arr(&r.d, "hangs");
     let got_hangs: BTreeSet<u64> = hangs.iter().map(|h| num(h, "index")).collect();
     assert_eq!(got_hangs, want_hangs, "hang indexes: {hangs:?}");
     assert_eq!(
@@ -512,13 +614,13 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "the trap's hang stack at 1 s is in step_a3 <- handle_trap: {trap_stack:?}"
     );
     // The HANG line of the 2.5 s hang is on stderr while the fixture is in it.
-    let hang_truth = &truth["hang"];
-    let hang_index = num(hang_truth, "index");
+    let hang_truth = &r.truth["hang"];
     let (hang_start, hang_end) = (
         num(hang_truth, "start_realtime_ns"),
         num(hang_truth, "end_realtime_ns"),
     );
-    let hang_lines: Vec<(u64, &str)> = fin
+    let hang_lines: Vec<(u64, &str)> = r
+        .fin
         .stderr
         .iter()
         .map(|l| stamped(l))
@@ -547,9 +649,16 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "one HANG line written while the fixture was inside its {} ms hang: {during:?}",
         (hang_end - hang_start) / 1_000_000
     );
+}
 
-    // stderr while recording: one `slow dispatch` line per slow dispatch.
-    let slow_lines: Vec<&str> = fin
+/// stderr while recording: one `slow dispatch` line per slow dispatch.
+#[test]
+fn one_slow_dispatch_line_each_on_stderr() {
+    require_root!();
+    let r = main_recording();
+    let (want_slow, key) = (r.want_slow(), r.config_key());
+    let slow_lines: Vec<&str> = r
+        .fin
         .stderr
         .iter()
         .map(|l| stamped(l).1)
@@ -564,14 +673,20 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         slow_lines.iter().any(|l| l.contains(key)),
         "a slow-dispatch line carries the key {key:?}: {slow_lines:?}"
     );
+}
 
-    // Frame buckets: every dispatch, fast ones too, as the fixture's durations say.
+/// Frame buckets: every dispatch, fast ones too, as the fixture's durations say.
+#[test]
+fn frame_buckets_match_the_fixture_durations() {
+    require_root!();
+    let r = main_recording();
+    let frame_ns = r.frame_ns();
     let borders = [3u64, 9, 24, 42];
     let mut want_frames: BTreeMap<&str, u64> = ["best", "normal", "middle", "high", "frozen"]
         .into_iter()
         .map(|b| (b, 0))
         .collect();
-    for m in &msgs {
+    for m in &r.msgs {
         assert!(
             borders
                 .iter()
@@ -584,17 +699,24 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
     }
     for (b, want) in &want_frames {
         assert_eq!(
-            num(&d["frames"], b),
+            num(&r.d["frames"], b),
             *want,
             "frames.{b}: {} (fixture durations give {want_frames:?})",
-            d["frames"]
+            r.d["frames"]
         );
     }
+}
 
-    // Bounded memory: no fast dispatch left any detail behind. `worst` is the
-    // exception by design: the N longest dispatches (index, start, duration,
-    // key), which past the slow ones may name a fast one; it must list every
-    // slow dispatch first, longest first, and carry nothing more for a fast one.
+/// Bounded memory: no fast dispatch left any detail behind. `worst` is the
+/// exception by design: the N longest dispatches (index, start, duration,
+/// key), which past the slow ones may name a fast one; it must list every
+/// slow dispatch first, longest first, and carry nothing more for a fast one.
+#[test]
+fn fast_dispatches_leave_no_detail_but_a_worst_summary() {
+    require_root!();
+    let r = main_recording();
+    let (by_index, want_slow, d) = (r.by_index(), r.want_slow(), &r.d);
+    let hang_index = num(&r.truth["hang"], "index");
     let mut seen = Vec::new();
     for (k, v) in d.as_object().expect("dispatches.json is an object") {
         if k != "worst" {
@@ -609,7 +731,7 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         fast_seen.is_empty(),
         "fast dispatches {fast_seen:?} left detail in dispatches.json"
     );
-    let worst = arr(&d, "worst");
+    let worst = arr(d, "worst");
     assert!(
         !worst.is_empty() && worst.len() <= 20,
         "worst lists a bounded number of dispatches: {worst:?}"
@@ -652,11 +774,15 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
             );
         }
     }
+}
 
-    // dispatches.txt and the flame graphs.
-    let txt_path = out.join("dispatches.txt");
-    let txt = std::fs::read_to_string(&txt_path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", txt_path.display()));
+/// dispatches.txt and the flame graphs.
+#[test]
+fn text_report_and_flame_graphs() {
+    require_root!();
+    let r = main_recording();
+    let key = r.config_key();
+    let txt = r.txt.as_ref().unwrap_or_else(|e| panic!("{e}"));
     assert!(
         txt.contains(key),
         "dispatches.txt has the group key {key:?}:\n{txt}"
@@ -666,10 +792,11 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         "dispatches.txt has the frame statistics:\n{txt}"
     );
     assert!(
-        fin.stdout.contains(key),
+        r.fin.stdout.contains(key),
         "the dispatch report is printed too:\n{}",
-        fin.stdout
+        r.fin.stdout
     );
+    let groups = arr(&r.d, "groups");
     let mut svgs: Vec<&str> = groups.iter().filter_map(|g| g["svg"].as_str()).collect();
     assert!(
         svgs.contains(&"dispatch-1.svg"),
@@ -681,10 +808,8 @@ fn slow_dispatches_flagged_explained_and_bucketed() {
         ..Default::default()
     };
     for name in svgs {
-        let p = out.join(name);
-        let svg = std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()));
-        let doc = roxmltree::Document::parse_with_options(&svg, opts)
+        let svg = r.svgs[name].as_ref().unwrap_or_else(|e| panic!("{e}"));
+        let doc = roxmltree::Document::parse_with_options(svg, opts)
             .unwrap_or_else(|e| panic!("{name} is not XML: {e}"));
         assert_eq!(doc.root_element().tag_name().name(), "svg", "{name} root");
     }

@@ -1,7 +1,5 @@
 //! Thousands of threads that exit: their state is folded by name as they
 //! go (memory bounded by distinct names), and nothing is lost or mis-paired.
-mod common;
-use common::*;
 use profiler_tests::*;
 
 #[test]

@@ -1,8 +1,6 @@
 //! `profiler sample`: stacks of a known call chain with and without frame
 //! pointers, the system-wide CPU split between two processes, and a Debian
 //! binary built without frame pointers.
-mod common;
-use common::*;
 use profiler_tests::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -3,8 +3,6 @@
 //! by the fixture itself. The profiler must derive the nesting, match the
 //! fixture's per-run numbers, render Pury's layout, and end the session by
 //! itself once the 5 runs are in (detaching while the command still runs).
-mod common;
-use common::*;
 use profiler_tests::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};

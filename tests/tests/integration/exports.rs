@@ -1,8 +1,6 @@
 //! Exports of a `record` on the `calls` tree: trace.json (Chrome Trace Event
 //! format), profile.pb.gz (gzipped pprof), the `--sample` CPU outputs, and
 //! `profiler diff` of two recordings.
-mod common;
-use common::*;
 use flate2::read::GzDecoder;
 use profiler_tests::*;
 use std::collections::{BTreeMap, BTreeSet};

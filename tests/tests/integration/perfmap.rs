@@ -3,8 +3,6 @@
 //! user's file planted there gets one warning, is not read (the session
 //! ends on time) and nothing from it reaches an output. A proper one names
 //! JIT code in anonymous executable memory, hostile bytes neutralised.
-mod common;
-use common::*;
 use flate2::read::GzDecoder;
 use profiler_tests::*;
 use std::io::Read;

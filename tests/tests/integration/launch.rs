@@ -1,8 +1,6 @@
 //! Launch mode (`profiler record … -- COMMAND`): probes live before the
 //! command's first instruction, its exit status passed through, the command
 //! run as the sudo user, startup timing split at `main`, and bad input.
-mod common;
-use common::*;
 use profiler_tests::*;
 use std::os::unix::fs::MetadataExt;
 

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../tests/fixtures/common.h"
+
 #define NOINLINE __attribute__((noinline))
 
 NOINLINE uint64_t leaf(uint64_t x)
@@ -40,13 +42,6 @@ NOINLINE uint64_t mid(uint64_t x)
 static long iters;
 static double rate; // calls per second per thread; 0 = flat out
 static volatile uint64_t sink;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void *worker(void *arg)
 {

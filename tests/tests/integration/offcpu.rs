@@ -1,7 +1,5 @@
 //! `--off-cpu`: time blocked, by stack, against the fixture's own
 //! measurement of its sleeps.
-mod common;
-use common::*;
 use profiler_tests::*;
 
 #[test]

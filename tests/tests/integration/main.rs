@@ -1,0 +1,34 @@
+//! The root-only integration tests, one binary with a module per topic (as
+//! aya's `test/integration-test`). Every helper is in the `profiler_tests`
+//! library (`tests/src`); a test that cannot run says why on stderr
+//! (`SKIP …`) and returns. Run them one at a time, as `cargo xtask test`
+//! does: kernel state is shared. See tests/README.md.
+
+// Used through profiler_tests, not here.
+use anyhow as _;
+
+mod bad_input;
+mod deleted;
+mod demangle;
+mod dispatch;
+mod exports;
+mod flamegraph;
+mod golang;
+mod helpers;
+mod inlined;
+mod launch;
+mod loss;
+mod mappings;
+mod offcpu;
+mod perfmap;
+mod presets;
+mod reaping;
+mod recursion;
+mod replay;
+mod sampling;
+mod stages;
+mod tables;
+mod teardown;
+mod threads;
+mod tracing;
+mod unwinding;
