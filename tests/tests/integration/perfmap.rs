@@ -301,6 +301,7 @@ fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     // SAFETY: a valid path.
     assert_eq!(
+        // SAFETY: mkfifo with a NUL-terminated path.
         unsafe { libc::mkfifo(c.as_ptr(), 0o644) },
         0,
         "mkfifo {}",
