@@ -399,6 +399,87 @@ pub struct UnwindRow {
     pub pad: u16,
 }
 
+/// What a ring record is, from its header's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A function entry: an [`Event`].
+    Entry,
+    /// A function exit: an [`Event`].
+    Exit,
+    /// A thread's first appearance: a [`CommEvent`].
+    Comm,
+    /// The watched thread left the CPU: an [`Event`], or a [`StackEvent`]
+    /// when it blocked inside a dispatch.
+    SchedOut,
+    /// The watched thread got the CPU back: an [`Event`].
+    SchedIn,
+    /// The watched thread was woken: an [`Event`].
+    Wakeup,
+    /// An in-dispatch sample: a [`StackEvent`].
+    Sample,
+    /// A user-mode sample with a stack copy: a [`DwarfSample`].
+    Dwarf,
+    /// A Go function's entry: a [`GoEvent`].
+    GoEntry,
+    /// A Go function's exit: a [`GoEvent`].
+    GoExit,
+}
+
+impl RecordKind {
+    /// The kind of an [`Event::kind`] value, if it is one.
+    pub const fn of(kind: u32) -> Option<RecordKind> {
+        Some(match kind {
+            KIND_ENTRY => RecordKind::Entry,
+            KIND_EXIT => RecordKind::Exit,
+            KIND_COMM => RecordKind::Comm,
+            KIND_SCHED_OUT => RecordKind::SchedOut,
+            KIND_SCHED_IN => RecordKind::SchedIn,
+            KIND_WAKEUP => RecordKind::Wakeup,
+            KIND_SAMPLE => RecordKind::Sample,
+            KIND_DWARF => RecordKind::Dwarf,
+            KIND_GO_ENTRY => RecordKind::GoEntry,
+            KIND_GO_EXIT => RecordKind::GoExit,
+            _ => return None,
+        })
+    }
+}
+
+/// A type the kernel writes into the ring as a whole record, starting with
+/// an [`Event`] header.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, made of integers and arrays of them, so
+/// any bytes are a valid value.
+pub unsafe trait Record: Copy {}
+// SAFETY: each is #[repr(C)] plain integers (see the type's layout test).
+unsafe impl Record for Event {}
+// SAFETY: as above.
+unsafe impl Record for CommEvent {}
+// SAFETY: as above.
+unsafe impl Record for GoEvent {}
+// SAFETY: as above.
+unsafe impl Record for StackEvent {}
+// SAFETY: as above.
+unsafe impl Record for DwarfSample {}
+
+/// The one decoder of ring records: the record's kind, and its header.
+/// None for a record too short for a header, or of an unknown kind.
+pub fn decode(bytes: &[u8]) -> Option<(RecordKind, Event)> {
+    let ev: Event = read(bytes)?;
+    Some((RecordKind::of(ev.kind())?, ev))
+}
+
+/// Reads a whole record of type `T` from its bytes (any alignment), or
+/// None when there are too few.
+pub fn read<T: Record>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < core::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: enough bytes, `T: Record` accepts any bit pattern, and
+    // `read_unaligned` copes with any alignment.
+    Some(unsafe { core::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for UnwindRow {}
 #[cfg(feature = "user")]
@@ -425,6 +506,34 @@ unsafe impl aya::Pod for GoEvent {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_decode_by_kind_and_length() {
+        let e = Event {
+            ts_ns: 7,
+            tid: 3,
+            word: Event::pack(KIND_GO_EXIT, 9),
+            sp: 100,
+        };
+        let g = GoEvent {
+            event: e,
+            goroutine: 0xabc,
+        };
+        // SAFETY: viewing a repr(C) value's bytes.
+        let bytes = unsafe {
+            core::slice::from_raw_parts(
+                (&g as *const GoEvent).cast::<u8>(),
+                core::mem::size_of::<GoEvent>(),
+            )
+        };
+        assert_eq!(decode(bytes), Some((RecordKind::GoExit, e)));
+        assert_eq!(read::<GoEvent>(bytes), Some(g));
+        assert_eq!(read::<GoEvent>(&bytes[..31]), None);
+        assert_eq!(decode(&bytes[..23]), None);
+        let mut bad = e;
+        bad.word = Event::pack(15, 0);
+        assert_eq!(RecordKind::of(bad.kind()), None);
+    }
 
     #[test]
     fn layouts_and_packing() {

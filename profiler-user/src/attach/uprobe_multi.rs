@@ -266,8 +266,9 @@ mod tests {
             if item.len() != std::mem::size_of::<Event>() {
                 continue;
             }
-            // SAFETY: the record is exactly one Event, written by the kernel.
-            let ev: Event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            let Some(ev) = profiler_common::read::<Event>(&item) else {
+                continue;
+            };
             if ev.tid != tid || ev.func() != func {
                 continue;
             }

@@ -51,11 +51,9 @@ impl Dwarf {
     /// Unwinds every pending sample.
     fn drain(&mut self, pid: u32) {
         while let Some(item) = self.ring.next() {
-            if item.len() < size_of::<DwarfSample>() {
+            let Some(s) = profiler_common::read::<DwarfSample>(&item) else {
                 continue;
-            }
-            // SAFETY: a whole DwarfSample written by the kernel program.
-            let s = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const DwarfSample) };
+            };
             if s.event.kind() != KIND_DWARF {
                 continue;
             }

@@ -9,8 +9,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{
-    CommEvent, Event, GoEvent, StackEvent, KIND_COMM, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY,
-    KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES,
+    decode, read, CommEvent, Event, GoEvent, RecordKind, StackEvent, KIND_ENTRY, MAX_KERNEL_FRAMES,
     MAX_USER_FRAMES, SCHED_BLOCKED,
 };
 use tokio::{
@@ -152,16 +151,17 @@ impl Sinks {
     /// Applies one ring-buffer record.
     #[inline]
     fn on_record(&mut self, rec: &[u8]) {
-        if rec.len() < size_of::<Event>() {
+        let Some((kind, ev)) = decode(rec) else {
+            // A header of an unknown kind is counted; a shorter record has none.
+            self.stacks.invalid_events += u64::from(rec.len() >= size_of::<Event>());
             return;
-        }
-        // SAFETY: the record holds at least one `Event`, written by the
-        // kernel program; `read_unaligned` copes with any alignment.
-        let ev = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const Event) };
-        match ev.kind() {
-            KIND_GO_ENTRY | KIND_GO_EXIT if rec.len() >= size_of::<GoEvent>() => {
-                // SAFETY: as above, for the longer record.
-                let g = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const GoEvent) };
+        };
+        match kind {
+            RecordKind::GoEntry | RecordKind::GoExit => {
+                let Some(g) = read::<GoEvent>(rec) else {
+                    self.stacks.invalid_events += 1;
+                    return;
+                };
                 let (ev, new) = self.goroutines.event(&g);
                 if let Some(ev) = ev {
                     self.on_call(&ev);
@@ -170,25 +170,21 @@ impl Sinks {
                     }
                 }
             }
-            KIND_ENTRY | KIND_EXIT => self.on_call(&ev),
-            KIND_COMM if rec.len() >= size_of::<CommEvent>() => {
-                // SAFETY: as above, for the longer record.
-                let c = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const CommEvent) };
-                self.stacks.on_comm(&c);
-            }
-            KIND_SCHED_OUT | KIND_SAMPLE => {
+            RecordKind::Entry | RecordKind::Exit => self.on_call(&ev),
+            RecordKind::Comm => match read::<CommEvent>(rec) {
+                Some(c) => self.stacks.on_comm(&c),
+                None => self.stacks.invalid_events += 1,
+            },
+            RecordKind::SchedOut | RecordKind::Sample => {
                 let Some(d) = &mut self.dispatch else { return };
-                let stacks = (rec.len() >= size_of::<StackEvent>()).then(|| {
-                    // SAFETY: as above, for the longer record.
-                    unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const StackEvent) }
-                });
+                let stacks = read::<StackEvent>(rec);
                 let user = stacks
                     .as_ref()
                     .map(|s| &s.user[..(s.user_len as usize).min(MAX_USER_FRAMES)]);
                 let kernel = stacks
                     .as_ref()
                     .map(|s| &s.kernel[..(s.kernel_len as usize).min(MAX_KERNEL_FRAMES)]);
-                if ev.kind() == KIND_SAMPLE {
+                if kind == RecordKind::Sample {
                     if let Some(user) = user {
                         if d.is_open() {
                             if let Some(tl) = &mut self.timeline {
@@ -201,17 +197,17 @@ impl Sinks {
                     d.on_switch_out(ev.ts_ns, ev.func() == SCHED_BLOCKED, user.zip(kernel));
                 }
             }
-            KIND_SCHED_IN => {
+            RecordKind::SchedIn => {
                 if let Some(d) = &mut self.dispatch {
                     d.on_switch_in(ev.ts_ns);
                 }
             }
-            KIND_WAKEUP => {
+            RecordKind::Wakeup => {
                 if let Some(d) = &mut self.dispatch {
                     d.on_wakeup(ev.ts_ns);
                 }
             }
-            _ => self.stacks.invalid_events += 1,
+            RecordKind::Dwarf => self.stacks.invalid_events += 1,
         }
     }
 

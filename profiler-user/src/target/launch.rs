@@ -270,7 +270,8 @@ pub struct Launched {
 
 /// What [`enable_perf_maps`] adds to `NODE_OPTIONS` (`--perf-basic-prof`
 /// itself would also write a V8 log file into the command's directory).
-pub const NODE_PERF_OPTIONS: &str = "--perf-basic-prof-only-functions --interpreted-frames-native-stack";
+pub const NODE_PERF_OPTIONS: &str =
+    "--perf-basic-prof-only-functions --interpreted-frames-native-stack";
 
 /// Asks JIT runtimes in the launched command to write `/tmp/perf-PID.map`,
 /// so their JIT frames get names: CPython 3.12+ (`PYTHONPERFSUPPORT=1`) and
