@@ -236,7 +236,11 @@ fn node_jit_frames_are_named() {
     let script = "function hotLoopInJs(n) { let s = 0; for (let i = 0; i < n; i++) s += i % 7; return s; }\n\
         function outerJsCaller() { let t = 0; for (let k = 0; k < 200; k++) t += hotLoopInJs(100000); return t; }\n\
         const end = Date.now() + 60000; while (Date.now() < end) outerJsCaller();\n";
-    let run = Running::spawn(Command::new("node").args(["--perf-basic-prof", "-e", script]));
+    let run = Running::spawn(Command::new("node").args([
+        "--perf-basic-prof-only-functions",
+        "-e",
+        script,
+    ]));
     let out = TempDir::new("node");
     let pid = run.pid();
     let stacks = sample(out.path(), &["--pid", &pid, "--duration", "2s"]);
