@@ -15,6 +15,20 @@
 #![no_std]
 #![no_main]
 
+// The programs read x86-64 registers (rsp, r14, the pt_regs layout) and
+// rely on the x86-64 stack layout (the return address at CFA - 8): any
+// other architecture needs its own accessors first.
+#[cfg(any(
+    bpf_target_arch = "aarch64",
+    bpf_target_arch = "arm",
+    bpf_target_arch = "loongarch64",
+    bpf_target_arch = "mips",
+    bpf_target_arch = "powerpc64",
+    bpf_target_arch = "riscv64",
+    bpf_target_arch = "s390x"
+))]
+compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers and stack frames");
+
 mod unwind;
 
 use aya_ebpf::{
@@ -78,6 +92,20 @@ static WATCH_TID: Setting<u32> = Setting::new(0);
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: Setting<u64> = Setting::new(0);
 
+/// Set by the agent at load time: copy user stacks of user-mode samples
+/// for DWARF unwinding instead of walking frame pointers.
+#[unsafe(no_mangle)]
+static DWARF_MODE: Setting<u32> = Setting::new(0);
+
+/// Set by the agent at load time: how user stacks are walked (an
+/// `unwind_mode` constant: frame pointers, or the compiled tables).
+#[unsafe(no_mangle)]
+static UNWIND_MODE: Setting<u32> = Setting::new(0);
+
+/// Set by the agent at load time: sample every process (1) or only the target.
+#[unsafe(no_mangle)]
+static SAMPLE_ALL: Setting<u32> = Setting::new(0);
+
 /// Size is overridden by the agent (`--ring-size`).
 #[map(name = "EVENTS")]
 static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
@@ -105,10 +133,8 @@ static OFFCPU_NS: PerCpuHashMap<SampleKey, u64> =
 #[map(name = "CPU_COMMS")]
 static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_COUNTS_CAPACITY, 0);
 
-/// Set by the agent at load time: copy user stacks of user-mode samples
-/// for DWARF unwinding instead of walking frame pointers.
-#[unsafe(no_mangle)]
-static DWARF_MODE: Setting<u32> = Setting::new(0);
+#[map(name = "WATCH")]
+static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 
 /// Copies the top of the user stack and the registers of a user-mode
 /// sample into the ring. Tries shorter copies when the stack's mapping ends
@@ -145,10 +171,28 @@ fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: 
     slot.submit(wakeup_flags());
 }
 
-/// Set by the agent at load time: how user stacks are walked (an
-/// `unwind_mode` constant: frame pointers, or the compiled tables).
-#[unsafe(no_mangle)]
-static UNWIND_MODE: Setting<u32> = Setting::new(0);
+/// The arguments of the `sched_switch` raw tracepoint:
+/// `(bool preempt, task *prev, task *next, unsigned prev_state)`. It runs
+/// in `prev`'s context.
+struct SchedSwitch {
+    prev: u64,
+    next: u64,
+    /// `prev` left the CPU to sleep (not preempted, and not runnable).
+    blocked: bool,
+}
+
+impl SchedSwitch {
+    #[inline(always)]
+    fn of(ctx: &RawTracePointContext) -> Self {
+        let preempt: u64 = ctx.arg(0);
+        let prev_state: u64 = ctx.arg(3);
+        SchedSwitch {
+            prev: ctx.arg(1),
+            next: ctx.arg(2),
+            blocked: preempt & 0xff == 0 && prev_state as u32 != 0,
+        }
+    }
+}
 
 /// True when user stacks are walked with the compiled tables.
 #[inline(always)]
@@ -171,13 +215,6 @@ fn user_stack_key<C: EbpfContext + StackIdContext>(ctx: &C, pid: u32) -> (i32, u
         }
     }
 }
-
-/// Set by the agent at load time: sample every process (1) or only the target.
-#[unsafe(no_mangle)]
-static SAMPLE_ALL: Setting<u32> = Setting::new(0);
-
-#[map(name = "WATCH")]
-static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 
 #[inline(always)]
 fn bump(counter: u32) {
@@ -209,7 +246,7 @@ fn wakeup_flags() -> u64 {
     }
 }
 
-/// Writes a 16-byte event, counting a failed reservation in `lost_counter`.
+/// Writes a 24-byte event, counting a failed reservation in `lost_counter`.
 #[inline(always)]
 fn emit_event(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, lost_counter: u32) {
     match EVENTS.reserve::<Event>(0) {
@@ -419,14 +456,14 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
     if task == 0 {
         return 0;
     }
-    let preempt: u64 = ctx.arg(0);
-    let prev: u64 = ctx.arg(1);
-    let next: u64 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
+    let SchedSwitch {
+        prev,
+        next,
+        blocked,
+    } = SchedSwitch::of(&ctx);
     let tid = WATCH_TID.load();
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if prev == task {
-        let blocked = preempt & 0xff == 0 && prev_state as u32 != 0;
         if blocked && watch_get(WATCH_DEPTH) > 0 {
             // Runs in the context of `prev`: these are its stacks.
             emit_stacks(&ctx, ts_ns, tid, KIND_SCHED_OUT, SCHED_BLOCKED);
@@ -528,17 +565,18 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
 /// count. `sched_switch(bool preempt, task *prev, task *next, unsigned prev_state)`.
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
-    let preempt: u64 = ctx.arg(0);
-    let prev: u64 = ctx.arg(1);
-    let next: u64 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
+    let SchedSwitch {
+        prev,
+        next,
+        blocked,
+    } = SchedSwitch::of(&ctx);
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     // The switch runs in `prev`'s context: current is prev.
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
     let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load());
-    if wanted && preempt & 0xff == 0 && prev_state as u32 != 0 {
+    if wanted && blocked {
         let (user_stack, user_hash) = user_stack_key(&ctx, pid);
         let kernel_stack = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);
         let key = SampleKey {

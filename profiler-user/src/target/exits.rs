@@ -285,18 +285,7 @@ pub enum Policy {
     Ret,
     /// Return uprobes.
     Uretprobe,
-    /// Whichever costs less per call (no unwinder or Go runtime walks these
-    /// frames): a return uprobe where the function starts with a 5-byte nop
-    /// (the kernel turns that entry probe into a call, and an int3 at each
-    /// `ret` would cost several times more), return sites elsewhere (one
-    /// int3 instead of an int3 plus the return trampoline). See
-    /// BENCHMARKS.md, parts a and b.
-    Cheaper,
 }
-
-/// The 5-byte nop (`nopl 0x0(%rax,%rax,1)`) kernel 6.18 optimizes a
-/// uprobe on into a call.
-const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 
 /// Chooses how each of `funcs` (functions of one binary whose file is
 /// `data`, all functions `symbols`) has its returns observed, by `policy`.
@@ -309,15 +298,13 @@ pub fn plan<'s>(
     let code = Code::new(data, symbols);
     funcs
         .map(|f| {
-            let nop5 = code.bytes(f).is_some_and(|b| b.starts_with(&NOP5));
-            if policy == Policy::Uretprobe || (policy == Policy::Cheaper && nop5) {
+            if policy == Policy::Uretprobe {
                 return (ExitProbe::Uretprobe, None);
             }
             match code.exits(f) {
                 Exits::Sites {
                     offsets, unprobed, ..
                 } if !offsets.is_empty() => (ExitProbe::Sites(offsets), unprobed),
-                _ if policy == Policy::Cheaper => (ExitProbe::Uretprobe, None),
                 Exits::Sites { .. } => (
                     ExitProbe::EntryOnly("no return instruction found".into()),
                     None,
@@ -429,8 +416,8 @@ mod tests {
     }
 
     #[test]
-    fn cheaper_policy_keeps_return_uprobes_behind_a_nop5_entry() {
-        // f: nopl 0(%rax,%rax,1); ret      g: push rbp; pop rbp; ret
+    fn policies_pick_sites_or_return_uprobes() {
+        // f: ret at +5 after a 5-byte nop; g: push rbp; pop rbp; ret
         let f: &[u8] = &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
         let g: &[u8] = &[0x55, 0x5d, 0xc3];
         let data = file(&[(0x100, f), (0x180, g)]);
@@ -441,10 +428,6 @@ mod tests {
                 .map(|(e, _)| e)
                 .collect()
         };
-        assert_eq!(
-            plans(Policy::Cheaper),
-            vec![ExitProbe::Uretprobe, ExitProbe::Sites(vec![0x182])]
-        );
         assert_eq!(
             plans(Policy::Ret),
             vec![ExitProbe::Sites(vec![0x105]), ExitProbe::Sites(vec![0x182])]

@@ -383,7 +383,11 @@ fn plan_exits(
             ExitProbes::Uretprobe => Policy::Uretprobe,
             // An unwinder or Go's runtime may walk these frames.
             ExitProbes::Auto if unwinding => Policy::Ret,
-            ExitProbes::Auto => Policy::Cheaper,
+            // Nothing walks them: the cheaper mechanism on this kernel, a
+            // return uprobe (BENCHMARKS.md, parts a and b: 1.7 times less
+            // than an int3 at each `ret` on a trapping entry, 3.5 times
+            // less behind a 5-byte-nop entry).
+            ExitProbes::Auto => Policy::Uretprobe,
         };
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
             symbols[bi].iter().map(|s| (s.offset, s)).collect();
@@ -419,7 +423,9 @@ fn plan_exits(
                 .collect();
             format!(" (auto: the target has {})", what[0])
         }
-        ExitProbes::Auto => " (auto: the cheaper per function)".to_string(),
+        ExitProbes::Auto => {
+            " (auto: no C++, Rust or Go code, so the cheaper return uprobes)".to_string()
+        }
         ExitProbes::Ret => " (--exit-probes ret)".to_string(),
         ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
     };

@@ -55,7 +55,7 @@ fn recursion_past_uretprobe_limit_leaves_target_unharmed() {
 #[test]
 fn recursion_100_deep_sees_every_return_with_return_site_probes() {
     require_root!();
-    let (truth, o) = deep_recursion(&[]);
+    let (truth, o) = deep_recursion(&["--exit-probes", "ret"]);
     // Return-site probes have no nesting limit: every return is seen.
     assert_eq!(o.get("lost_events"), 0);
     assert_eq!(o.get("events"), 1000, "500 entries + 500 exits");
