@@ -141,11 +141,11 @@ pub struct SelectArgs {
     /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
     #[arg(long, default_value_t = 2000, value_name = "N", value_parser = parse_max_funcs)]
     pub max_funcs: usize,
-    /// How returns are seen: `ret` puts a uprobe on each return instruction
-    /// of a function (the target's stack is left alone, so C++ exceptions,
-    /// Rust panics and Go stack copies are safe); `uretprobe` uses the
-    /// kernel's return probes, which rewrite the return address; `auto`
-    /// uses `ret` wherever an unwinder or Go's runtime may walk the frames.
+    /// How returns are seen: `ret` (and `auto`, the default) puts a uprobe
+    /// on each return instruction of a function, leaving the target's stack
+    /// alone (C++ exceptions, Rust panics, Go stack copies and stack
+    /// sampling stay right); `uretprobe` uses the kernel's return probes,
+    /// cheaper per call, which rewrite the return address on the stack.
     #[arg(long, value_enum, default_value_t = ExitProbes::Auto, value_name = "HOW")]
     pub exit_probes: ExitProbes,
 }
@@ -171,7 +171,7 @@ pub enum ExitProbes {
     Ret,
     /// Return uprobes (they rewrite the return address on the stack).
     Uretprobe,
-    /// `ret` where unwinding or Go can meet a rewritten return address.
+    /// `ret` (the report names the target's C++/Rust unwinding or Go).
     #[default]
     Auto,
 }

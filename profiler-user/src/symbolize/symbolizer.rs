@@ -872,13 +872,20 @@ mod tests {
         assert!(names[1].starts_with("[unknown]"), "{names:?}");
     }
 
-    #[test]
-    fn symbolizes_from_remembered_maps_by_file_offset() {
-        let me = std::process::id();
+    /// Our pid, executable mappings, the marker function's address and the
+    /// index of its mapping.
+    fn own_marker() -> (u32, Vec<ExecMap>, u64, usize) {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap();
         let maps = parse_exec_maps(&text);
         let addr = marker_function_for_symbolizer();
-        let m = maps.iter().find(|m| m.contains(addr)).unwrap();
+        let i = maps.iter().position(|m| m.contains(addr)).unwrap();
+        (std::process::id(), maps, addr, i)
+    }
+
+    #[test]
+    fn symbolizes_from_remembered_maps_by_file_offset() {
+        let (me, maps, addr, i) = own_marker();
+        let m = &maps[i];
         let mut core = Core::new();
         let mut out = vec![None];
         if core.trust(me, m) == Trust::Root {
@@ -920,11 +927,8 @@ mod tests {
     fn user_binary_is_symbolized_through_map_files_with_dwarf() {
         // Our own test binary, seen as if a user owned it: through
         // /proc/self/map_files, never by its path.
-        let me = std::process::id();
-        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let maps = parse_exec_maps(&text);
-        let addr = marker_function_for_symbolizer();
-        let m = maps.iter().find(|m| m.contains(addr)).unwrap();
+        let (me, maps, addr, i) = own_marker();
+        let m = &maps[i];
         let mut core = Core::new();
         let mut out = vec![None];
         core.in_user_file(me, m, false, &[addr], &[0], &mut out);

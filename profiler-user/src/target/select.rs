@@ -381,13 +381,12 @@ fn plan_exits(
         let policy = match mode {
             ExitProbes::Ret => Policy::Ret,
             ExitProbes::Uretprobe => Policy::Uretprobe,
-            // An unwinder or Go's runtime may walk these frames.
-            ExitProbes::Auto if unwinding => Policy::Ret,
-            // Nothing walks them: the cheaper mechanism on this kernel, a
-            // return uprobe (BENCHMARKS.md, parts a and b: 1.7 times less
-            // than an int3 at each `ret` on a trapping entry, 3.5 times
-            // less behind a 5-byte-nop entry).
-            ExitProbes::Auto => Policy::Uretprobe,
+            // Return uprobes cost less (BENCHMARKS.md, parts a and b), but
+            // every stack walked through a probed frame then meets the
+            // return trampoline instead of the caller: C++ and Rust
+            // unwinders abort, Go crashes, and the profiler's own sampled
+            // and blocked stacks lose the caller. So return sites, always.
+            ExitProbes::Auto => Policy::Ret,
         };
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
             symbols[bi].iter().map(|s| (s.offset, s)).collect();
@@ -423,9 +422,7 @@ fn plan_exits(
                 .collect();
             format!(" (auto: the target has {})", what[0])
         }
-        ExitProbes::Auto => {
-            " (auto: no C++, Rust or Go code, so the cheaper return uprobes)".to_string()
-        }
+        ExitProbes::Auto => " (auto)".to_string(),
         ExitProbes::Ret => " (--exit-probes ret)".to_string(),
         ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
     };
