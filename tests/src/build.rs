@@ -58,6 +58,35 @@ pub fn build_c(src: &str, name: &str, flags: &[&str]) -> PathBuf {
     gcc(src, &out_dir(), name, flags)
 }
 
+/// `target/fixtures/NAME`, built from `fixtures/SRC` by `tool args… SRC -o
+/// OUT` (g++, rustc) or, with `go`, by `go build -o OUT SRC` (with its
+/// caches under `target/fixtures`).
+pub fn build_with(tool: &str, args: &[&str], src: &str, name: &str) -> PathBuf {
+    let dir = out_dir();
+    let mut cmd = Command::new(tool);
+    if tool == "go" {
+        cmd.args(["build"])
+            .env("GOCACHE", dir.join("gocache"))
+            .env("GOPATH", dir.join("gopath"))
+            .env("GO111MODULE", "off");
+        let out = dir.join(name);
+        let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+        cmd.arg("-o").arg(&tmp).arg(fixtures_src().join(src));
+        let res = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run go (setup installs golang-go): {e}"));
+        assert!(
+            res.status.success(),
+            "building {name} failed:\n{}",
+            String::from_utf8_lossy(&res.stderr)
+        );
+        std::fs::rename(&tmp, &out).expect("rename fixture into place");
+        return out;
+    }
+    cmd.args(args).arg(fixtures_src().join(src));
+    build(&dir.join(name), cmd, "-o")
+}
+
 /// Like [`build_c`], into `/tmp/profiler-tests-fixtures-<pid>/` with mode
 /// 755 on the directory and the binary, so that an unprivileged user
 /// (`nobody`, for the SUDO_UID tests) can execute it: /root is not

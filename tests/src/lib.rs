@@ -14,7 +14,9 @@ pub mod kernel;
 pub mod outputs;
 pub mod recording;
 
-pub use build::{build_c, build_c_world, calls_exe, rust_fixture_exe, stages_exe, Mangling};
+pub use build::{
+    build_c, build_c_world, build_with, calls_exe, rust_fixture_exe, stages_exe, Mangling,
+};
 pub use fixture::{Fixture, TempDir};
 pub use kernel::{
     assert_none_left_since, assert_nothing_attached, assert_text_unchanged, is_root, prof_prog_ids,

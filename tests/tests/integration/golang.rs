@@ -5,35 +5,12 @@
 //! although goroutines move between threads in the middle of calls.
 use profiler_tests::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 /// `target/fixtures/gostack`, built with the Debian Go toolchain.
 fn gostack() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir = workspace().join("target/fixtures");
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("gostack");
-        let tmp = dir.join(format!("gostack.tmp{}", std::process::id()));
-        let res = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&tmp)
-            .arg(workspace().join("tests/fixtures/gostack.go"))
-            .env("GOCACHE", dir.join("gocache"))
-            .env("GOPATH", dir.join("gopath"))
-            .env("GOFLAGS", "-mod=mod")
-            .env("GO111MODULE", "off")
-            .output()
-            .expect("run go (installed by `cargo xtask setup`: golang-go)");
-        assert!(
-            res.status.success(),
-            "go build failed:\n{}",
-            String::from_utf8_lossy(&res.stderr)
-        );
-        std::fs::rename(&tmp, &out).unwrap();
-        out
-    })
+    EXE.get_or_init(|| build_with("go", &[], "gostack.go", "gostack"))
 }
 
 const FUNCS: [&str; 6] = ["-f", "main.traced", "-f", "main.grow", "-f", "main.leaf"];

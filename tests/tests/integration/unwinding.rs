@@ -5,33 +5,7 @@
 use profiler_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
-
-/// Builds `fixtures/SRC` with `compiler args… -o target/fixtures/NAME`.
-fn build_with(compiler: &str, args: &[&str], src: &str, name: &str) -> PathBuf {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"))
-        .join("fixtures");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.canonicalize().unwrap().join(name);
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let res = Command::new(compiler)
-        .args(args)
-        .arg(workspace().join("tests/fixtures").join(src))
-        .arg("-o")
-        .arg(&tmp)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
-    assert!(
-        res.status.success(),
-        "building {name} failed:\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
-    std::fs::rename(&tmp, &out).unwrap();
-    out
-}
 
 fn cpp_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
