@@ -21,7 +21,10 @@ use crate::{Error, Result};
 /// File magic.
 pub const MAGIC: &[u8; 8] = b"PROFDATA";
 /// Format version written; files with a newer one are refused.
-pub const VERSION: u32 = 1;
+/// 2: Go entry/exit records (`GoEvent`), each function's exit mechanism
+/// (`FuncInfo::exit`) and the header's `exit_rule`. Version 1 files still
+/// read (the new fields default to empty).
+pub const VERSION: u32 = 2;
 
 const TAG_HEADER: u8 = 1;
 const TAG_RECORD: u8 = 2;
