@@ -25,7 +25,9 @@ pub use kernel::{
 pub use outputs::{
     assert_close, complete_share, folded, num, read, read_json, truth_fn, truth_line, u64s, Outputs,
 };
-pub use recording::{assert_error, profiler, profiler_bin, profiler_wrapped, Finished, Recording};
+pub use recording::{
+    assert_error, profiler, profiler_bin, profiler_wrapped, record_fixture, Finished, Recording,
+};
 
 use std::path::PathBuf;
 

@@ -231,3 +231,24 @@ pub fn assert_error(fin: &Finished, needle: &str, only_line: bool) {
         );
     }
 }
+
+/// Starts fixture `exe fx_args…`, records it by PID with `extra` options,
+/// runs its workload and stops the profiler with SIGINT; then checks the
+/// teardown (nothing attached, the fixture's text equal to its ELF) and
+/// that the fixture exits 0. Returns the fixture's truth and the outputs.
+pub fn record_fixture(
+    exe: &std::path::Path,
+    fx_args: &[&str],
+    extra: &[&str],
+) -> (serde_json::Value, crate::Outputs) {
+    let out = crate::TempDir::new("record");
+    let mut fx = crate::Fixture::spawn(exe, fx_args);
+    let rec = Recording::start(fx.pid, out.path(), extra);
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    crate::assert_nothing_attached();
+    crate::assert_text_unchanged(fx.pid, &fx.exe);
+    fx.release();
+    (truth, crate::Outputs::load(out.path()))
+}

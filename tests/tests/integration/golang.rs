@@ -18,16 +18,7 @@ const FUNCS: [&str; 6] = ["-f", "main.traced", "-f", "main.grow", "-f", "main.le
 #[test]
 fn go_goroutines_growing_stacks_are_traced_exactly() {
     require_root!();
-    let out = TempDir::new("go");
-    let mut fx = Fixture::spawn(gostack(), &["10", "100"]);
-    let rec = Recording::start(fx.pid, out.path(), &FUNCS);
-    let truth = fx.run();
-    let fin = rec.stop(libc::SIGINT);
-    assert!(fin.status.success(), "profiler failed: {fin:?}");
-    assert_nothing_attached();
-    assert_text_unchanged(fx.pid, &fx.exe);
-    fx.release();
-    let o = Outputs::load(out.path());
+    let (truth, o) = record_fixture(gostack(), &["10", "100"], &FUNCS);
     assert_eq!(o.get("lost_events"), 0, "raise the ring size: {}", o.report);
     for name in ["main.traced", "main.grow", "main.leaf"] {
         let want = num(truth_fn(&truth, name), "calls");

@@ -5,17 +5,7 @@ use profiler_tests::*;
 #[test]
 fn recursion_counts_and_outermost_total() {
     require_root!();
-    let out = TempDir::new("recursion");
-    let mut fx = Fixture::spawn(calls_exe(), &["recursion"]);
-    let rec = Recording::start(fx.pid, out.path(), &["--func", "rec_fn"]);
-    let truth = fx.run();
-    let fin = rec.stop(libc::SIGINT);
-    assert!(fin.status.success(), "profiler failed: {fin:?}");
-    assert_nothing_attached();
-    assert_text_unchanged(fx.pid, &fx.exe);
-    fx.release();
-
-    let o = Outputs::load(out.path());
+    let (truth, o) = record_fixture(calls_exe(), &["recursion"], &["--func", "rec_fn"]);
     let t = truth_fn(&truth, "rec_fn");
     assert_eq!(num(t, "calls"), 200, "fixture: 20 outer calls of depth 10");
     o.assert_matches_truth(&truth, true);

@@ -52,17 +52,9 @@ fn assert_self_within_total(o: &Outputs) {
 /// Attaches to the fixture `exe` by PID with `args`, runs its workload and
 /// checks it behaved as untraced; returns its truth and the outputs.
 fn traced_by_pid(exe: &Path, args: &[&str]) -> (Value, Outputs) {
-    let out = TempDir::new("unwind");
-    let mut fx = Fixture::spawn(exe, &[]);
-    let rec = Recording::start(fx.pid, out.path(), args);
-    let truth = fx.run();
+    let (truth, o) = record_fixture(exe, &[], args);
     assert_eq!(num(&truth, "caught"), 500, "the target caught every throw");
-    let fin = rec.stop(libc::SIGINT);
-    assert!(fin.status.success(), "profiler failed: {fin:?}");
-    assert_nothing_attached();
-    assert_text_unchanged(fx.pid, &fx.exe);
-    fx.release();
-    (truth, Outputs::load(out.path()))
+    (truth, o)
 }
 
 /// The counts of a caught-exception workload: `outer` exactly, and the
@@ -159,16 +151,7 @@ fn rust_panic_inside_catch_unwind_launched() {
 #[test]
 fn longjmp_out_of_probed_frames_keeps_self_within_total() {
     require_root!();
-    let out = TempDir::new("longjmp");
-    let mut fx = Fixture::spawn(longjmp_exe(), &[]);
-    let rec = Recording::start(fx.pid, out.path(), &["-f", "jumper", "-f", "via"]);
-    let truth = fx.run();
-    let fin = rec.stop(libc::SIGINT);
-    assert!(fin.status.success(), "profiler failed: {fin:?}");
-    assert_nothing_attached();
-    assert_text_unchanged(fx.pid, &fx.exe);
-    fx.release();
-    let o = Outputs::load(out.path());
+    let (truth, o) = record_fixture(longjmp_exe(), &[], &["-f", "jumper", "-f", "via"]);
     assert_eq!(o.sum("jumper", "calls"), truth_calls(&truth, "jumper"));
     assert_eq!(o.sum("via", "calls"), truth_calls(&truth, "via"));
     assert_eq!(o.sum("via", "calls"), 800);
