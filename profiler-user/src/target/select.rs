@@ -263,9 +263,9 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
             },
         );
     }
-    let mut symbols: Vec<Vec<symbols::Symbol>> = Vec::new();
+    let mut symbols: Vec<symbols::Functions> = Vec::new();
     for b in &binaries {
-        symbols.push(symbols::read_functions(&b.open_path)?);
+        symbols.push(symbols::read_binary(&b.open_path)?);
     }
     let mut sel = Selection::default();
     let mut taken = std::collections::HashSet::new();
@@ -317,7 +317,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         if include.is_none() && bi != 0 {
             break;
         }
-        for sym in syms {
+        for sym in syms.iter() {
             let wanted =
                 include.as_ref().is_none_or(|inc| inc.matches(sym)) && !exclude.matches(sym);
             if !wanted || taken.contains(&(bi as u32, sym.offset)) {
@@ -344,7 +344,7 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
             pid: target.pid,
         });
     }
-    plan_exits(&mut sel, &symbols, args.exit_probes)?;
+    plan_exits(&mut sel, &symbols, args.exit_probes);
     if !sel.funcs.iter().any(|f| f.dispatch) {
         for f in &mut sel.funcs {
             f.dispatch = true;
@@ -360,42 +360,31 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
 
 /// Decides how each selected function's returns are observed (see
 /// [`ExitProbes`]) and finds its return sites.
-fn plan_exits(
-    sel: &mut Selection,
-    symbols: &[Vec<symbols::Symbol>],
-    mode: ExitProbes,
-) -> Result<()> {
-    let mut datas = Vec::with_capacity(sel.binaries.len());
-    for b in &sel.binaries {
-        datas.push(std::fs::read(&b.open_path).map_err(|e| Error::BadElf {
-            path: b.path.clone(),
-            reason: e.to_string(),
-        })?);
-    }
-    let runtimes: Vec<Runtime> = datas.iter().map(|d| exits::runtime_of(d)).collect();
+fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitProbes) {
+    let runtimes: Vec<Runtime> = symbols.iter().map(|f| exits::runtime_of(&f.data)).collect();
     let unwinding = runtimes.iter().any(|&r| r != Runtime::Plain);
     for (b, r) in sel.binaries.iter_mut().zip(&runtimes) {
         b.go = *r == Runtime::Go;
     }
-    for (bi, data) in datas.iter().enumerate() {
-        let policy = match mode {
-            ExitProbes::Ret => Policy::Ret,
-            ExitProbes::Uretprobe => Policy::Uretprobe,
-            // Return uprobes cost less (BENCHMARKS.md, parts a and b), but
-            // every stack walked through a probed frame then meets the
-            // return trampoline instead of the caller: C++ and Rust
-            // unwinders abort, Go crashes, and the profiler's own sampled
-            // and blocked stacks lose the caller. So return sites, always.
-            ExitProbes::Auto => Policy::Ret,
-        };
+    let policy = match mode {
+        ExitProbes::Ret => Policy::Ret,
+        ExitProbes::Uretprobe => Policy::Uretprobe,
+        // Return uprobes cost less (BENCHMARKS.md, parts a and b), but
+        // every stack walked through a probed frame then meets the
+        // return trampoline instead of the caller: C++ and Rust
+        // unwinders abort, Go crashes, and the profiler's own sampled
+        // and blocked stacks lose the caller. So return sites, always.
+        ExitProbes::Auto => Policy::Ret,
+    };
+    for (bi, functions) in symbols.iter().enumerate() {
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
-            symbols[bi].iter().map(|s| (s.offset, s)).collect();
+            functions.iter().map(|s| (s.offset, s)).collect();
         let mine: Vec<usize> = (0..sel.funcs.len())
             .filter(|&i| sel.funcs[i].binary as usize == bi)
             .collect();
         let plans = exits::plan(
-            data,
-            &symbols[bi],
+            &functions.data,
+            functions,
             mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
             policy,
         );
@@ -429,7 +418,6 @@ fn plan_exits(
     sel.exit_rule = format!(
         "{sites} at their return instructions, {uret} with return uprobes, {entry_only} at entry only{why}"
     );
-    Ok(())
 }
 
 /// Adds the dispatch functions of the first preset whose library (or the
@@ -437,7 +425,7 @@ fn plan_exits(
 fn apply_presets(
     target: &Target,
     binaries: &mut Vec<Binary>,
-    symbols: &mut Vec<Vec<symbols::Symbol>>,
+    symbols: &mut Vec<symbols::Functions>,
     sel: &mut Selection,
     taken: &mut std::collections::HashSet<(u32, u64)>,
 ) -> Result<()> {
@@ -455,7 +443,7 @@ fn apply_presets(
                 },
             );
             if binaries.len() > before {
-                symbols.push(symbols::read_functions(&binaries[bi as usize].open_path)?);
+                symbols.push(symbols::read_binary(&binaries[bi as usize].open_path)?);
             }
             candidates.push(bi);
         }

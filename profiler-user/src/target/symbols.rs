@@ -39,10 +39,33 @@ pub fn demangle(raw: &str) -> String {
     raw.to_string()
 }
 
+/// A binary's function symbols and the bytes they were read from (the
+/// exit finder decodes the functions' code from them, so the file is read
+/// once). Derefs to the symbols.
+pub struct Functions {
+    /// The whole ELF file.
+    pub data: Vec<u8>,
+    /// Its functions, sorted by address.
+    pub symbols: Vec<Symbol>,
+}
+
+impl std::ops::Deref for Functions {
+    type Target = [Symbol];
+    fn deref(&self) -> &[Symbol] {
+        &self.symbols
+    }
+}
+
 /// Reads the function symbols of the ELF file at `path`. One symbol per
 /// address (aliases collapse to the first name seen, `.symtab` first), sorted
 /// by address.
+#[cfg(test)]
 pub fn read_functions(path: &Path) -> Result<Vec<Symbol>> {
+    read_binary(path).map(|f| f.symbols)
+}
+
+/// [`read_functions`], keeping the file's bytes.
+pub fn read_binary(path: &Path) -> Result<Functions> {
     let bad = |reason: String| Error::BadElf {
         path: path.to_path_buf(),
         reason,
@@ -86,7 +109,11 @@ pub fn read_functions(path: &Path) -> Result<Vec<Symbol>> {
             },
         );
     }
-    Ok(by_addr.into_values().collect())
+    drop(file);
+    Ok(Functions {
+        data,
+        symbols: by_addr.into_values().collect(),
+    })
 }
 
 #[cfg(test)]
