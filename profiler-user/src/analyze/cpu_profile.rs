@@ -44,8 +44,14 @@ impl CpuMaps {
     /// Remembers the mappings of every process sampled so far (and refreshes
     /// `target`'s, for `dlopen`), so frames of processes that exit before the
     /// end still resolve.
-    pub fn remember_maps(&self, sym: &mut Symbolizer, target: Option<u32>) {
-        for pid in self.pids() {
+    /// Returns the processes sampled so far.
+    pub fn remember_maps(
+        &self,
+        sym: &mut Symbolizer,
+        target: Option<u32>,
+    ) -> std::collections::BTreeSet<u32> {
+        let pids = self.pids();
+        for &pid in &pids {
             if !sym.knows(pid) {
                 sym.remember_maps(pid);
             }
@@ -53,6 +59,7 @@ impl CpuMaps {
         if let Some(pid) = target {
             sym.remember_maps(pid);
         }
+        pids
     }
 }
 

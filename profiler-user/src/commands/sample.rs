@@ -152,18 +152,18 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             d.drain(pid);
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
+            let sampled = maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
             if let Some(t) = &mut tables {
                 match args.all {
                     false => t.add_process(pid),
                     true => {
                         // Busy now first, then everything sampled so far.
                         let mut pids = tables::running_pids();
-                        pids.extend(maps.pids());
+                        pids.extend(sampled);
                         t.sync(&pids, false, TABLES_BUDGET);
                     }
                 }
             }
-            maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
             if let Some(d) = &mut dwarf {
                 d.unwinder.refresh();
             }
