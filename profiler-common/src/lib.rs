@@ -208,7 +208,8 @@ pub struct CommEvent {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StackEvent {
-    /// Header: [`KIND_SAMPLE`] or [`KIND_SCHED_OUT`].
+    /// Header: [`KIND_SAMPLE`] or [`KIND_SCHED_OUT`]. Its `sp` carries why
+    /// the table unwinder's walk of `user` ended (see [`StackEvent::user_end`]).
     pub event: Event,
     /// Frames used in `user`.
     pub user_len: u32,
@@ -459,6 +460,15 @@ unsafe impl Record for CommEvent {}
 unsafe impl Record for GoEvent {}
 // SAFETY: as above.
 unsafe impl Record for StackEvent {}
+
+impl StackEvent {
+    /// Why the table unwinder stopped walking `user`: an [`unwind_end`]
+    /// constant, or 0 when the stack came from the kernel's frame-pointer
+    /// walk (`--unwind fp`, or a recording made before this field was set).
+    pub fn user_end(&self) -> u32 {
+        self.event.sp as u32
+    }
+}
 // SAFETY: as above.
 unsafe impl Record for DwarfSample {}
 

@@ -290,6 +290,8 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
                     (*ev).user[i] = (*stack).frames[i];
                 }
                 (*ev).user_len = len as u32;
+                // Why the walk ended, for the sampler's quality figures.
+                (*ev).event.sp = u64::from((*stack).end);
             } else {
                 bump(COUNTER_STACK_ERRORS);
             }

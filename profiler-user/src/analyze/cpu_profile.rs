@@ -26,6 +26,13 @@ const STACK_ROOTS: &[&str] = &[
     "runtime.goexit",
 ];
 
+/// Whether a user stack is complete: the walk reached the outermost frame,
+/// because the CFI said so (`end`), or because its outermost frame is a known
+/// process or thread start.
+pub fn is_complete(end: u32, outermost: Option<&str>) -> bool {
+    end == unwind_end::ROOT || outermost.is_some_and(|f| STACK_ROOTS.contains(&f))
+}
+
 /// Words for an `unwind_end` reason, for cpu.txt.
 pub fn end_reason(end: u32) -> &'static str {
     match end {
@@ -153,10 +160,7 @@ pub fn add_unwound(
         let frames = sym.frames(*pid, addrs);
         if addrs.is_empty() {
             prof.no_user_stack += count;
-        } else if frames
-            .last()
-            .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
-        {
+        } else if is_complete(0, frames.last().map(|f| f[0].as_str())) {
             prof.complete += count;
         }
         let comm = names
@@ -256,11 +260,7 @@ fn fold(
         // so, or the last frame is a known process or thread start.
         if user.is_empty() {
             prof.no_user_stack += count;
-        } else if end == unwind_end::ROOT
-            || user_frames
-                .last()
-                .is_some_and(|f| STACK_ROOTS.contains(&f[0].as_str()))
-        {
+        } else if is_complete(end, user_frames.last().map(|f| f[0].as_str())) {
             prof.complete += count;
         }
         let mut line = folded_frame(&comm);

@@ -4,6 +4,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::analyze::dispatch::{
+    quality::SampleQuality,
     stats::{quantile_of, Frames},
     tree::{FlatNode, Kind},
     Dispatcher,
@@ -40,6 +41,15 @@ struct SlowJson<'a> {
     truncated: bool,
     tree: &'a [FlatNode],
     blocking_stacks: Vec<BlockingJson<'a>>,
+}
+
+/// The in-dispatch sampler's stack quality.
+#[derive(Serialize)]
+struct SamplerJson<'a> {
+    samples: u64,
+    complete_stacks_share: f64,
+    no_user_stack: u64,
+    walks_ended: &'a std::collections::BTreeMap<&'static str, u64>,
 }
 
 #[derive(Serialize)]
@@ -83,6 +93,7 @@ struct DispatchesJson<'a> {
     p95_ns: u64,
     p99_ns: u64,
     slow_not_detailed: u64,
+    sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
     hangs: Vec<HangJson<'a>>,
@@ -120,6 +131,12 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         p95_ns: d.stats.quantile(0.95),
         p99_ns: d.stats.quantile(0.99),
         slow_not_detailed: d.slow_dropped,
+        sampler: SamplerJson {
+            samples: d.quality.samples,
+            complete_stacks_share: d.quality.complete_share(),
+            no_user_stack: d.quality.no_user_stack,
+            walks_ended: &d.quality.ends,
+        },
         slow: d
             .slow
             .iter()
@@ -232,6 +249,9 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
         fmt_ns(d.stats.quantile(0.95)),
         fmt_ns(d.stats.quantile(0.99))
     );
+    if d.cfg.sample_period_ns > 0 {
+        let _ = writeln!(out, "{}", sampler_line(&d.quality));
+    }
     let groups = d.sorted_groups();
     let _ = writeln!(out, "\nSlow dispatch groups, by total time");
     if groups.is_empty() {
@@ -297,6 +317,22 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
         );
     }
     out
+}
+
+/// The in-dispatch sampler's quality figures, as cpu.txt gives them for the
+/// CPU profile.
+fn sampler_line(q: &SampleQuality) -> String {
+    let mut line = format!(
+        "in-dispatch samples: {}; complete stacks {:.1}%; no user stack {}",
+        q.samples,
+        q.complete_share() * 100.0,
+        q.no_user_stack
+    );
+    if !q.ends.is_empty() {
+        let ends: Vec<String> = q.ends.iter().map(|(why, n)| format!("{why} {n}")).collect();
+        let _ = write!(line, "; stack walks ended: {}", ends.join(", "));
+    }
+    line
 }
 
 /// The flame graphs of the costliest groups: `(file name, svg)`.

@@ -191,7 +191,8 @@ impl Sinks {
                                 tl.sample(ev.tid, ev.ts_ns, user.len());
                             }
                         }
-                        d.on_sample(ev.ts_ns, user);
+                        let end = stacks.as_ref().map_or(0, StackEvent::user_end);
+                        d.on_sample(ev.ts_ns, user, end);
                     }
                 } else {
                     d.on_switch_out(ev.ts_ns, ev.func() == SCHED_BLOCKED, user.zip(kernel));

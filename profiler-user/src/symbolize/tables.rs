@@ -305,7 +305,11 @@ impl Tables {
         if self.per_pid.get(&pid).is_some_and(|(_, t)| *t == exec) {
             return;
         }
-        self.remove_process(pid);
+        // The old entry stays in the kernel until the new one replaces it,
+        // and its tables stay held until then: a changed mapping (dlopen,
+        // the uprobes' `[uprobes]` page) neither rebuilds the tables still
+        // in use nor leaves a moment where the process has none.
+        let old = self.per_pid.remove(&pid);
         let mut mappings: Vec<ExecMapping> = Vec::new();
         let mut keys = Vec::new();
         for line in exec.lines() {
@@ -335,10 +339,14 @@ impl Tables {
         value.maps[..mappings.len()].copy_from_slice(&mappings);
         if self.procs.insert(pid, value, 0).is_ok() {
             self.per_pid.insert(pid, (keys, exec));
-            self.stats.processes = self.per_pid.len() as u64;
         } else {
             self.release(&keys);
+            let _ = self.procs.remove(&pid);
         }
+        if let Some((old_keys, _)) = old {
+            self.release(&old_keys);
+        }
+        self.stats.processes = self.per_pid.len() as u64;
     }
 
     /// Forgets `pid`: its entry in the kernel, and its uses of tables.

@@ -224,6 +224,79 @@ fn debian_python_reaches_py_runmain() {
     assert!(total >= 100 && share >= 0.95, "{:.3} of {total}", share);
 }
 
+/// A script whose main thread runs one `exec` of compiled code per loop:
+/// each `exec` is a call of `PyEval_EvalCode`, the dispatch function.
+const PY_EXEC_SCRIPT: &str = "import time\n\
+def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
+code = compile('fib(21)', 'work', 'exec')\n\
+end = time.time() + 60\n\
+while time.time() < end: exec(code)\n";
+
+/// The in-dispatch sampler walks Debian's python3.11 (no frame pointers)
+/// with the tables too: its stacks reach the outermost frame (through
+/// `Py_RunMain`, below `PyEval_EvalCode`), and the interpreter's frames
+/// hang under the traced dispatch in the slow dispatches' trees.
+#[test]
+fn debian_python_in_dispatch_samples_reach_the_root() {
+    require_root!();
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.exists() {
+        eprintln!(
+            "SKIP debian_python_in_dispatch_samples_reach_the_root: /usr/bin/python3.11 is not installed"
+        );
+        return;
+    }
+    let run = Running::spawn(Command::new(python).args(["-c", PY_EXEC_SCRIPT]));
+    let out = TempDir::new("py-dispatch");
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &run.pid(),
+        "-f",
+        "PyEval_EvalCode",
+        "--dispatch",
+        "PyEval_EvalCode",
+        "--threshold",
+        "3ms",
+        "--duration",
+        "3s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&read(out.path(), "dispatches.json")).expect("dispatches.json");
+    let sampler = &doc["sampler"];
+    let samples = num(sampler, "samples");
+    let share = sampler["complete_stacks_share"].as_f64().expect("share");
+    eprintln!(
+        "python3.11 in-dispatch sampler: {samples} samples, complete {:.1}%, ended: {}",
+        share * 100.0,
+        sampler["walks_ended"]
+    );
+    assert!(samples >= 100, "only {samples} in-dispatch samples");
+    assert!(share >= 0.95, "complete in-dispatch stacks {share:.3}");
+    let txt = read(out.path(), "dispatches.txt");
+    assert!(txt.contains("in-dispatch samples: "), "{txt}");
+    // The walks pass through the traced frame: sampled interpreter frames
+    // hang under it.
+    let slow = doc["slow"].as_array().expect("slow dispatches");
+    let with_samples = slow.iter().filter(|s| num(s, "samples") > 0).count();
+    let placed = slow
+        .iter()
+        .filter(|s| {
+            s["tree"].as_array().into_iter().flatten().any(|n| {
+                n["kind"] == "sampled" && n["depth"] == 1 && n["name"] == "_PyEval_EvalFrameDefault"
+            })
+        })
+        .count();
+    eprintln!("{placed} of {with_samples} sampled slow dispatches show the interpreter under the dispatch");
+    assert!(
+        with_samples >= 10 && placed * 10 >= with_samples * 9,
+        "{placed} of {with_samples}"
+    );
+}
+
 /// JIT code has no CFI: the unwinder follows frame pointers there, and
 /// Node's perf map names the JS functions.
 #[test]

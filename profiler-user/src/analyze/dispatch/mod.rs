@@ -8,6 +8,7 @@
 //! What should be told at once (a slow dispatch, a hang) is queued as a
 //! [`Notice`] for the session to print and log; nothing here writes.
 pub mod explain;
+pub mod quality;
 pub mod sched;
 pub mod stats;
 pub mod tree;
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 use profiler_common::{Event, KIND_ENTRY};
 
 use self::{
+    quality::SampleQuality,
     sched::SchedTracker,
     stats::{Stats, Worst},
     tree::FlatNode,
@@ -192,6 +194,8 @@ pub struct Dispatcher {
     pub groups: HashMap<String, Group>,
     /// Hangs in order.
     pub hangs: Vec<Hang>,
+    /// How complete the in-dispatch sampler's stacks were.
+    pub quality: SampleQuality,
     symbolizer: Symbolizer,
     pid: u32,
     next_index: u64,
@@ -223,6 +227,7 @@ impl Dispatcher {
             slow_dropped: 0,
             groups: HashMap::new(),
             hangs: Vec::new(),
+            quality: SampleQuality::default(),
             symbolizer: Symbolizer::new(pid),
             pid,
             next_index: 0,
@@ -314,8 +319,21 @@ impl Dispatcher {
         }
     }
 
-    /// A cpu-clock sample of the watched thread.
-    pub fn on_sample(&mut self, ts_ns: u64, user: &[u64]) {
+    /// A cpu-clock sample of the watched thread; `end` says why the walk of
+    /// `user` ended (an `unwind_end` reason, 0 for frame pointers).
+    pub fn on_sample(&mut self, ts_ns: u64, user: &[u64], end: u32) {
+        if self.open.is_none() {
+            return;
+        }
+        // Only the outermost frame is named, and only when the walk itself
+        // does not say it reached the root.
+        let outermost = match user.last() {
+            Some(&pc) if end != profiler_common::unwind_end::ROOT => {
+                self.symbolizer.user_stack(&[pc]).pop()
+            }
+            _ => None,
+        };
+        self.quality.add(user.len(), end, outermost.as_deref());
         let Some(open) = &mut self.open else { return };
         open.samples += 1;
         open.last_sample = Some(user.into());
