@@ -32,6 +32,23 @@ pub enum Command {
     /// Render a recording's outputs again from its profile.data, offline
     /// and without root, optionally with other dispatch thresholds.
     Report(ReportArgs),
+    /// Compile the unwind tables the samplers would use for ELF files, and
+    /// print their size, build time and coverage (no root needed).
+    Tables(TablesArgs),
+}
+
+/// `profiler tables`.
+#[derive(Debug, Args)]
+pub struct TablesArgs {
+    /// ELF files (executables or shared libraries).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Build each table this many times and report the fastest.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), value_name = "N")]
+    pub repeat: u32,
+    /// Print JSON instead of one line per file.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `profiler report`.

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Command::Sample(args) => commands::sample::run(args).map(|()| ExitCode::SUCCESS),
         Command::Diff(args) => commands::diff::run(args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => commands::report::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Tables(args) => commands::tables::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

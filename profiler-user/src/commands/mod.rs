@@ -5,3 +5,4 @@ pub mod list;
 pub mod record;
 pub mod report;
 pub mod sample;
+pub mod tables;

@@ -6,9 +6,11 @@
 //! writes each process's executable mappings into `UNWIND_PROCS`. A libc
 //! mapped by 200 processes is one table. [`Tables::sync`] is called again
 //! every second: it adds new processes (`--all`) and mappings (`dlopen`),
-//! and drops tables no process uses any more, so their rows are reused.
+//! and keeps tables no process uses any more until their rows are needed
+//! (then the oldest go first), so a binary mapped again soon is not compiled
+//! again.
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsFd, AsRawFd},
     time::Instant,
 };
@@ -22,7 +24,10 @@ use profiler_common::{
     ExecMapping, ProcMaps, UnwindRow, MAX_MAPPINGS, UNWIND_PROCS_MAP, UNWIND_ROWS_MAP,
 };
 
-use super::unwind_table::{self, CacheKey};
+use super::{
+    row_space::RowSpace,
+    unwind_table::{self, CacheKey},
+};
 use crate::{error::chain, Error, Result};
 
 /// Capacity of `UNWIND_ROWS` (as the programs were loaded with it):
@@ -100,10 +105,14 @@ pub struct Tables {
     capacity: u32,
     _rows_map: MapData,
     procs: BpfHash<MapData, u32, ProcMaps>,
-    /// Free ranges of rows (start, len), and the first never-used row.
-    free: Vec<(u32, u32)>,
-    next: u32,
+    /// Free rows.
+    space: RowSpace,
     loaded: HashMap<CacheKey, Loaded>,
+    /// Tables no process uses any more, oldest first: kept (in the kernel
+    /// and in `files`) until their rows are needed, so that a binary
+    /// mapped again soon (a compiler run by a build, a short-lived helper
+    /// under `--all`) is not compiled again.
+    idle: VecDeque<CacheKey>,
     /// Each binary seen, by file identity, so it is read once.
     files: HashMap<unwind_table::FileKey, FileInfo>,
     /// Each process's tables, and its executable mappings' text.
@@ -160,9 +169,9 @@ impl Tables {
             capacity,
             _rows_map: rows_map,
             procs,
-            free: Vec::new(),
-            next: 0,
+            space: RowSpace::new(capacity),
             loaded: HashMap::new(),
+            idle: VecDeque::new(),
             files: HashMap::new(),
             per_pid: HashMap::new(),
             stats: TablesStats {
@@ -172,22 +181,26 @@ impl Tables {
         })
     }
 
-    /// A range of `len` free rows: first fit in the free list, else fresh.
+    /// A range of `len` free rows; idle tables are evicted, oldest first,
+    /// until it fits.
     fn alloc(&mut self, len: u32) -> Option<u32> {
-        if let Some(i) = self.free.iter().position(|&(_, l)| l >= len) {
-            let (start, l) = self.free[i];
-            if l == len {
-                self.free.swap_remove(i);
-            } else {
-                self.free[i] = (start + len, l - len);
+        loop {
+            if let Some(start) = self.space.alloc(len) {
+                return Some(start);
             }
-            return Some(start);
+            let key = self.idle.pop_front()?;
+            self.evict(&key);
         }
-        let start = self.next;
-        (u64::from(start) + u64::from(len) <= u64::from(self.capacity)).then(|| {
-            self.next += len;
-            start
-        })
+    }
+
+    /// Frees an idle table's rows and forgets its files.
+    fn evict(&mut self, key: &CacheKey) {
+        if let Some(l) = self.loaded.remove(key) {
+            self.space.free(l.start, l.len);
+            self.stats.rows -= u64::from(l.len);
+            self.files.retain(|_, f| f.key.as_ref() != Some(key));
+        }
+        self.stats.tables = self.loaded.len();
     }
 
     /// The table of the binary at `path` (opened from here as `open`),
@@ -217,6 +230,10 @@ impl Tables {
             .find(|&&(off, size, _)| offset >= off && offset < off + size.max(1))?;
         let bias = start.wrapping_sub(vaddr + (offset - seg_off));
         let l = self.loaded.get_mut(&key)?;
+        if l.refs == 0 {
+            // In use again: no longer a candidate for eviction.
+            self.idle.retain(|k| k != &key);
+        }
         l.refs += 1;
         Some((key, bias, l.start, l.len))
     }
@@ -358,7 +375,8 @@ impl Tables {
         }
     }
 
-    /// Drops one use of each table; a table nobody uses is freed.
+    /// Drops one use of each table; a table nobody uses becomes idle, and
+    /// is freed when its rows are needed.
     fn release(&mut self, keys: &[CacheKey]) {
         for key in keys {
             let Some(l) = self.loaded.get_mut(key) else {
@@ -366,13 +384,9 @@ impl Tables {
             };
             l.refs = l.refs.saturating_sub(1);
             if l.refs == 0 {
-                let l = self.loaded.remove(key).expect("present");
-                self.free.push((l.start, l.len));
-                self.stats.rows -= u64::from(l.len);
-                self.files.retain(|_, f| f.key.as_ref() != Some(key));
+                self.idle.push_back(key.clone());
             }
         }
-        self.stats.tables = self.loaded.len();
     }
 
     /// Adds or refreshes the tables of the processes `pids`, in that order,

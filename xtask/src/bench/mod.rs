@@ -9,6 +9,7 @@ mod percall;
 mod rate;
 mod run;
 mod sampling;
+mod unwind;
 
 use std::process::Command;
 use std::time::Instant;
@@ -51,6 +52,8 @@ enum Part {
     Dispatch,
     /// f: sampling overhead against perf, blazesym time, top frames vs perf report.
     Sampling,
+    /// g: unwind tables: build time and size, kernel map memory, steady agent CPU.
+    Unwind,
 }
 
 impl Args {
@@ -137,6 +140,9 @@ pub fn run(args: &Args) -> Result<()> {
     if args.wants(Part::Sampling) {
         md.push_str(&sampling_section(&fx.burn, args, &work));
     }
+    if args.wants(Part::Unwind) {
+        md.push_str(&unwind_section(&work));
+    }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",
         started.elapsed().as_secs_f64()
@@ -199,6 +205,28 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
          binary has no DWARF, so both of its rows use the ELF symbol table. The second binary is \
          this xtask (a debug build, with DWARF).\n"
     ));
+    md
+}
+
+fn unwind_section(work: &std::path::Path) -> String {
+    let tables = unwind::tables();
+    eprintln!("bench: steady-state agent CPU, `profiler sample --all --hz 99`");
+    let steady = unwind::steady(
+        work,
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(20),
+    );
+    let mut md = String::from("\n## g. Unwind tables\n\n");
+    md.push_str(&unwind::rows(&tables, &steady));
+    md.push_str(
+        "\nTables: `profiler tables --json --repeat 3 FILE` compiles the file's `.eh_frame` (and \
+         `.debug_frame`) into the rows the BPF unwinder walks, as the samplers do, without root or \
+         the kernel; the best of 3 builds and the first are shown. Steady state: `profiler sample \
+         --all --hz 99` runs 5 s (tables for every running process built), then its CPU time \
+         (utime + stime from /proc/PID/stat) is read over 20 s, while it refreshes the tables \
+         every second and counts samples in the kernel. Map memory: the sum of `memlock` over \
+         the agent's BPF map descriptors (/proc/PID/fdinfo), read during that run.\n",
+    );
     md
 }
 

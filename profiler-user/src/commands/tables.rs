@@ -1,0 +1,96 @@
+//! `profiler tables FILE…`: compiles each file's unwind tables as the
+//! samplers would (`symbolize::unwind_table`), and says how big they are,
+//! how long they took to build and what they cover. No root needed; nothing
+//! is loaded into the kernel.
+use std::fmt::Write;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::{cli::TablesArgs, error::Error, symbolize::unwind_table, Result};
+
+/// One file's figures (`--json`).
+#[derive(Serialize)]
+struct FileJson {
+    path: String,
+    file_bytes: u64,
+    /// Fastest build over `--repeat` (the first includes reading caches in).
+    build_ms: f64,
+    first_build_ms: f64,
+    fdes: usize,
+    rows: usize,
+    table_bytes: usize,
+    no_cfi_rows: usize,
+    unsupported_rows: usize,
+    plt_rows: usize,
+    eh_frame: bool,
+    debug_frame: bool,
+}
+
+/// Runs `profiler tables`.
+pub fn run(args: &TablesArgs) -> Result<()> {
+    let mut files = Vec::new();
+    for path in &args.files {
+        let elf = std::fs::read(path).map_err(|e| {
+            Error::Usage(format!(
+                "cannot read {}: {e}; give an ELF file's path",
+                path.display()
+            ))
+        })?;
+        let mut times = Vec::new();
+        let mut table = None;
+        for _ in 0..args.repeat.max(1) {
+            let t = Instant::now();
+            let built = unwind_table::build(&elf).map_err(|e| {
+                Error::Usage(format!("{}: {e}; give an x86-64 ELF file", path.display()))
+            })?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            table = Some(built);
+        }
+        let table = table.expect("built at least once");
+        let s = &table.stats;
+        files.push(FileJson {
+            path: path.display().to_string(),
+            file_bytes: elf.len() as u64,
+            build_ms: times.iter().copied().fold(f64::MAX, f64::min),
+            first_build_ms: times[0],
+            fdes: s.fdes(),
+            rows: s.rows,
+            table_bytes: s.rows * std::mem::size_of::<profiler_common::UnwindRow>(),
+            no_cfi_rows: s.rows_no_cfi,
+            unsupported_rows: s.unsupported(),
+            plt_rows: s.rows_plt,
+            eh_frame: s.has_eh_frame,
+            debug_frame: s.has_debug_frame,
+        });
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&files).expect("plain data serializes")
+        );
+        return Ok(());
+    }
+    let mut out = String::new();
+    for f in &files {
+        let _ = writeln!(
+            out,
+            "{}: {:.1} MB; table built in {:.1} ms (first {:.1} ms): {} rows, {:.1} MiB, {} FDEs, \
+             {} without CFI, {} unsupported, {} PLT; sections: {}{}",
+            f.path,
+            f.file_bytes as f64 / 1e6,
+            f.build_ms,
+            f.first_build_ms,
+            f.rows,
+            f.table_bytes as f64 / (1 << 20) as f64,
+            f.fdes,
+            f.no_cfi_rows,
+            f.unsupported_rows,
+            f.plt_rows,
+            if f.eh_frame { ".eh_frame " } else { "" },
+            if f.debug_frame { ".debug_frame" } else { "" },
+        );
+    }
+    print!("{out}");
+    Ok(())
+}
