@@ -20,8 +20,14 @@ pub struct Fixture {
 impl Fixture {
     /// Spawns `exe args…` and waits for its `ready <pid>` line.
     pub fn spawn(exe: &Path, args: &[&str]) -> Fixture {
+        Fixture::spawn_env(exe, args, &[])
+    }
+
+    /// [`Fixture::spawn`] with `env` added to its environment.
+    pub fn spawn_env(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Fixture {
         let mut child = Command::new(exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -17,6 +17,7 @@ mod golang;
 mod helpers;
 mod inlined;
 mod launch;
+mod libs;
 mod loss;
 mod mappings;
 mod offcpu;
