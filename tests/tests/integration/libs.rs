@@ -7,26 +7,6 @@ use profiler_tests::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
-
-/// `plugin_main` (linked with RUNPATH=$ORIGIN) and `libplugin_fx.so`
-/// beside it, in target/fixtures.
-fn plugin_exes() -> &'static (PathBuf, PathBuf) {
-    static EXES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    EXES.get_or_init(|| {
-        let lib = build_c(
-            "plugin.c",
-            "libplugin_fx.so",
-            &["-O1", "-g", "-shared", "-fPIC"],
-        );
-        let main = build_c(
-            "plugin_main.c",
-            "plugin_main",
-            &["-O1", "-g", "-Wl,-rpath,$ORIGIN", "-ldl"],
-        );
-        (main, lib)
-    })
-}
 
 /// Records `plugin_main PLUGIN_ARG DELAY_MS` by PID with `--lib LIB -f
 /// plugin_fn`, attached before the dlopen; returns the plugin's own count,

@@ -8,6 +8,7 @@
 use anyhow as _;
 
 mod bad_input;
+mod containers;
 mod deleted;
 mod demangle;
 mod dispatch;
