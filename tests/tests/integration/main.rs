@@ -8,6 +8,7 @@
 use anyhow as _;
 
 mod bad_input;
+mod cgroups;
 mod containers;
 mod deleted;
 mod demangle;

@@ -52,14 +52,17 @@ fn roundtrip_dedups_and_orders_leaf_first() {
         Sample {
             frames: stack(),
             values: vec![1, 100],
+            labels: Vec::new(),
         },
         Sample {
             frames: vec![stack()[0].clone(), kernel, suffixed],
             values: vec![2, 200],
+            labels: Vec::new(),
         },
         Sample {
             frames: stack(),
             values: vec![3],
+            labels: Vec::new(),
         },
     ];
     let types = [
