@@ -596,8 +596,7 @@ pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    let wanted =
-        tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load()) && in_cgroup();
+    let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load()) && in_cgroup();
     if wanted && blocked {
         let (user_stack, user_hash) = user_stack_key(&ctx, pid);
         let kernel_stack = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);

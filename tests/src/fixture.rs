@@ -66,8 +66,12 @@ impl Fixture {
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("fixture handshake: {ready:?}"));
         if printed != fx.pid {
-            fx.pid = host_pid(fx.pid, printed)
-                .unwrap_or_else(|| panic!("no descendant of {} is PID {printed} in its namespace", fx.pid));
+            fx.pid = host_pid(fx.pid, printed).unwrap_or_else(|| {
+                panic!(
+                    "no descendant of {} is PID {printed} in its namespace",
+                    fx.pid
+                )
+            });
         }
         fx
     }
@@ -147,14 +151,22 @@ fn host_pid(root: u32, inner: u32) -> Option<u32> {
         let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
         let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
         let ids: Vec<u32> = nspid
-            .map(|l| l.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         if ids.len() > 1 && ids.last() == Some(&inner) {
             return Some(p);
         }
         let children =
             std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        todo.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        todo.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
     }
     None
 }

@@ -25,8 +25,8 @@ use crate::{
     target::{
         caps,
         launch::{self, Launched},
-        process::{self, Target},
         libwatch::LibWatch,
+        process::{self, Target},
         select::{self, Required, Selection},
     },
     Error, Result,

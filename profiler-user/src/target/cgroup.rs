@@ -106,7 +106,9 @@ mod tests {
         let root = resolve(&mount).unwrap();
         assert_eq!((root.name.as_str(), root.level), ("/", 0));
         assert_eq!(resolve(Path::new("/")).unwrap(), root);
-        let err = resolve(Path::new("no-such-cgroup-xyz")).unwrap_err().to_string();
+        let err = resolve(Path::new("no-such-cgroup-xyz"))
+            .unwrap_err()
+            .to_string();
         let want = mount.join("no-such-cgroup-xyz");
         assert!(err.contains(&*want.to_string_lossy()), "{err}");
         assert!(resolve(Path::new("a/../b")).is_err());

@@ -417,10 +417,7 @@ mod tests {
             return;
         };
         let entries = parse_cache(&data);
-        assert!(
-            entries.iter().any(|(k, _)| k == "libc.so.6"),
-            "{entries:?}"
-        );
+        assert!(entries.iter().any(|(k, _)| k == "libc.so.6"), "{entries:?}");
     }
 
     #[test]

@@ -75,7 +75,11 @@ fn only_the_cgroups_processes_are_sampled() {
     assert_none_left_since(&before, &[]);
     let stacks = folded(&read(out.path(), "cpu.folded"));
     let by_comm = |comm: &str| -> u64 {
-        stacks.iter().filter(|(s, _)| s[0] == comm).map(|(_, n)| n).sum()
+        stacks
+            .iter()
+            .filter(|(s, _)| s[0] == comm)
+            .map(|(_, n)| n)
+            .sum()
     };
     let total: u64 = stacks.iter().map(|(_, n)| n).sum();
     let (n_in, n_out) = (by_comm(&in_comm), by_comm(&out_comm));
@@ -171,7 +175,11 @@ fn nonexistent_cgroup_is_refused() {
         out.path().to_str().unwrap(),
     ]);
     let want = cgroup2_mount().join("no-such-cgroup-xyz");
-    assert_error(&fin, &format!("no cgroup v2 directory {}", want.display()), true);
+    assert_error(
+        &fin,
+        &format!("no cgroup v2 directory {}", want.display()),
+        true,
+    );
     assert!(!Path::new(&want).exists());
     assert_none_left_since(&before, &[]);
 }

@@ -17,7 +17,11 @@ fn in_container(files: &[&Path], mnt: &TempDir, run: &str) -> (Fixture, PathBuf)
     for f in files {
         let copy = stage.join(f.file_name().unwrap().to_str().unwrap());
         std::fs::copy(f, &copy).unwrap();
-        script.push_str(&format!("cp {} {}/ && ", copy.display(), mnt.path().display()));
+        script.push_str(&format!(
+            "cp {} {}/ && ",
+            copy.display(),
+            mnt.path().display()
+        ));
     }
     let inside = mnt.join(run.split(' ').next().unwrap());
     script.push_str(&format!("exec {}/{run}", mnt.path().display()));
@@ -38,7 +42,9 @@ fn in_container(files: &[&Path], mnt: &TempDir, run: &str) -> (Fixture, PathBuf)
     assert!(!inside.exists(), "{} is visible here", inside.display());
     let nspid = std::fs::read_to_string(format!("/proc/{}/status", fx.pid)).unwrap();
     assert!(
-        nspid.lines().any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")),
+        nspid
+            .lines()
+            .any(|l| l.starts_with("NSpid:") && l.ends_with("\t1")),
         "not PID 1 of a new namespace: {nspid}"
     );
     (fx, inside)
@@ -95,7 +101,10 @@ fn library_only_in_the_container_is_probed_before_its_dlopen() {
     assert_eq!(num(&truth, "plugin_fn"), 1000);
     let o = Outputs::load(out.path());
     assert_eq!(o.sum("plugin_fn", "calls"), 1000, "calls of plugin_fn");
-    let binary = o.functions("plugin_fn")[0]["binary"].as_str().unwrap().to_string();
+    let binary = o.functions("plugin_fn")[0]["binary"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(
         Path::new(&binary),
         mnt.join("libplugin_fx.so"),

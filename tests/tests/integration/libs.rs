@@ -11,11 +11,7 @@ use std::process::Command;
 /// Records `plugin_main PLUGIN_ARG DELAY_MS` by PID with `--lib LIB -f
 /// plugin_fn`, attached before the dlopen; returns the plugin's own count,
 /// the outputs and the profiler's stderr.
-fn record_plugin(
-    plugin_arg: &str,
-    delay_ms: &str,
-    lib: &str,
-) -> (u64, Outputs, Vec<String>) {
+fn record_plugin(plugin_arg: &str, delay_ms: &str, lib: &str) -> (u64, Outputs, Vec<String>) {
     let (main, _) = plugin_exes();
     let out = TempDir::new("plugin");
     let before = prof_prog_ids();
@@ -45,7 +41,9 @@ fn plugin_dlopened_after_attach_is_counted_exactly() {
     assert_eq!(truth, 1000, "the fixture's own count");
     assert_eq!(o.sum("plugin_fn", "calls"), truth, "calls of plugin_fn");
     assert!(
-        stderr.iter().any(|l| l.contains("is not mapped by PID") && l.contains("libplugin_fx.so")),
+        stderr
+            .iter()
+            .any(|l| l.contains("is not mapped by PID") && l.contains("libplugin_fx.so")),
         "no `not mapped yet` line: {stderr:?}"
     );
     assert!(
@@ -70,7 +68,10 @@ fn plugin_named_is_found_through_the_runpath() {
     assert_eq!(truth, 1000);
     assert_eq!(o.sum("plugin_fn", "calls"), truth, "calls of plugin_fn");
     let (_, lib) = plugin_exes();
-    let binary = o.functions("plugin_fn")[0]["binary"].as_str().unwrap().to_string();
+    let binary = o.functions("plugin_fn")[0]["binary"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(Path::new(&binary), lib.canonicalize().unwrap(), "binary");
 }
 
@@ -83,28 +84,27 @@ fn library_never_mapped_is_reported() {
     let dir = TempDir::new("ldpath");
     std::fs::copy(lib, dir.join("libplugin_env.so")).unwrap();
     let ld_path = dir.path().to_str().unwrap();
-    let fx = Fixture::spawn_env(
-        main,
-        &["libplugin_env.so"],
-        &[("LD_LIBRARY_PATH", ld_path)],
-    );
+    let fx = Fixture::spawn_env(main, &["libplugin_env.so"], &[("LD_LIBRARY_PATH", ld_path)]);
     let out = TempDir::new("nevermapped");
     let before = prof_prog_ids();
     let rec = Recording::start(
         fx.pid,
         out.path(),
-        &["--lib", "libplugin_env.so", "-f", "plugin_fn", "--duration", "1s"],
+        &[
+            "--lib",
+            "libplugin_env.so",
+            "-f",
+            "plugin_fn",
+            "--duration",
+            "1s",
+        ],
     );
     let rec_pid = rec.pid();
     let fin = rec.wait();
     assert!(fin.status.success(), "profiler failed: {fin:?}");
     assert_none_left_since(&before, &[rec_pid]);
     let path = dir.path().canonicalize().unwrap().join("libplugin_env.so");
-    let want = format!(
-        "{}: never seen mapped by PID {}",
-        path.display(),
-        fx.pid
-    );
+    let want = format!("{}: never seen mapped by PID {}", path.display(), fx.pid);
     let lines: Vec<&String> = fin.stderr.iter().filter(|l| l.contains(&want)).collect();
     assert_eq!(lines.len(), 1, "one stderr line {want:?}: {:?}", fin.stderr);
     assert!(lines[0].contains("probes saw nothing"), "{lines:?}");
@@ -139,7 +139,11 @@ fn unknown_library_is_refused_before_attaching() {
         o,
     ]);
     assert_error(&fin, "no library \"libnosuch_xyz.so.9\"", true);
-    assert!(fin.stderr[0].contains("/etc/ld.so.cache"), "{:?}", fin.stderr);
+    assert!(
+        fin.stderr[0].contains("/etc/ld.so.cache"),
+        "{:?}",
+        fin.stderr
+    );
     let fin = profiler(&[
         "record",
         "--lib",
@@ -153,7 +157,15 @@ fn unknown_library_is_refused_before_attaching() {
     ]);
     assert_error(&fin, "no library \"libnosuch_xyz.so.9\"", true);
     let fin = profiler(&[
-        "record", "--pid", &pid, "--lib", "/nonexistent/libx.so", "-f", "x", "--out", o,
+        "record",
+        "--pid",
+        &pid,
+        "--lib",
+        "/nonexistent/libx.so",
+        "-f",
+        "x",
+        "--out",
+        o,
     ]);
     assert_error(&fin, "/nonexistent/libx.so (no such file)", true);
     assert_none_left_since(&before, &[]);

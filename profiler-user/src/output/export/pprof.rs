@@ -246,7 +246,9 @@ pub fn encode(
     let period_type = value_type(&mut b, &period_type);
 
     let mut out: Vec<proto::Sample> = Vec::new();
-    let mut seen: HashMap<(Vec<u64>, &[(String, String)]), usize> = HashMap::new();
+    // Samples merge when their locations and labels are the same.
+    type Key<'a> = (Vec<u64>, &'a [(String, String)]);
+    let mut seen: HashMap<Key, usize> = HashMap::new();
     for s in samples {
         let location_id = b.stack(&s.frames);
         let mut value = s.values.clone();

@@ -178,7 +178,14 @@ fn labels_keep_samples_apart_and_are_strings() {
         },
     ];
     let t = ValueType::new("samples", "count");
-    let p = decode(&encode(&samples, std::slice::from_ref(&t), t.clone(), 1, 1, 0));
+    let p = decode(&encode(
+        &samples,
+        std::slice::from_ref(&t),
+        t.clone(),
+        1,
+        1,
+        0,
+    ));
     let s = |i: i64| p.string_table[i as usize].as_str();
     let mut got: Vec<(&str, &str, i64)> = p
         .sample
