@@ -75,6 +75,16 @@ impl Dwarf {
 /// then, counted as `no tables`).
 const TABLES_BUDGET: Duration = Duration::from_millis(300);
 
+/// The processes on a CPU now (those of `cgroup` only, with `--cgroup`:
+/// the others are never sampled, so they need no unwind tables).
+fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
+    let mut pids = tables::running_pids();
+    if let Some(cg) = cgroup {
+        pids.retain(|&p| cg.contains(p));
+    }
+    pids
+}
+
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
     let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
@@ -112,7 +122,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(t) = &mut tables {
         match args.all {
             false => t.add_process(pid),
-            true => t.sync(&tables::running_pids(), false, TABLES_BUDGET),
+            true => t.sync(&running(cgroup.as_ref()), false, TABLES_BUDGET),
         }
     }
     let event = samplers::start(probes.ebpf_mut(), hz)?;
@@ -173,7 +183,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                     false => t.add_process(pid),
                     true => {
                         // Busy now first, then everything sampled so far.
-                        let mut pids = tables::running_pids();
+                        let mut pids = running(cgroup.as_ref());
                         pids.extend(sampled);
                         t.sync(&pids, false, TABLES_BUDGET);
                     }

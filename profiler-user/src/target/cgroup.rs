@@ -85,6 +85,19 @@ pub fn resolve(arg: &Path) -> Result<Cgroup> {
     })
 }
 
+impl Cgroup {
+    /// True when process `pid` is in this cgroup or a descendant.
+    pub fn contains(&self, pid: u32) -> bool {
+        of_process(pid).is_some_and(|cg| {
+            self.name == "/"
+                || cg == self.name
+                || cg
+                    .strip_prefix(self.name.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    }
+}
+
 /// The cgroup v2 path of process `pid` (the `0::` line of
 /// `/proc/PID/cgroup`), if it can be read.
 pub fn of_process(pid: u32) -> Option<String> {
@@ -113,5 +126,14 @@ mod tests {
         assert!(err.contains(&*want.to_string_lossy()), "{err}");
         assert!(resolve(Path::new("a/../b")).is_err());
         assert!(of_process(std::process::id()).is_some_and(|c| c.starts_with('/')));
+        let me = std::process::id();
+        assert!(root.contains(me));
+        let mine = of_process(me).unwrap();
+        let other = Cgroup {
+            name: format!("{}-not", mine.trim_end_matches('/')),
+            id: 0,
+            level: 1,
+        };
+        assert!(!other.contains(me) || mine == "/");
     }
 }

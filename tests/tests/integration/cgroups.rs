@@ -53,8 +53,8 @@ fn only_the_cgroups_processes_are_sampled() {
     let (in_comm, out_comm) = (format!("pin{tag}"), format!("pout{tag}"));
     let name = format!("profiler-test-{tag}");
     let cg = Cgroup::new(&name);
-    let inside = Fixture::spawn(&burn, &["8", "chain", &in_comm]);
-    let outside = Fixture::spawn(&burn, &["8", "chain", &out_comm]);
+    let inside = Fixture::spawn(&burn, &["30", "chain", &in_comm]);
+    let outside = Fixture::spawn(&burn, &["30", "chain", &out_comm]);
     cg.add(inside.pid);
     let out = TempDir::new("sample-cgroup");
     let before = prof_prog_ids();
@@ -111,9 +111,9 @@ fn a_subtree_is_sampled_and_each_process_labelled_with_its_cgroup() {
         Cgroup::new(&format!("{name}/x")),
         Cgroup::new(&format!("{name}/y")),
     );
-    let a = Fixture::spawn(&burn, &["8", "chain", &format!("pxa{tag}")]);
-    let b = Fixture::spawn(&burn, &["8", "chain", &format!("pyb{tag}")]);
-    let outside = Fixture::spawn(&burn, &["8", "chain", &format!("pno{tag}")]);
+    let a = Fixture::spawn(&burn, &["30", "chain", &format!("pxa{tag}")]);
+    let b = Fixture::spawn(&burn, &["30", "chain", &format!("pyb{tag}")]);
+    let outside = Fixture::spawn(&burn, &["30", "chain", &format!("pno{tag}")]);
     x.add(a.pid);
     y.add(b.pid);
     let out = TempDir::new("sample-subtree");
