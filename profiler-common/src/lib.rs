@@ -81,6 +81,11 @@ pub const CPU_STACKS_CAPACITY: u32 = 16384;
 pub const CPU_COUNTS_CAPACITY: u32 = 65536;
 /// Global (`.rodata`): sample every process (1) or only `TARGET_TGID` (0).
 pub const SAMPLE_ALL_GLOBAL: &str = "SAMPLE_ALL";
+/// Global (`.rodata`): with `sample --all --cgroup`, the id of the cgroup
+/// (v2) whose subtree alone is sampled; 0 for no filter.
+pub const CGROUP_ID_GLOBAL: &str = "CGROUP_ID";
+/// Global (`.rodata`): that cgroup's level (the root is 0).
+pub const CGROUP_LEVEL_GLOBAL: &str = "CGROUP_LEVEL";
 /// Name of the off-CPU program (`sched_switch`, every target thread).
 pub const PROG_OFFCPU: &str = "prof_offcpu";
 /// Hash of task pointer -> [`OffCpuStart`]: threads currently blocked.

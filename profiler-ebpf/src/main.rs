@@ -36,6 +36,7 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_user, generated::bpf_get_attach_cookie,
+        generated::bpf_get_current_ancestor_cgroup_id,
         generated::bpf_probe_read_user as bpf_probe_read_user_raw,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
@@ -105,6 +106,24 @@ static UNWIND_MODE: Setting<u32> = Setting::new(0);
 /// Set by the agent at load time: sample every process (1) or only the target.
 #[unsafe(no_mangle)]
 static SAMPLE_ALL: Setting<u32> = Setting::new(0);
+
+/// Set by the agent at load time (`sample --all --cgroup`): sample only
+/// tasks in the subtree of the cgroup v2 with this id (0: every task).
+#[unsafe(no_mangle)]
+static CGROUP_ID: Setting<u64> = Setting::new(0);
+
+/// Set by the agent at load time: the level of that cgroup (root: 0).
+#[unsafe(no_mangle)]
+static CGROUP_LEVEL: Setting<u32> = Setting::new(0);
+
+/// True when no cgroup filter is set, or the current task is in the
+/// filter's subtree: its cgroup's ancestor at the filter's level is it.
+#[inline(always)]
+fn in_cgroup() -> bool {
+    let id = CGROUP_ID.load();
+    // SAFETY: a helper call with a plain integer argument.
+    id == 0 || unsafe { bpf_get_current_ancestor_cgroup_id(CGROUP_LEVEL.load() as i32) } == id
+}
 
 /// Size is overridden by the agent (`--ring-size`).
 #[map(name = "EVENTS")]
@@ -522,7 +541,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    if tid == 0 || (SAMPLE_ALL.load() == 0 && pid != TARGET_TGID.load()) {
+    if tid == 0 || (SAMPLE_ALL.load() == 0 && pid != TARGET_TGID.load()) || !in_cgroup() {
         return 0;
     }
     bump(COUNTER_CPU_SAMPLES);
@@ -577,7 +596,7 @@ pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let pid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load());
+    let wanted = tid != 0 && (SAMPLE_ALL.load() != 0 || pid == TARGET_TGID.load()) && in_cgroup();
     if wanted && blocked {
         let (user_stack, user_hash) = user_stack_key(&ctx, pid);
         let kernel_stack = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);

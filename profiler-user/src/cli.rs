@@ -86,6 +86,11 @@ pub struct SampleArgs {
     /// Sample every process on every CPU.
     #[arg(long, short = 'a')]
     pub all: bool,
+    /// With --all, sample only the processes in this cgroup v2 and its
+    /// descendants: a directory under /sys/fs/cgroup, or its path relative
+    /// to it (as /proc/PID/cgroup shows it).
+    #[arg(long, value_name = "PATH", requires = "all")]
+    pub cgroup: Option<PathBuf>,
     /// How user stacks are walked: `tables` (default: each binary's
     /// `.eh_frame` compiled into tables the kernel walks; frame pointers in
     /// JIT code), `fp` (frame pointers only), or `copy` (16 KiB of stack
@@ -144,8 +149,11 @@ pub struct SelectArgs {
     /// Leave out functions matching this glob (repeatable).
     #[arg(long = "exclude", short = 'x', value_name = "GLOB")]
     pub excludes: Vec<String>,
-    /// Also search this shared library mapped by the target: a path, a file
-    /// name, or a prefix such as `libc` (repeatable).
+    /// Also search this shared library (repeatable): a path, or a name found
+    /// as the target's dynamic loader would (RPATH, LD_LIBRARY_PATH,
+    /// RUNPATH, /etc/ld.so.cache, default directories; a prefix such as
+    /// `libc` matches a mapped file or a cache entry). It need not be mapped
+    /// yet: its probes fire once it is (launch mode, dlopen).
     #[arg(long = "lib", short = 'l', value_name = "NAME_OR_PATH")]
     pub libs: Vec<String>,
     /// Dispatch function (repeatable): one outermost call of it on the

@@ -51,6 +51,16 @@ pub enum Error {
     /// `--lib` names nothing mapped by the target.
     #[error("library {0:?} is not mapped by PID {1}; see /proc/{1}/maps for what it has loaded")]
     NoSuchLibrary(String, u32),
+    /// `--lib` names no library the target's loader would find.
+    #[error("no library {name:?} for {whom}: looked in {looked}; give its path (--lib /path/to/lib.so) or a name from `ldconfig -p`")]
+    LibraryNotFound {
+        /// As given.
+        name: String,
+        /// "PID N" or "the command".
+        whom: String,
+        /// Where it looked, in the loader's order.
+        looked: String,
+    },
     /// A binary could not be read or parsed as ELF.
     #[error("cannot read ELF symbols from {path}: {reason}")]
     BadElf {

@@ -115,6 +115,25 @@ pub fn calls_exe() -> &'static Path {
     })
 }
 
+/// `target/fixtures/plugin_main` (linked with RUNPATH=$ORIGIN) and
+/// `libplugin_fx.so` beside it, which it dlopens (`fixtures/plugin*.c`).
+pub fn plugin_exes() -> &'static (PathBuf, PathBuf) {
+    static EXES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    EXES.get_or_init(|| {
+        let lib = build_c(
+            "plugin.c",
+            "libplugin_fx.so",
+            &["-O1", "-g", "-shared", "-fPIC"],
+        );
+        let main = build_c(
+            "plugin_main.c",
+            "plugin_main",
+            &["-O1", "-g", "-Wl,-rpath,$ORIGIN", "-ldl"],
+        );
+        (main, lib)
+    })
+}
+
 /// The stages/launch fixture (`fixtures/stages.c`), built world-executable.
 pub fn stages_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();

@@ -20,8 +20,25 @@ pub struct Fixture {
 impl Fixture {
     /// Spawns `exe args…` and waits for its `ready <pid>` line.
     pub fn spawn(exe: &Path, args: &[&str]) -> Fixture {
-        let mut child = Command::new(exe)
-            .args(args)
+        Fixture::spawn_env(exe, args, &[])
+    }
+
+    /// [`Fixture::spawn`] with `env` added to its environment.
+    pub fn spawn_env(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Fixture {
+        let mut cmd = Command::new(exe);
+        cmd.args(args).envs(env.iter().copied());
+        let fx = Fixture::spawn_cmd(cmd, exe);
+        assert_eq!(fx.pid, fx.child.id(), "fixture handshake");
+        fx
+    }
+
+    /// Runs `cmd`, which ends up running the fixture `exe` (itself, or
+    /// through a wrapper such as `unshare --pid --fork`), and waits for its
+    /// `ready <pid>` line. The PID printed may be in another PID namespace:
+    /// [`Fixture::pid`] is then the host PID of the descendant of `cmd`
+    /// whose innermost PID it is.
+    pub fn spawn_cmd(mut cmd: Command, exe: &Path) -> Fixture {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -44,7 +61,18 @@ impl Fixture {
             exe: exe.to_path_buf(),
         };
         let ready = fx.line(Duration::from_secs(10));
-        assert_eq!(ready, format!("ready {}", fx.pid), "fixture handshake");
+        let printed: u32 = ready
+            .strip_prefix("ready ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("fixture handshake: {ready:?}"));
+        if printed != fx.pid {
+            fx.pid = host_pid(fx.pid, printed).unwrap_or_else(|| {
+                panic!(
+                    "no descendant of {} is PID {printed} in its namespace",
+                    fx.pid
+                )
+            });
+        }
         fx
     }
 
@@ -113,6 +141,34 @@ impl Drop for Fixture {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The host PID of the descendant of `root` whose PID in its own (innermost)
+/// namespace is `inner`.
+fn host_pid(root: u32, inner: u32) -> Option<u32> {
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
+        let ids: Vec<u32> = nspid
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.len() > 1 && ids.last() == Some(&inner) {
+            return Some(p);
+        }
+        let children =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        todo.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    None
 }
 
 /// A fresh directory under the system temp dir, removed on drop unless the

@@ -15,7 +15,8 @@ pub mod outputs;
 pub mod recording;
 
 pub use build::{
-    build_c, build_c_world, build_with, calls_exe, rust_fixture_exe, stages_exe, Mangling,
+    build_c, build_c_world, build_with, calls_exe, plugin_exes, rust_fixture_exe, stages_exe,
+    Mangling,
 };
 pub use fixture::{Fixture, TempDir};
 pub use kernel::{

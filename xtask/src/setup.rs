@@ -25,13 +25,18 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("pkg-config", "pkg-config"),
     // The GLib preset test builds a real GMainLoop program.
     ("glib-mkenums", "libglib2.0-dev"),
+    // `--lib` in launch mode (tests libs.rs): sqlite3 and its library,
+    // counted against perf probes.
+    ("sqlite3", "sqlite3"),
+    ("perf", "linux-perf"),
+    ("nm", "binutils"),
+    ("unshare", "util-linux"),
 ];
 
 /// Extra programs the bench needs.
 const BENCH_TOOLS: &[(&str, &str)] = &[
     ("bpftrace", "bpftrace"),
     ("uftrace", "uftrace"),
-    ("perf", "linux-perf"),
     ("objdump", "binutils"),
 ];
 

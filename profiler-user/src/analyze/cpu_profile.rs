@@ -103,6 +103,13 @@ pub struct CpuProfile {
     /// and why), and what the tables cost.
     #[serde(default)]
     pub unwinding: Option<crate::symbolize::tables::TablesStats>,
+    /// Samples per (pid, folded path), before paths of one name merge
+    /// (for per-process labels; not kept in `profile.data`).
+    #[serde(skip)]
+    pub by_pid: BTreeMap<(u32, String), u64>,
+    /// Each sampled process's cgroup v2 path (system-wide sampling).
+    #[serde(default)]
+    pub cgroups: BTreeMap<u32, String>,
 }
 
 impl CpuProfile {
@@ -177,6 +184,7 @@ pub fn add_unwound(
             leaf_addr.entry(leaf.clone()).or_insert((*pid, a));
         }
         *leaves.entry(leaf).or_default() += count;
+        *prof.by_pid.entry((*pid, line.clone())).or_default() += count;
         *paths.entry(line).or_default() += count;
     }
     prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
@@ -297,6 +305,7 @@ fn fold(
             }
         }
         *leaves.entry(leaf).or_default() += count;
+        *prof.by_pid.entry((key.pid, line.clone())).or_default() += count;
         *paths.entry(line).or_default() += count;
     }
     prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();

@@ -29,7 +29,7 @@ use super::uprobe_multi as multi;
 use crate::{
     cli::UnwindMode,
     error::chain,
-    target::{exits::ExitProbe, select::Selection},
+    target::{cgroup::Cgroup, exits::ExitProbe, select::Selection},
     Error, Result,
 };
 
@@ -134,6 +134,20 @@ impl Probes {
         sample_all: bool,
         unwind: UnwindMode,
     ) -> Result<Self> {
+        Self::load_in_cgroup(tgid, watch_tid, ring_size, sample_all, unwind, None)
+    }
+
+    /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
+    /// (`sample --all --cgroup`).
+    pub fn load_in_cgroup(
+        tgid: u32,
+        watch_tid: u32,
+        ring_size: u32,
+        sample_all: bool,
+        unwind: UnwindMode,
+        cgroup: Option<&Cgroup>,
+    ) -> Result<Self> {
+        let (cgroup_id, cgroup_level) = cgroup.map_or((0u64, 0u32), |c| (c.id, c.level));
         let dwarf = unwind == UnwindMode::Copy;
         let (mode, rows) = match unwind {
             UnwindMode::Tables if sample_all => {
@@ -155,6 +169,8 @@ impl Probes {
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .override_global(UNWIND_MODE_GLOBAL, &mode, true)
+            .override_global(profiler_common::CGROUP_ID_GLOBAL, &cgroup_id, true)
+            .override_global(profiler_common::CGROUP_LEVEL_GLOBAL, &cgroup_level, true)
             .map_max_entries(EVENTS_MAP, ring_size)
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)

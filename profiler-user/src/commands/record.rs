@@ -25,8 +25,9 @@ use crate::{
     target::{
         caps,
         launch::{self, Launched},
+        libwatch::LibWatch,
         process::{self, Target},
-        select::{self, Required},
+        select::{self, Required, Selection},
     },
     Error, Result,
 };
@@ -62,17 +63,39 @@ pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<
 /// Checks option combinations that need launch mode or a running process.
 fn check_mode(args: &RecordArgs) -> Result<()> {
     let launch = !args.command.is_empty();
-    if launch && !args.select.libs.is_empty() {
-        return Err(Error::Usage(
-            "--lib needs a running process (nothing is mapped before exec): attach with --pid once the program runs".into(),
-        ));
-    }
     if !launch && (args.stages.ready.is_some() || args.stages.startup_threshold.is_some()) {
         return Err(Error::Usage(
             "--ready and --startup-threshold time a launch: use `profiler record [options] -- COMMAND`".into(),
         ));
     }
     Ok(())
+}
+
+/// One line for each `--lib` the target never mapped while recording (not
+/// seen in its maps, checked every 0.1 s, and none of its probes fired).
+fn never_mapped(
+    libs: &LibWatch,
+    sel: &Selection,
+    stats: &[crate::analyze::stacks::FuncStats],
+    pid: u32,
+) -> Vec<String> {
+    libs.libs
+        .iter()
+        .filter(|l| !l.seen)
+        .filter_map(|l| {
+            let mine: Vec<usize> = (0..sel.funcs.len())
+                .filter(|&i| sel.funcs[i].binary == l.binary)
+                .collect();
+            let calls: u64 = mine.iter().map(|&i| stats[i].calls).sum();
+            let probes: usize = mine.iter().map(|&i| sel.funcs[i].exit.probes()).sum();
+            (calls == 0).then(|| {
+                format!(
+                    "{}: never seen mapped by PID {pid} (its maps read every 0.1 s and at the end); its {probes} probes saw nothing",
+                    l.path.display()
+                )
+            })
+        })
+        .collect()
 }
 
 /// Runs `profiler record`. Returns the exit status to leave with: 0, or in
@@ -237,6 +260,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     })?;
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     sinks.tables = tables.take();
+    sinks.libs = LibWatch::new(
+        target.pid,
+        sel.binaries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.unmapped.map(|id| (i as u32, b.path.clone(), id))),
+    );
+    for l in &sinks.libs.libs {
+        eprintln!(
+            "profiler: {} is not mapped by PID {} yet: its probes fire once it is",
+            l.path.display(),
+            target.pid
+        );
+    }
     sinks.stop_when_runs_done = !args.stages.keep_going;
     sinks.exe = std::fs::canonicalize(&target.exe)
         .ok()
@@ -318,8 +355,15 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     // Detach first, so the target runs unprobed while we finish up; then
     // take what was still in flight.
     let failed_probes = probes.failed.len();
+    if target.alive() {
+        sinks.libs.poll();
+    }
     drop(probes);
     sinks.drain(&mut ring);
+    let never_mapped = never_mapped(&sinks.libs, &sel, &sinks.stacks.funcs, target.pid);
+    for line in &never_mapped {
+        eprintln!("profiler: {line}");
+    }
     let counters_now = counters.read();
     status.finish();
     match reason {
@@ -371,6 +415,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         failed_probes,
         start_unix_ns,
         exit_rule: sel.exit_rule.clone(),
+        never_mapped: never_mapped.clone(),
     };
     if let Some(data) = sinks.data.take() {
         let mut names: Vec<(u32, String)> =
@@ -394,6 +439,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             cpu: cpu.clone(),
             offcpu: offcpu.clone(),
             complete: true,
+            never_mapped,
         };
         data.finish(&trailer).map_err(|e| Error::Output {
             path: out.path().join("profile.data"),

@@ -53,6 +53,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             path: p.into(),
             open_path: p.into(),
             go: false,
+            unmapped: None,
         })
         .collect();
     let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
@@ -97,6 +98,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         failed_probes: t.failed_probes,
         start_unix_ns: h.start_unix_ns,
         exit_rule: h.exit_rule.clone(),
+        never_mapped: t.never_mapped.clone(),
     };
     finish::write(
         finish::Finish {

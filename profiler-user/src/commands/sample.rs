@@ -22,7 +22,7 @@ use crate::{
         DwarfUnwinder, Symbolizer,
     },
     target::{
-        caps,
+        caps, cgroup,
         process::{thread_name, Target},
     },
     Error, Result,
@@ -75,8 +75,19 @@ impl Dwarf {
 /// then, counted as `no tables`).
 const TABLES_BUDGET: Duration = Duration::from_millis(300);
 
+/// The processes on a CPU now (those of `cgroup` only, with `--cgroup`:
+/// the others are never sampled, so they need no unwind tables).
+fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
+    let mut pids = tables::running_pids();
+    if let Some(cg) = cgroup {
+        pids.retain(|&p| cg.contains(p));
+    }
+    pids
+}
+
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
+    let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
     caps::check()?;
     let target = args.pid.map(Target::open).transpose()?;
     let out = OutDir::prepare(&args.out, CPU_FILES)?;
@@ -100,7 +111,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let copy = unwind == UnwindMode::Copy;
     // copy: 16 KiB per sample through the ring, drained every 20 ms.
     let ring_size = if copy { 64 << 20 } else { 4096 };
-    let mut probes = Probes::load(pid, 0, ring_size, args.all, unwind)?;
+    let mut probes = Probes::load_in_cgroup(pid, 0, ring_size, args.all, unwind, cgroup.as_ref())?;
     let mut tables = match unwind {
         UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), tables::capacity(args.all))?),
         _ => None,
@@ -111,7 +122,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(t) = &mut tables {
         match args.all {
             false => t.add_process(pid),
-            true => t.sync(&tables::running_pids(), false, TABLES_BUDGET),
+            true => t.sync(&running(cgroup.as_ref()), false, TABLES_BUDGET),
         }
     }
     let event = samplers::start(probes.ebpf_mut(), hz)?;
@@ -122,7 +133,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let counters = probes.take_counters()?;
     let what = match &target {
         Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
-        None => "all processes".to_string(),
+        None => match &cgroup {
+            Some(c) => format!("all processes in cgroup {}", c.name),
+            None => "all processes".to_string(),
+        },
     };
     eprintln!("profiler: attached {event} sampler at {hz} Hz to {what}; stop with Ctrl-C");
     let started = Instant::now();
@@ -146,6 +160,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         Duration::from_secs(1)
     };
     let mut ticks = 0u32;
+    // System-wide: each sampled process's cgroup, read while it runs.
+    let mut cgroups: std::collections::BTreeMap<u32, String> = Default::default();
     let tick = || {
         ticks = ticks.wrapping_add(1);
         if let Some(d) = &mut dwarf {
@@ -153,12 +169,21 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
             let sampled = maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
+            if args.all {
+                for &p in &sampled {
+                    if let (std::collections::btree_map::Entry::Vacant(e), Some(cg)) =
+                        (cgroups.entry(p), cgroup::of_process(p))
+                    {
+                        e.insert(cg);
+                    }
+                }
+            }
             if let Some(t) = &mut tables {
                 match args.all {
                     false => t.add_process(pid),
                     true => {
                         // Busy now first, then everything sampled so far.
-                        let mut pids = tables::running_pids();
+                        let mut pids = running(cgroup.as_ref());
                         pids.extend(sampled);
                         t.sync(&pids, false, TABLES_BUDGET);
                     }
@@ -189,16 +214,26 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if let Some(d) = &dwarf {
         cpu_profile::add_unwound(&mut prof, &d.stacks, &d.names, &mut sym);
     }
+    if args.all {
+        for &p in prof.per_pid.keys() {
+            if let Some(cg) = cgroups.remove(&p).or_else(|| cgroup::of_process(p)) {
+                prof.cgroups.insert(p, cg);
+            }
+        }
+    }
     let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns)?;
-    out.write(
-        "profile.pb.gz",
-        &crate::output::export::cpu_pprof(
-            &prof.folded,
+    let start = crate::output::export::unix_ns_ago(duration_ns);
+    let pprof = match args.all {
+        true => crate::output::export::cpu_pprof_by_cgroup(
+            &prof.by_pid,
+            &prof.cgroups,
             hz,
             duration_ns,
-            crate::output::export::unix_ns_ago(duration_ns),
+            start,
         ),
-    )?;
+        false => crate::output::export::cpu_pprof(&prof.folded, hz, duration_ns, start),
+    };
+    out.write("profile.pb.gz", &pprof)?;
     print!("{text}");
     if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
         print!("\n{}", writers::write_offcpu(&out, &off, &what)?);

@@ -256,8 +256,20 @@ pub fn write_cpu(
         let mut pids: Vec<(&u32, &u64)> = prof.per_pid.iter().collect();
         pids.sort_by(|a, b| b.1.cmp(a.1));
         let _ = writeln!(text, "\nTop processes by samples");
-        for (pid, n) in pids.into_iter().take(10) {
-            let _ = writeln!(text, "{:>10}  PID {pid}", fmt_count(*n));
+        let shown: Vec<(&u32, &u64)> = pids.into_iter().take(10).collect();
+        // With cgroups known (system-wide), a column of them, padded.
+        let width = shown
+            .iter()
+            .filter_map(|(p, _)| prof.cgroups.get(*p).map(String::len))
+            .max();
+        for (pid, n) in shown {
+            let _ = match width {
+                Some(w) => {
+                    let cg = prof.cgroups.get(pid).map_or("?", String::as_str);
+                    writeln!(text, "{:>10}  {cg:<w$}  PID {pid}", fmt_count(*n))
+                }
+                None => writeln!(text, "{:>10}  PID {pid}", fmt_count(*n)),
+            };
         }
     }
     let _ = writeln!(text, "\nTop frames by self samples");

@@ -104,6 +104,9 @@ pub struct Sinks {
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
     pub tables: Option<crate::symbolize::tables::Tables>,
+    /// `--lib`s not mapped when the probes went on, checked every 0.1 s
+    /// until they are.
+    pub libs: crate::target::libwatch::LibWatch,
 }
 
 impl Sinks {
@@ -299,6 +302,7 @@ impl Sinks {
             ticks: 0,
             goroutines: Goroutines::default(),
             tables: None,
+            libs: Default::default(),
         }
     }
 
@@ -306,6 +310,17 @@ impl Sinks {
     /// snapshot of the target's mappings.
     fn tick(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
+        // Every 10 ms for the first second (a launched command maps its
+        // libraries at once), then every 0.1 s.
+        if (self.ticks < 100 || self.ticks % 10 == 1) && self.libs.waiting() {
+            for l in self.libs.poll() {
+                eprintln!(
+                    "profiler: PID {} mapped {}: its probes are live",
+                    self.pid,
+                    l.path.display()
+                );
+            }
+        }
         if self.ticks % 100 == 1 {
             if let Some((maps, sym)) = &mut self.cpu {
                 maps.remember_maps(sym, Some(self.pid));

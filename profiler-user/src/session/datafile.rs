@@ -132,6 +132,9 @@ pub struct Trailer {
     pub offcpu: Option<crate::analyze::cpu_profile::CpuProfile>,
     /// False when the stream was cut at `--data-limit`.
     pub complete: bool,
+    /// One line per `--lib` never mapped during the session.
+    #[serde(default)]
+    pub never_mapped: Vec<String>,
 }
 
 /// One journal entry or record, in stream order.

@@ -225,6 +225,15 @@ impl ExitProbe {
         }
     }
 
+    /// Probes this function takes, its entry's included.
+    pub fn probes(&self) -> usize {
+        match self {
+            ExitProbe::Sites(sites) => 1 + sites.len(),
+            ExitProbe::Uretprobe => 2,
+            ExitProbe::EntryOnly(_) => 1,
+        }
+    }
+
     /// The probe of a [`ExitProbe::kind`] (replay: without sites).
     pub fn from_kind(kind: &str) -> Self {
         match kind {

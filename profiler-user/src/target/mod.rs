@@ -3,12 +3,18 @@
 //!
 //! - [`process`]: the process by pidfd, its mappings and threads;
 //! - [`launch`]: `record -- COMMAND`, gated fork/exec;
+//! - [`ldso`]: libraries found as the dynamic loader would;
+//! - [`libwatch`]: `--lib`s not mapped yet, polled until they are;
+//! - [`cgroup`]: `sample --all --cgroup`, a process's cgroup;
 //! - [`caps`]: the capabilities tracing needs, checked first;
 //! - [`symbols`]: ELF symbol tables of its binaries;
 //! - [`select`]: which functions to probe.
 pub mod caps;
+pub mod cgroup;
 pub mod exits;
 pub mod launch;
+pub mod ldso;
+pub mod libwatch;
 pub mod process;
 pub mod select;
 pub mod symbols;

@@ -6,6 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use super::ldso::Loader;
 use crate::{Error, Result};
 
 /// A file-backed mapping of the target, as listed in `/proc/PID/maps`.
@@ -45,6 +46,41 @@ pub struct Target {
     /// process exits, and it keeps naming this process even if the PID is
     /// reused.
     pub pidfd: OwnedFd,
+    /// Launched by us and not yet exec'd: nothing of the program is mapped.
+    pub launched: bool,
+}
+
+/// A file's identity: device and inode (what a uprobe belongs to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file at `path` (followed).
+    pub fn of(path: &Path) -> Option<FileId> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(path).ok()?;
+        Some(FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// A library `--lib` names.
+#[derive(Debug, Clone)]
+pub struct Library {
+    /// Its path as the target sees it.
+    pub path: PathBuf,
+    /// A path that opens it from here.
+    pub open_path: PathBuf,
+    /// Set when the target had not mapped it yet: the file's identity, to
+    /// notice when it does.
+    pub unmapped: Option<FileId>,
 }
 
 impl Target {
@@ -81,6 +117,7 @@ impl Target {
             exe,
             exe_open,
             pidfd,
+            launched: false,
         })
     }
 
@@ -101,6 +138,7 @@ impl Target {
             exe: program.clone(),
             exe_open: program,
             pidfd,
+            launched: true,
         })
     }
 
@@ -151,6 +189,70 @@ impl Target {
             .cloned()
             .ok_or_else(|| Error::NoSuchLibrary(name.to_string(), self.pid))
     }
+
+    /// Finds the library `--lib NAME_OR_PATH` names: among the mapped files
+    /// first (a running process), else as the target's dynamic loader
+    /// would find it (`ldso.rs`), mapped or not: its probes then fire once
+    /// it is mapped, by the loader or by `dlopen`.
+    pub fn library(&self, name: &str) -> Result<Library> {
+        if !self.launched {
+            if let Ok(m) = self.find_library(name) {
+                return Ok(Library {
+                    open_path: m.open_path(self.pid),
+                    path: m.path,
+                    unmapped: None,
+                });
+            }
+        }
+        let loader = if self.launched {
+            Loader::of_launch(&self.exe_open)
+        } else {
+            Loader::of_process(self.pid, &self.exe)
+        };
+        let found = loader.find(name).map_err(|looked| Error::LibraryNotFound {
+            name: name.to_string(),
+            whom: if self.launched {
+                self.exe.display().to_string()
+            } else {
+                format!("PID {}", self.pid)
+            },
+            looked: looked.join(", "),
+        })?;
+        let id = FileId::of(&found.open_path);
+        let mapped = !self.launched && id.is_some_and(|id| maps_file(self.pid, id, &found.path));
+        Ok(Library {
+            path: found.path,
+            open_path: found.open_path,
+            unmapped: if mapped { None } else { id },
+        })
+    }
+}
+
+/// True when process `pid` maps the file `id` (whose path, as the process
+/// sees it, is `path`): same inode, and same device or same path (an
+/// overlay shows another device than its files' own).
+pub fn maps_file(pid: u32, id: FileId, path: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    text.lines().any(|line| {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(_), Some(_), Some(_), Some(dev), Some(ino)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        if ino.parse::<u64>().ok() != Some(id.ino) {
+            return false;
+        }
+        let dev = dev.split_once(':').and_then(|(ma, mi)| {
+            Some(libc::makedev(
+                u32::from_str_radix(ma, 16).ok()?,
+                u32::from_str_radix(mi, 16).ok()?,
+            ))
+        });
+        dev == Some(id.dev) || f.next().is_some_and(|p| Path::new(p) == path)
+    })
 }
 
 impl Target {

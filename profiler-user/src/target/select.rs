@@ -6,7 +6,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use super::{
     exits::{self, ExitProbe, Policy, Runtime, Unprobed},
-    process::Target,
+    process::{FileId, Target},
     symbols,
 };
 use crate::{
@@ -128,6 +128,9 @@ pub struct Binary {
     pub open_path: PathBuf,
     /// A Go binary: its calls are paired by goroutine.
     pub go: bool,
+    /// A `--lib` the target had not mapped when probes were attached: the
+    /// file's identity, to notice when it is.
+    pub unmapped: Option<FileId>,
 }
 
 /// The outcome of selection.
@@ -151,14 +154,7 @@ pub struct Selection {
 impl Selection {
     /// Probes attached: one per entry, return uprobe and return site.
     pub fn probe_count(&self) -> usize {
-        self.funcs
-            .iter()
-            .map(|f| match &f.exit {
-                ExitProbe::Sites(sites) => 1 + sites.len(),
-                ExitProbe::Uretprobe => 2,
-                ExitProbe::EntryOnly(_) => 1,
-            })
-            .sum()
+        self.funcs.iter().map(|f| f.exit.probes()).sum()
     }
 }
 
@@ -251,15 +247,17 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         path: target.exe.clone(),
         open_path: target.exe_open_path(),
         go: false,
+        unmapped: None,
     }];
     for lib in &args.libs {
-        let m = target.find_library(lib)?;
+        let l = target.library(lib)?;
         add_binary(
             &mut binaries,
             Binary {
-                open_path: m.open_path(target.pid),
-                path: m.path,
+                open_path: l.open_path,
+                path: l.path,
                 go: false,
+                unmapped: l.unmapped,
             },
         );
     }
@@ -440,6 +438,7 @@ fn apply_presets(
                     open_path: m.open_path(target.pid),
                     path: m.path,
                     go: false,
+                    unmapped: None,
                 },
             );
             if binaries.len() > before {

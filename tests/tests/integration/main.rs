@@ -8,6 +8,8 @@
 use anyhow as _;
 
 mod bad_input;
+mod cgroups;
+mod containers;
 mod deleted;
 mod demangle;
 mod dispatch;
@@ -17,6 +19,7 @@ mod golang;
 mod helpers;
 mod inlined;
 mod launch;
+mod libs;
 mod loss;
 mod mappings;
 mod offcpu;

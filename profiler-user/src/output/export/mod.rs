@@ -43,9 +43,48 @@ pub fn pprof_from_folded(lines: &[String], values: impl Fn(i64) -> Vec<i64>) -> 
             Some(Sample {
                 frames,
                 values: values(count),
+                labels: Vec::new(),
             })
         })
         .collect()
+}
+
+/// `profile.pb.gz` for a system-wide CPU profile: each process's stacks
+/// (`by_pid`: (pid, folded path) -> samples) labelled `cgroup` with the
+/// process's cgroup from `cgroups`, where known.
+pub fn cpu_pprof_by_cgroup(
+    by_pid: &std::collections::BTreeMap<(u32, String), u64>,
+    cgroups: &std::collections::BTreeMap<u32, String>,
+    hz: u64,
+    duration_ns: u64,
+    start_unix_ns: i64,
+) -> Vec<u8> {
+    let period = 1_000_000_000 / hz.max(1) as i64;
+    let samples: Vec<Sample> = by_pid
+        .iter()
+        .flat_map(|((pid, path), n)| {
+            let line = format!("{path} {n}");
+            let mut s = pprof_from_folded(&[line], |n| vec![n, n * period]);
+            if let Some(cg) = cgroups.get(pid) {
+                for x in &mut s {
+                    x.labels.push(("cgroup".to_string(), cg.clone()));
+                }
+            }
+            s
+        })
+        .collect();
+    let types = [
+        ValueType::new("samples", "count"),
+        ValueType::new("cpu", "nanoseconds"),
+    ];
+    pprof::encode(
+        &samples,
+        &types,
+        ValueType::new("cpu", "nanoseconds"),
+        period,
+        duration_ns as i64,
+        start_unix_ns,
+    )
 }
 
 /// Unix time now, in nanoseconds, minus `ago_ns`: a session's wall start.

@@ -44,6 +44,8 @@ pub struct Sample {
     pub frames: Vec<Frame>,
     /// One value per sample type given to [`encode`]; missing ones count 0.
     pub values: Vec<i64>,
+    /// String labels (key, value), e.g. `("cgroup", "/system.slice/x")`.
+    pub labels: Vec<(String, String)>,
 }
 
 /// What a value measures, e.g. `("samples", "count")`,
@@ -244,22 +246,34 @@ pub fn encode(
     let period_type = value_type(&mut b, &period_type);
 
     let mut out: Vec<proto::Sample> = Vec::new();
-    let mut seen: HashMap<Vec<u64>, usize> = HashMap::new();
+    // Samples merge when their locations and labels are the same.
+    type Key<'a> = (Vec<u64>, &'a [(String, String)]);
+    let mut seen: HashMap<Key, usize> = HashMap::new();
     for s in samples {
         let location_id = b.stack(&s.frames);
         let mut value = s.values.clone();
         value.resize(types.len(), 0);
-        if let Some(&i) = seen.get(&location_id) {
+        let key = (location_id.clone(), s.labels.as_slice());
+        if let Some(&i) = seen.get(&key) {
             for (acc, v) in out[i].value.iter_mut().zip(value) {
                 *acc = acc.saturating_add(v);
             }
             continue;
         }
-        seen.insert(location_id.clone(), out.len());
+        seen.insert(key, out.len());
+        let label = s
+            .labels
+            .iter()
+            .map(|(k, v)| proto::Label {
+                key: b.strings.get(k),
+                str: b.strings.get(v),
+                ..Default::default()
+            })
+            .collect();
         out.push(proto::Sample {
             location_id,
             value,
-            label: Vec::new(),
+            label,
         });
     }
 

@@ -19,6 +19,8 @@ struct FunctionsJson<'a> {
     unfinished_frames: u64,
     unwound_frames: u64,
     exit_rule: &'a str,
+    /// One line per `--lib` never mapped during the session.
+    libraries_never_mapped: &'a [String],
     functions: Vec<FunctionJson<'a>>,
     threads: Vec<ThreadJson>,
 }
@@ -140,6 +142,7 @@ pub fn render(r: &Report) -> String {
         unfinished_frames: r.stacks.unfinished_frames(),
         unwound_frames: r.stacks.unwound_frames(),
         exit_rule: &s.exit_rule,
+        libraries_never_mapped: &s.never_mapped,
         functions,
         threads,
     };

@@ -35,6 +35,8 @@ pub struct Session {
     pub start_unix_ns: i64,
     /// How returns were observed, in words.
     pub exit_rule: String,
+    /// One line per `--lib` never mapped during the session.
+    pub never_mapped: Vec<String>,
 }
 
 /// The finished recording, ready to render.

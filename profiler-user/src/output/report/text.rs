@@ -113,6 +113,9 @@ pub fn render(r: &Report) -> String {
         s.failed_probes > 0,
         format_args!("note: {} functions could not be probed", s.failed_probes),
     );
+    for line in &s.never_mapped {
+        let _ = writeln!(out, "note: {line}");
+    }
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
     table(&mut out, r, "Top functions by self time", &rows);

@@ -52,14 +52,17 @@ fn roundtrip_dedups_and_orders_leaf_first() {
         Sample {
             frames: stack(),
             values: vec![1, 100],
+            labels: Vec::new(),
         },
         Sample {
             frames: vec![stack()[0].clone(), kernel, suffixed],
             values: vec![2, 200],
+            labels: Vec::new(),
         },
         Sample {
             frames: stack(),
             values: vec![3],
+            labels: Vec::new(),
         },
     ];
     let types = [
@@ -152,4 +155,46 @@ fn empty_profile_is_valid() {
     ));
     assert!(p.sample.is_empty());
     assert_eq!(p.string_table, ["", "samples", "count"]);
+}
+
+#[test]
+fn labels_keep_samples_apart_and_are_strings() {
+    let label = |cg: &str| vec![("cgroup".to_string(), cg.to_string())];
+    let samples = vec![
+        Sample {
+            frames: stack(),
+            values: vec![1],
+            labels: label("/a"),
+        },
+        Sample {
+            frames: stack(),
+            values: vec![2],
+            labels: label("/b"),
+        },
+        Sample {
+            frames: stack(),
+            values: vec![4],
+            labels: label("/a"),
+        },
+    ];
+    let t = ValueType::new("samples", "count");
+    let p = decode(&encode(
+        &samples,
+        std::slice::from_ref(&t),
+        t.clone(),
+        1,
+        1,
+        0,
+    ));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let mut got: Vec<(&str, &str, i64)> = p
+        .sample
+        .iter()
+        .map(|x| {
+            assert_eq!(x.label.len(), 1);
+            (s(x.label[0].key), s(x.label[0].str), x.value[0])
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, [("cgroup", "/a", 5), ("cgroup", "/b", 2)]);
 }
