@@ -70,7 +70,7 @@ fn binary_in_another_mount_namespace_is_traced_and_symbolized() {
         &["-O1", "-g", "-fno-omit-frame-pointer"],
     );
     let script = format!(
-        "mount -t tmpfs none /mnt && cp {} /mnt/burn_ns && exec /mnt/burn_ns 3 chain",
+        "mount -t tmpfs none /mnt && cp {} /mnt/burn_ns && exec /mnt/burn_ns 30 chain",
         exe.display()
     );
     let mut child = Command::new("unshare")
