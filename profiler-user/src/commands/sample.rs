@@ -14,6 +14,7 @@ use crate::{
         samplers::{self, CpuMaps},
     },
     cli::{SampleArgs, UnwindMode},
+    output::html::Page,
     output::writers,
     output::OutDir,
     session::collector,
@@ -30,6 +31,7 @@ use crate::{
 
 /// Files the CPU profile writes.
 pub const CPU_FILES: &[&str] = &[
+    "report.html",
     "cpu.folded",
     "cpu.svg",
     "cpu.txt",
@@ -221,7 +223,18 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             }
         }
     }
-    let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns)?;
+    let mut page = Page::new(&format!("profiler sample: {what}"), duration_ns);
+    page.fact("target", &what);
+    page.fact("duration", crate::fmt::fmt_ns(duration_ns));
+    page.fact("stopped", reason.as_str());
+    page.fact("sampling", format!("{event} at {hz} Hz, {} samples", prof.samples));
+    let (stack_lost, counts_full, dwarf_lost) = prof.lost;
+    if stack_lost + counts_full + dwarf_lost > 0 {
+        page.warn(format!(
+            "lost: {stack_lost} user stacks unreadable, {counts_full} samples not counted (map full), {dwarf_lost} --dwarf samples dropped (ring full)"
+        ));
+    }
+    let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns, &mut page)?;
     let start = crate::output::export::unix_ns_ago(duration_ns);
     let pprof = match args.all {
         true => crate::output::export::cpu_pprof_by_cgroup(
@@ -236,8 +249,12 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     out.write("profile.pb.gz", &pprof)?;
     print!("{text}");
     if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
-        print!("\n{}", writers::write_offcpu(&out, &off, &what)?);
+        print!(
+            "\n{}",
+            writers::write_offcpu(&out, &off, &what, &mut page)?
+        );
     }
+    page.write(&out)?;
     eprintln!(
         "profiler: wrote {}/{{{}}}",
         out.path().display(),

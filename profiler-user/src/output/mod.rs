@@ -5,11 +5,13 @@
 //! - [`writers`]: each output file of a session, from the analysis results;
 //! - [`report`]: report.txt, functions.json, trace.folded and flame graphs;
 //! - [`dispatches`]: dispatches.txt, dispatches.json, dispatch-N.svg;
+//! - [`html`]: report.html, one self-contained page over all of them;
 //! - [`timeline`]: trace.json, streamed while recording;
 //! - [`export`]: other tools' formats (pprof, Chrome trace, diff).
 mod dir;
 pub mod dispatches;
 pub mod export;
+pub mod html;
 pub mod report;
 pub mod timeline;
 pub mod writers;

@@ -10,6 +10,7 @@ use crate::{
     analyze::startup::StartupReport,
     fmt::{fmt_count, fmt_ns},
     output::dispatches,
+    output::html::Page,
     output::report::{self, Report},
     output::OutDir,
     Error, Result,
@@ -17,6 +18,7 @@ use crate::{
 
 /// Files `record` may write (checked for symlinks before attaching).
 pub const RECORD_FILES: &[&str] = &[
+    "report.html",
     "report.txt",
     "functions.json",
     "trace.folded",
@@ -42,18 +44,20 @@ pub const RECORD_FILES: &[&str] = &[
     "profile.data",
 ];
 
-/// Writes `{stem}.folded` and `{stem}.svg` (a flame graph titled `title`).
-pub fn flame(out: &OutDir, stem: &str, lines: &[String], title: &str) -> Result<()> {
+/// Writes `{stem}.folded` and `{stem}.svg` (a flame graph titled `title`);
+/// returns the SVG.
+pub fn flame(out: &OutDir, stem: &str, lines: &[String], title: &str) -> Result<Vec<u8>> {
     out.write(&format!("{stem}.folded"), folded_text(lines).as_bytes())?;
     svg_or_err(out, &format!("{stem}.svg"), lines, title)
 }
 
-fn svg_or_err(out: &OutDir, name: &str, lines: &[String], title: &str) -> Result<()> {
+fn svg_or_err(out: &OutDir, name: &str, lines: &[String], title: &str) -> Result<Vec<u8>> {
     let svg = report::flame::svg(lines, title).map_err(|reason| Error::Output {
         path: out.path().join(name),
         reason,
     })?;
-    out.write(name, &svg)
+    out.write(name, &svg)?;
+    Ok(svg)
 }
 
 fn folded_text(lines: &[String]) -> String {
@@ -63,8 +67,9 @@ fn folded_text(lines: &[String]) -> String {
 }
 
 /// `report.txt`, `functions.json`, `trace.folded`, `flamegraph.svg`,
-/// `profile.pb.gz`. Prints the text report.
-pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
+/// `profile.pb.gz`. Prints the text report; gives the page the function
+/// table and the wall-clock flame graph.
+pub fn spine(out: &OutDir, report: &Report, page: &mut Page) -> Result<()> {
     let text = report::text::render(report);
     out.write("report.txt", text.as_bytes())?;
     out.write("functions.json", report::json::render(report).as_bytes())?;
@@ -82,19 +87,25 @@ pub fn spine(out: &OutDir, report: &Report) -> Result<()> {
         "profiler: PID {} wall-clock by call path",
         report.session.pid
     );
-    svg_or_err(out, "flamegraph.svg", &folded, &title)?;
+    let svg = svg_or_err(out, "flamegraph.svg", &folded, &title)?;
+    page.functions(report);
+    page.flame("wall", &title, &svg);
     print!("{text}");
     Ok(())
 }
 
 /// `dispatches.txt`, `dispatches.json`, `dispatch-<n>.svg`. Prints the text.
-pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> {
+pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64, page: &mut Page) -> Result<()> {
     let text = dispatches::text(d, duration_ns);
     out.write("dispatches.txt", text.as_bytes())?;
-    out.write(
-        "dispatches.json",
-        dispatches::json(d, duration_ns).as_bytes(),
-    )?;
+    let json = dispatches::json(d, duration_ns);
+    out.write("dispatches.json", json.as_bytes())?;
+    let trees = d
+        .sorted_groups()
+        .iter()
+        .map(|g| g.worst_tree.clone())
+        .collect();
+    page.dispatches(&json, trees);
     for (name, svg) in dispatches::svgs(d) {
         out.write(&name, &svg)?;
     }
@@ -102,14 +113,28 @@ pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64) -> Result<()> 
     Ok(())
 }
 
-/// `stages.txt` and `stages.json`. Prints the text.
-pub fn stages(out: &OutDir, results: &[StagesResult]) -> Result<()> {
+/// `stages.txt` and `stages.json`. Prints the text. `session_start_ns`
+/// places the runs on the page's timeline.
+pub fn stages(
+    out: &OutDir,
+    results: &[StagesResult],
+    session_start_ns: u64,
+    page: &mut Page,
+) -> Result<()> {
     let text = stages::render::render_text(results);
     out.write("stages.txt", text.as_bytes())?;
-    out.write(
-        "stages.json",
-        stages::render::render_json(results).as_bytes(),
-    )?;
+    let json = stages::render::render_json(results);
+    out.write("stages.json", json.as_bytes())?;
+    let starts = results
+        .iter()
+        .map(|r| {
+            r.run_starts_ns
+                .iter()
+                .map(|s| s.saturating_sub(session_start_ns))
+                .collect()
+        })
+        .collect();
+    page.stages(&json, starts);
     print!("\n{text}");
     Ok(())
 }
@@ -170,9 +195,15 @@ pub fn startup(
 
 /// Writes `offcpu.folded`, `offcpu.svg` and `offcpu.txt` (weights: ns
 /// off the CPU, from switch-out to switch-in); returns the summary text.
-pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<String> {
+pub fn write_offcpu(
+    out: &OutDir,
+    prof: &CpuProfile,
+    what: &str,
+    page: &mut Page,
+) -> Result<String> {
     let title = format!("profiler: off-CPU time of {what} (ns blocked, by stack)");
-    flame(out, "offcpu", &prof.folded, &title)?;
+    let svg = flame(out, "offcpu", &prof.folded, &title)?;
+    page.flame("offcpu", &title, &svg);
     let mut text = String::new();
     let _ = writeln!(
         text,
@@ -193,6 +224,7 @@ pub fn write_offcpu(out: &OutDir, prof: &CpuProfile, what: &str) -> Result<Strin
         );
     }
     out.write("offcpu.txt", text.as_bytes())?;
+    page.note(text.lines().next().unwrap_or_default());
     Ok(text)
 }
 
@@ -203,9 +235,11 @@ pub fn write_cpu(
     what: &str,
     hz: u64,
     duration_ns: u64,
+    page: &mut Page,
 ) -> Result<String> {
     let title = format!("profiler: CPU samples of {what} at {hz} Hz");
-    flame(out, "cpu", &prof.folded, &title)?;
+    let svg = flame(out, "cpu", &prof.folded, &title)?;
+    page.flame("cpu", &title, &svg);
     let mut text = String::new();
     let (stack_lost, counts_full, dwarf_lost) = prof.lost;
     let _ = writeln!(
@@ -287,6 +321,8 @@ pub fn write_cpu(
         );
     }
     out.write("cpu.txt", text.as_bytes())?;
+    // The sampling and unwinding figures: everything before the top lists.
+    page.note(text.split("\n\n").next().unwrap_or_default());
     Ok(text)
 }
 

@@ -5,8 +5,11 @@ use std::collections::HashMap;
 
 use crate::{
     analyze::cpu_profile::CpuProfile,
+    analyze::dispatch::Dispatcher,
     analyze::stages::StageTracker,
     analyze::startup::StartupReport,
+    fmt::{fmt_count, fmt_ns},
+    output::html::Page,
     output::report::{Report, Session},
     output::writers,
     output::OutDir,
@@ -68,14 +71,16 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         stacks: &stacks,
         thread_names: f.thread_names.clone(),
     };
-    writers::spine(out, &report)?;
+    let mut page = summary_page(&f, &report, dispatch.as_ref());
+    writers::spine(out, &report, &mut page)?;
     let duration_ns = f.session.duration_ns;
     if let Some(d) = &dispatch {
-        writers::dispatches(out, d, duration_ns)?;
+        writers::dispatches(out, d, duration_ns, &mut page)?;
     }
     if !stages.is_empty() {
         let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
-        writers::stages(out, &results)?;
+        let start = dispatch.as_ref().map_or(0, |d| d.session_start_ns());
+        writers::stages(out, &results, start, &mut page)?;
     }
     let mut startup_report = None;
     if let Some((mut watch, mut window)) = startup {
@@ -122,6 +127,10 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
                 reason: e.to_string(),
             })?;
         if omitted > 0 {
+            page.warn(format!(
+                "trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
+                f.trace_events
+            ));
             eprintln!(
                 "profiler: note: trace.json holds the first {} calls; {omitted} more were left out (raise --trace-events)",
                 f.trace_events
@@ -130,12 +139,12 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
     }
     let what = format!("PID {}", f.session.pid);
     if let Some(off) = &f.offcpu {
-        print!("\n{}", writers::write_offcpu(out, off, &what)?);
+        print!("\n{}", writers::write_offcpu(out, off, &what, &mut page)?);
     }
     if let Some((hz, prof)) = &f.cpu {
         print!(
             "\n{}",
-            writers::write_cpu(out, prof, &what, *hz, duration_ns)?
+            writers::write_cpu(out, prof, &what, *hz, duration_ns, &mut page)?
         );
         let pprof = crate::output::export::cpu_pprof(
             &prof.folded,
@@ -145,6 +154,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         );
         out.write("cpu.pb.gz", &pprof)?;
     }
+    page.write(out)?;
     if f.lost_sched + f.lost_comm > 0 {
         eprintln!(
             "profiler: warning: {} scheduler/sample events and {} thread-name events were lost (ring full): raise --ring-size",
@@ -152,4 +162,80 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         );
     }
     Ok(startup_report)
+}
+
+/// The page's summary and warnings: the facts report.txt opens with.
+fn summary_page(f: &Finish, report: &Report, dispatch: Option<&Dispatcher>) -> Page {
+    let s = &f.session;
+    let mut page = Page::new(
+        &format!("profiler: PID {} ({})", s.pid, s.exe),
+        s.duration_ns,
+    );
+    page.fact("target", format!("PID {} {}", s.pid, s.exe));
+    page.fact("duration", fmt_ns(s.duration_ns));
+    page.fact("stopped", &s.stop_reason);
+    page.fact(
+        "functions probed",
+        format!(
+            "{} ({} over --max-funcs, {} failed to attach)",
+            s.functions_probed, s.capped, s.failed_probes
+        ),
+    );
+    page.fact("returns seen by", &s.exit_rule);
+    page.fact(
+        "events",
+        format!(
+            "{} read; lost: {} call events, {} scheduler/sample, {} thread-name",
+            fmt_count(report.stacks.events),
+            s.lost_events,
+            f.lost_sched,
+            f.lost_comm
+        ),
+    );
+    page.fact(
+        "frames",
+        format!(
+            "{} exits without an entry, {} unfinished at the end, {} closed by unwinding",
+            report.stacks.orphan_exits(),
+            report.stacks.unfinished_frames(),
+            report.stacks.unwound_frames()
+        ),
+    );
+    if s.lost_events > 0 {
+        page.warn(format!(
+            "{} call events were lost (ring full): raise --ring-size or probe fewer functions",
+            s.lost_events
+        ));
+    }
+    if f.lost_sched + f.lost_comm > 0 {
+        page.warn(format!(
+            "{} scheduler/sample events and {} thread-name events were lost (ring full): raise --ring-size",
+            f.lost_sched, f.lost_comm
+        ));
+    }
+    if s.failed_probes > 0 {
+        page.warn(format!("{} functions could not be probed", s.failed_probes));
+    }
+    if s.capped > 0 {
+        page.warn(format!(
+            "{} matching functions were not probed (--max-funcs)",
+            s.capped
+        ));
+    }
+    if let Some(d) = dispatch {
+        if d.slow_dropped > 0 {
+            page.warn(format!(
+                "{} slow dispatches beyond the first {} were counted but not detailed",
+                d.slow_dropped,
+                d.slow.len()
+            ));
+        }
+        let truncated = d.slow.iter().filter(|s| s.truncated).count();
+        if truncated > 0 {
+            page.warn(format!(
+                "{truncated} slow dispatches had more events than their buffer holds: their trees are truncated"
+            ));
+        }
+    }
+    page
 }

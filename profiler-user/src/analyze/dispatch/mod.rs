@@ -236,6 +236,11 @@ impl Dispatcher {
         }
     }
 
+    /// CLOCK_MONOTONIC at the session start (dispatch times count from it).
+    pub fn session_start_ns(&self) -> u64 {
+        self.session_start_ns
+    }
+
     fn record(&mut self, rec: Rec) {
         let Some(open) = &mut self.open else { return };
         if self.recs.len() < MAX_RECORDS {

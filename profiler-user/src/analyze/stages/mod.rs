@@ -120,6 +120,8 @@ pub struct StagesResult {
     pub incomplete_run: bool,
     /// Occurrences beyond the per-run limit, not measured.
     pub dropped_occurrences: u64,
+    /// CLOCK_MONOTONIC at the start of each complete run.
+    pub run_starts_ns: Vec<u64>,
 }
 
 /// Avg/min/max/p50/p95 of a set of values (nearest-rank percentiles).

@@ -169,6 +169,7 @@ impl StageTracker {
             overlaps: Vec::new(),
             incomplete_run: self.run.is_some(),
             dropped_occurrences: self.dropped,
+            run_starts_ns: self.runs.iter().map(|r| r.start_ns).collect(),
         };
         super::derive::derive(&self.stages, self.root, &self.runs, &mut res);
         res
