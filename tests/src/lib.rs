@@ -8,6 +8,7 @@
 #[cfg(test)]
 use {flate2 as _, roxmltree as _};
 
+pub mod browser;
 pub mod build;
 pub mod fixture;
 pub mod kernel;

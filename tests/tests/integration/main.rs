@@ -6,6 +6,7 @@
 
 // Used through profiler_tests, not here.
 use anyhow as _;
+use png as _;
 
 mod bad_input;
 mod cgroups;
@@ -17,6 +18,7 @@ mod exports;
 mod flamegraph;
 mod golang;
 mod helpers;
+mod html;
 mod inlined;
 mod launch;
 mod libs;

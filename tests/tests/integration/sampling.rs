@@ -77,9 +77,14 @@ fn frame_pointer_chain_is_complete() {
         share >= 90.0,
         "complete stacks {share}% < 90% with frame pointers:\n{txt}"
     );
-    for name in ["cpu.svg", "profile.pb.gz"] {
+    for name in ["cpu.svg", "profile.pb.gz", "report.html"] {
         assert!(out.join(name).exists(), "no {name}");
     }
+    // `sample` writes the page too: its CPU flame graph, nothing fetched.
+    let html = read(out.path(), "report.html");
+    assert!(html.contains("\"id\":\"cpu\""), "no CPU flame graph in report.html");
+    let refs = browser::web_references(&html);
+    assert!(refs.is_empty(), "report.html loads from the web: {refs:?}");
 }
 
 #[test]
