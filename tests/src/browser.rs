@@ -70,7 +70,10 @@ pub fn dump_dom(page: &Path, fragment: &str) -> String {
     let out = headless(&["--dump-dom"], &page_url(page, fragment));
     let dom = String::from_utf8(out.stdout).expect("DOM is UTF-8");
     assert!(dom.contains("</html>"), "no DOM dumped: {dom:.200}");
-    match (dom.find("<script type=\"application/json\""), dom.rfind("</body>")) {
+    match (
+        dom.find("<script type=\"application/json\""),
+        dom.rfind("</body>"),
+    ) {
         (Some(a), Some(b)) if a < b => format!("{}{}", &dom[..a], &dom[b..]),
         _ => dom,
     }
@@ -108,7 +111,11 @@ impl Pixels {
         let mut buf = vec![0; reader.output_buffer_size()];
         let info = reader.next_frame(&mut buf).expect("a PNG frame");
         let step = info.color_type.samples();
-        assert!(step >= 3, "colour screenshot expected, got {:?}", info.color_type);
+        assert!(
+            step >= 3,
+            "colour screenshot expected, got {:?}",
+            info.color_type
+        );
         let rgb = buf[..info.buffer_size()]
             .chunks(step)
             .map(|p| [p[0], p[1], p[2]])
@@ -167,16 +174,26 @@ pub fn web_references(html: &str) -> Vec<String> {
         }
         // What the URL is the value of: skip quotes, backslashes (JSON),
         // spaces, `=` and `(` back to the attribute or function name.
-        let before = lower[..scheme_start]
-            .trim_end_matches(|c: char| "\"'\\ =(\t\n".contains(c));
+        let before = lower[..scheme_start].trim_end_matches(|c: char| "\"'\\ =(\t\n".contains(c));
         let name_start = before
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == ':' || c == '@'))
             .map_or(0, |i| i + 1);
         let name = &before[name_start..];
         let fetches = matches!(
             name,
-            "src" | "href" | "xlink:href" | "action" | "poster" | "srcset" | "data" | "url" | "@import"
-                | "import" | "fetch" | "open" | "location"
+            "src"
+                | "href"
+                | "xlink:href"
+                | "action"
+                | "poster"
+                | "srcset"
+                | "data"
+                | "url"
+                | "@import"
+                | "import"
+                | "fetch"
+                | "open"
+                | "location"
         );
         if fetches {
             let end = html[at..]

@@ -18,6 +18,15 @@ pub struct Args {
     funcs: Vec<String>,
 }
 
+impl Default for Args {
+    fn default() -> Self {
+        Args {
+            duration: "5s".into(),
+            funcs: Vec::new(),
+        }
+    }
+}
+
 /// The globs that cover the demo's call tree, from the loop down to the leaves.
 const DEFAULT_FUNCS: &[&str] = &[
     "run_event_loop",
@@ -78,6 +87,7 @@ pub fn run(args: &Args) -> Result<()> {
     recorded?;
 
     let files = [
+        "report.html",
         "dispatches.txt",
         "dispatches.json",
         "dispatch-1.svg",
@@ -93,11 +103,13 @@ pub fn run(args: &Args) -> Result<()> {
     if !missing.is_empty() {
         bail!("the profiler exited 0 but did not write {missing:?}");
     }
+    // The page first: it is the one to open.
+    println!("\n{}", out.join("report.html").display());
     println!("\nOutputs:");
     for f in &files {
         println!("  {}", f.display());
     }
     println!("  {}", out.join("trace.folded").display());
-    println!("\nOpen trace.json in https://ui.perfetto.dev, the .svg files in a browser.");
+    println!("\nOpen report.html in a browser (one file, works offline); trace.json in https://ui.perfetto.dev.");
     Ok(())
 }

@@ -4,10 +4,12 @@
 //! helpers and `proc` the helpers that drive a target program and a tracer.
 
 mod bench;
+mod browser;
 mod demo;
 mod layers;
 mod lint;
 mod proc;
+mod screenshot;
 mod setup;
 mod test;
 mod util;
@@ -38,6 +40,8 @@ enum Cmd {
     Lint,
     /// Run the benchmarks and write a markdown table to target/bench.md.
     Bench(bench::Args),
+    /// Run the demo, then screenshot its report.html into docs/report.png.
+    Screenshot(screenshot::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         Cmd::Test => test::run(),
         Cmd::Lint => lint::run(),
         Cmd::Bench(args) => bench::run(&args),
+        Cmd::Screenshot(args) => screenshot::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

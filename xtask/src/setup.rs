@@ -31,6 +31,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("perf", "linux-perf"),
     ("nm", "binutils"),
     ("unshare", "util-linux"),
+    // The report.html tests open the page in headless Chromium.
+    ("chromium", "chromium"),
 ];
 
 /// Extra programs the bench needs.

@@ -227,7 +227,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     page.fact("target", &what);
     page.fact("duration", crate::fmt::fmt_ns(duration_ns));
     page.fact("stopped", reason.as_str());
-    page.fact("sampling", format!("{event} at {hz} Hz, {} samples", prof.samples));
+    page.fact(
+        "sampling",
+        format!("{event} at {hz} Hz, {} samples", prof.samples),
+    );
     let (stack_lost, counts_full, dwarf_lost) = prof.lost;
     if stack_lost + counts_full + dwarf_lost > 0 {
         page.warn(format!(
@@ -249,10 +252,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     out.write("profile.pb.gz", &pprof)?;
     print!("{text}");
     if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
-        print!(
-            "\n{}",
-            writers::write_offcpu(&out, &off, &what, &mut page)?
-        );
+        print!("\n{}", writers::write_offcpu(&out, &off, &what, &mut page)?);
     }
     page.write(&out)?;
     eprintln!(

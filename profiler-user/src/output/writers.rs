@@ -100,12 +100,7 @@ pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64, page: &mut Pag
     out.write("dispatches.txt", text.as_bytes())?;
     let json = dispatches::json(d, duration_ns);
     out.write("dispatches.json", json.as_bytes())?;
-    let trees = d
-        .sorted_groups()
-        .iter()
-        .map(|g| g.worst_tree.clone())
-        .collect();
-    page.dispatches(&json, trees);
+    page.dispatches(&json, crate::output::html::group_trees(d));
     for (name, svg) in dispatches::svgs(d) {
         out.write(&name, &svg)?;
     }

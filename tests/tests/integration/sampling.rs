@@ -82,7 +82,10 @@ fn frame_pointer_chain_is_complete() {
     }
     // `sample` writes the page too: its CPU flame graph, nothing fetched.
     let html = read(out.path(), "report.html");
-    assert!(html.contains("\"id\":\"cpu\""), "no CPU flame graph in report.html");
+    assert!(
+        html.contains("\"id\":\"cpu\""),
+        "no CPU flame graph in report.html"
+    );
     let refs = browser::web_references(&html);
     assert!(refs.is_empty(), "report.html loads from the web: {refs:?}");
 }

@@ -11,7 +11,12 @@ mod escape;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{analyze::dispatch::tree::FlatNode, output::report::Report, output::OutDir, Result};
+use crate::{
+    analyze::dispatch::{tree::FlatNode, Dispatcher},
+    output::report::Report,
+    output::OutDir,
+    Result,
+};
 
 pub use escape::{html_text, script_json};
 
@@ -96,7 +101,10 @@ impl Page {
                 let f = &report.funcs[i];
                 (
                     f.name.clone(),
-                    report.binaries[f.binary as usize].path.display().to_string(),
+                    report.binaries[f.binary as usize]
+                        .path
+                        .display()
+                        .to_string(),
                     st.calls,
                     st.total_ns,
                     st.self_ns,
@@ -125,11 +133,14 @@ impl Page {
         let data = script_json(&data);
         // One pass over the template, so that no value is searched for
         // placeholders (a name may contain `{{STYLE}}`).
-        let mut out = String::with_capacity(TEMPLATE.len() + STYLE.len() + SCRIPT.len() + data.len());
+        let mut out =
+            String::with_capacity(TEMPLATE.len() + STYLE.len() + SCRIPT.len() + data.len());
         let mut rest = TEMPLATE;
         while let Some(at) = rest.find("{{") {
             out.push_str(&rest[..at]);
-            let Some(len) = rest[at..].find("}}") else { break };
+            let Some(len) = rest[at..].find("}}") else {
+                break;
+            };
             out.push_str(match &rest[at + 2..at + len] {
                 "TITLE" => &title,
                 "STYLE" => STYLE,
@@ -147,6 +158,27 @@ impl Page {
     pub fn write(&self, out: &OutDir) -> Result<()> {
         out.write("report.html", self.render().as_bytes())
     }
+}
+
+/// Each group's worst tree, in the order of `dispatches.json`'s groups,
+/// where `slow` does not hold that instance (details beyond the limit are
+/// dropped); empty where it does, as the page finds it there.
+pub fn group_trees(d: &Dispatcher) -> Vec<Vec<FlatNode>> {
+    d.sorted_groups()
+        .iter()
+        .map(|g| {
+            let max = g.max_ns();
+            let kept = d
+                .slow
+                .iter()
+                .any(|s| s.key == g.key && s.duration_ns == max);
+            if kept {
+                Vec::new()
+            } else {
+                g.worst_tree.clone()
+            }
+        })
+        .collect()
 }
 
 /// inferno's SVG without the XML prolog, DOCTYPE and leading comments

@@ -53,8 +53,22 @@ const bucket = (frames) => BUCKETS.find(([n]) => frames >= n)[1];
 let groupOrder = groups.slice();
 let openKey = null;
 
+// The first rows at once, the rest in chunks after the page is up.
+const GROUP_CHUNK = 150;
+let groupRender = 0;
 function renderGroups() {
-  $('groups').tBodies[0].innerHTML = groupOrder.map((g) =>
+  const body = $('groups').tBodies[0];
+  const gen = ++groupRender;
+  body.innerHTML = groupRows(0, GROUP_CHUNK);
+  const more = (from) => {
+    if (gen !== groupRender || from >= groupOrder.length) return;
+    body.insertAdjacentHTML('beforeend', groupRows(from, from + GROUP_CHUNK * 4));
+    setTimeout(() => more(from + GROUP_CHUNK * 4), 0);
+  };
+  setTimeout(() => more(GROUP_CHUNK), 0);
+}
+function groupRows(from, to) {
+  return groupOrder.slice(from, to).map((g) =>
     '<tr data-rank="' + g.rank + '"' + (g.key === openKey ? ' class="open"' : '') + '><td class="key">' + esc(g.key) +
     '</td><td class="num">' + g.count + '</td><td class="num">' + ns(g.total_ns) + '</td><td class="num">' + ns(g.max_ns) +
     '</td><td class="num">' + ns(g.p95_ns) + '</td><td class="verdict">' + esc(g.verdict) + '</td></tr>').join('');
@@ -236,7 +250,7 @@ function frender() {
   const rows = fview.slice(first, first + n).map((i) => {
     const f = F[i];
     return '<tr class="frow" data-calls="' + f[2] + '" data-total="' + f[3] + '"><td class="fname" title="' + esc(f[0]) + '">' + esc(f[0]) +
-      '</td><td title="' + esc(f[1]) + '">' + esc(f[1].split('/').pop()) + '</td><td class="num">' + f[2] + (f[8] ? ' (+' + f[8] + ' open)' : '') +
+      '</td><td title="' + esc(f[1]) + '">' + esc(f[1].split('/').pop()) + '</td><td class="num"' + (f[8] ? ' title="and ' + f[8] + ' unfinished at the end">' + f[2] + ' (+' + f[8] + ')' : '>' + f[2]) +
       '</td><td class="num">' + ns(f[3]) + '</td><td class="num">' + ns(f[4]) + '</td><td class="num">' + ns(f[5]) + '</td><td class="num">' +
       ns(f[6]) + '</td><td class="num">' + ns(f[7]) + '</td></tr>';
   });
@@ -323,6 +337,7 @@ setupFlames();
 stages();
 fromHash();
 window.addEventListener('hashchange', fromHash);
+void document.body.offsetHeight; // style and layout count in the load time
 const loadMs = performance.now();
 document.body.dataset.loadMs = loadMs.toFixed(1);
 $('footer').textContent = 'profiler report; page ready ' + loadMs.toFixed(0) + ' ms after it began loading.';
