@@ -31,6 +31,7 @@ fn recorded() -> &'static Recorded {
         );
         let dir = TempDir::new("html");
         let state = TempDir::new("html-state");
+        let before = prof_prog_ids();
         let mut fx = Fixture::spawn(&exe, &[state.path().to_str().unwrap()]);
         let rec = Recording::start(
             fx.pid,
@@ -61,9 +62,10 @@ fn recorded() -> &'static Recorded {
             ],
         );
         fx.run();
+        let profiler_pid = rec.pid();
         let fin = rec.stop(libc::SIGINT);
         assert!(fin.status.success(), "profiler failed: {fin:?}");
-        assert_nothing_attached();
+        assert_none_left_since(&before, &[profiler_pid]);
         fx.release();
         let d = read_json(dir.path(), "dispatches.json");
         let functions = read_json(dir.path(), "functions.json");
@@ -240,4 +242,49 @@ fn function_table_sorts_by_calls() {
         "not sorted by calls: {calls:?}"
     );
     assert!(table.contains("<th data-k=\"calls\" class=\"num desc\">"));
+}
+
+/// The waker chain (issue 13) shows when `dispatches.json` has `wakers`:
+/// the recorded page with wakers written into its data, hostile names
+/// included, opened at the blocked group.
+#[test]
+fn wakers_are_shown_when_the_data_has_them() {
+    require_root!();
+    let r = recorded();
+    let html = std::fs::read_to_string(page()).unwrap();
+    let open = "<script type=\"application/json\" id=\"data\">";
+    let (head, rest) = html.split_once(open).expect("data element");
+    let (data, tail) = rest.split_once("</script>").unwrap();
+    let mut v: Value = serde_json::from_str(data).unwrap();
+    let mut patched = 0;
+    for s in v["dispatches"]["slow"].as_array_mut().unwrap() {
+        if s["key"] == r.blocked_key.as_str() {
+            s["wakers"] = serde_json::json!([{
+                "tid": 77, "pid": 76, "comm": "io</td><b>worker", "kind": "wakeup",
+                "blocked_ns": 1_234_567, "stack": ["complete_io", "worker_main"],
+                "waker_on_cpu_ns": 2_000_000
+            }]);
+            patched += 1;
+        }
+    }
+    assert!(patched > 0);
+    let data = serde_json::to_string(&v)
+        .unwrap()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
+    let with = r.dir.join("wakers.html");
+    std::fs::write(&with, format!("{head}{open}{data}</script>{tail}")).unwrap();
+    let dom = browser::dump_dom(&with, &format!("group={}", browser::encode(&r.blocked_key)));
+    let detail = between(&dom, "<div id=\"detail\"", "</section>");
+    let table = between(detail, "<table class=\"wakers\">", "</table>");
+    assert!(
+        table.contains("<td>io&lt;/td&gt;&lt;b&gt;worker (tid 77, pid 76)</td><td>wakeup</td>"),
+        "waker not shown: {table}"
+    );
+    assert!(
+        table.contains("1.23 ms") && table.contains("2.00 ms"),
+        "{table}"
+    );
+    assert!(table.contains("complete_io &lt;- worker_main"), "{table}");
 }
