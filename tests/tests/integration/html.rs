@@ -288,3 +288,45 @@ fn wakers_are_shown_when_the_data_has_them() {
     );
     assert!(table.contains("complete_io &lt;- worker_main"), "{table}");
 }
+
+/// reliability.md #17 in the page: a function named `evil</script>&amp;<g>`
+/// is shown as that text in the function table, and the page's script,
+/// whose data holds the name, still runs to the end.
+#[test]
+fn hostile_names_are_text_not_markup() {
+    require_root!();
+    let out = TempDir::new("html-hostile");
+    let before = prof_prog_ids();
+    let mut fx = Fixture::spawn(calls_exe(), &["hostile"]);
+    let rec = Recording::start(fx.pid, out.path(), &["--func", "evil*"]);
+    let profiler_pid = rec.pid();
+    fx.run();
+    fx.release();
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_none_left_since(&before, &[profiler_pid]);
+    let page = browser::report_html(out.path());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(
+        html.matches("</script>").count(),
+        2,
+        "only the page's own scripts end"
+    );
+    let dom = browser::dump_dom(&page, "");
+    assert!(
+        dom.contains("data-load-ms=\""),
+        "the page's script did not finish"
+    );
+    let table = between(&dom, "<table id=\"functions\"", "</table>");
+    assert_eq!(
+        table
+            .matches(">evil&lt;/script&gt;&amp;amp;&lt;g&gt;</td>")
+            .count(),
+        1,
+        "the name is not one text cell: {table}"
+    );
+    // No element made of the name (attribute values aside, which some
+    // Chromium versions serialize with a raw `<`).
+    let outside_attrs: String = table.split('"').step_by(2).collect::<Vec<_>>().join("\"\"");
+    assert!(!outside_attrs.contains("<g>"), "markup injected: {table}");
+}
