@@ -260,9 +260,13 @@ fn wakers_are_shown_when_the_data_has_them() {
     for s in v["dispatches"]["slow"].as_array_mut().unwrap() {
         if s["key"] == r.blocked_key.as_str() {
             s["wakers"] = serde_json::json!([{
-                "tid": 77, "pid": 76, "comm": "io</td><b>worker", "kind": "wakeup",
+                "tid": 77, "pid": 76, "comm": "io</td><b>worker", "kind": "thread",
+                "label": "I/O completion", "function": "complete_io",
                 "blocked_ns": 1_234_567, "stack": ["complete_io", "worker_main"],
                 "waker_on_cpu_ns": 2_000_000
+            }, {
+                "tid": 0, "pid": 0, "comm": "", "kind": "irq", "label": "timer",
+                "function": "", "blocked_ns": 5_000, "stack": [], "waker_on_cpu_ns": 0
             }]);
             patched += 1;
         }
@@ -279,7 +283,10 @@ fn wakers_are_shown_when_the_data_has_them() {
     let detail = between(&dom, "<div id=\"detail\"", "</section>");
     let table = between(detail, "<table class=\"wakers\">", "</table>");
     assert!(
-        table.contains("<td>io&lt;/td&gt;&lt;b&gt;worker (tid 77, pid 76)</td><td>wakeup</td>"),
+        table.contains(
+            "<td>io&lt;/td&gt;&lt;b&gt;worker (tid 77, pid 76)</td>\
+             <td>thread, I/O completion in complete_io</td>"
+        ),
         "waker not shown: {table}"
     );
     assert!(
@@ -287,6 +294,10 @@ fn wakers_are_shown_when_the_data_has_them() {
         "{table}"
     );
     assert!(table.contains("complete_io &lt;- worker_main"), "{table}");
+    assert!(
+        table.contains("<td>interrupt</td><td>irq, timer</td>"),
+        "{table}"
+    );
 }
 
 /// reliability.md #17 in the page: a function named `evil</script>&amp;<g>`

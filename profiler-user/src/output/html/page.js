@@ -148,14 +148,16 @@ function showInstance(g, s, worst) {
       (s.verdict !== g.verdict ? '<p><b>Verdict:</b> ' + esc(s.verdict) + '</p>' : '');
   }
   h += '<div class="legend"><span><i class="oncpu"></i>traced call (exact wall time; on-CPU unless a blocked frame or the split says otherwise)</span><span><i class="sampled"></i>sampled frame (~, estimated)</span>' +
-    '<span><i class="blocked"></i>blocked (off-CPU)</span><span><i class="runnable"></i>runnable (waiting for a CPU)</span></div>';
+    '<span><i class="blocked"></i>blocked (off-CPU)</span><span><i class="runnable"></i>runnable (waiting for a CPU)</span>' +
+    (tree.some((n) => n.kind === 'waker') ? '<span><i class="waker"></i>waker (who ended the blocked time; its samples meanwhile)</span>' : '') + '</div>';
   h += flameChart(tree);
   if (s && s.blocking_stacks && s.blocking_stacks.length) {
     h += '<h3>Where it blocked</h3><pre>' + s.blocking_stacks.map((b) => ns(b.ns) + '  ' + esc(b.stack.join(' <- '))).join('\n') + '</pre>';
   }
   if (s && s.wakers && s.wakers.length) {
     h += '<h3>Who woke it</h3><table class="wakers"><thead><tr><th>waker</th><th>kind</th><th class="num">blocked</th><th class="num">waker on-CPU</th><th>waker stack</th></tr></thead><tbody>' +
-      s.wakers.map((w) => '<tr><td>' + esc(w.comm) + ' (tid ' + w.tid + ', pid ' + w.pid + ')</td><td>' + esc(w.kind) + '</td><td class="num">' +
+      s.wakers.map((w) => '<tr><td>' + (w.comm ? esc(w.comm) + ' (tid ' + w.tid + ', pid ' + w.pid + ')' : 'interrupt') + '</td><td>' + esc(w.kind) +
+        (w.label ? ', ' + esc(w.label) : '') + (w.function ? ' in ' + esc(w.function) : '') + '</td><td class="num">' +
         ns(w.blocked_ns) + '</td><td class="num">' + ns(w.waker_on_cpu_ns) + '</td><td>' + esc((w.stack || []).join(' <- ')) + '</td></tr>').join('') +
       '</tbody></table>';
   }
