@@ -1,4 +1,4 @@
-//! g. report.html load time: a synthetic page of the size (1,000
+//! h. report.html load time: a synthetic page of the size (1,000
 //! slow dispatches, each its own group, and 10,000 functions, with the
 //! three flame graphs), rendered by the profiler's own page code (the unit
 //! test `synthetic_page_holds_every_dispatch_and_function` writes it when
