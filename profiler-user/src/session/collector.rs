@@ -231,6 +231,7 @@ impl Sinks {
             for (tid, name) in &named {
                 w.name(*tid, name);
             }
+            w.seal_if_due();
         }
     }
 

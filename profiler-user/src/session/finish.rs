@@ -71,7 +71,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
     writers::spine(out, &report)?;
     let duration_ns = f.session.duration_ns;
     if let Some(d) = &dispatch {
-        writers::dispatches(out, d, duration_ns)?;
+        writers::dispatches(out, d, duration_ns, f.session.damage.as_deref())?;
     }
     if !stages.is_empty() {
         let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
