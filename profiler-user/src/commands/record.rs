@@ -507,20 +507,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     }
 }
 
-/// One line on what `profile.data` took: the bench reads it.
+/// One line on what `profile.data` took (the bench reads it).
 fn print_data_line(w: &datafile::Written, duration_ns: u64) {
     let t = &w.totals;
     let per = |bytes: u64| bytes as f64 / t.records.max(1) as f64;
     eprintln!(
-        "profiler: profile.data: {} bytes, {} records ({} entry/exit events) in {} blocks: {:.2} bytes per record \
-         (format 2: {:.2}); compressed and written in {} of CPU over {}",
+        "profiler: profile.data: {} bytes for {} records ({} entry/exit events) in {} blocks, \
+         {:.2} bytes per record (format 2: {:.2}); its writing thread used {:.3} s of CPU in {:.3} s",
         w.bytes,
         t.records,
         t.events,
         t.blocks,
         per(w.bytes),
         per(t.format2_bytes),
-        crate::fmt::fmt_ns(w.cpu_ns),
-        crate::fmt::fmt_ns(duration_ns),
+        w.cpu_ns as f64 / 1e9,
+        duration_ns as f64 / 1e9,
     );
 }

@@ -3,7 +3,8 @@
 //! same pipeline as live, with the journaled hang checks, thread exits,
 //! thread names and symbolized addresses, so with the recorded settings the
 //! outputs come out byte for byte the same; dispatch thresholds can be
-//! changed.
+//! changed. A recording cut short or damaged is replayed up to its last
+//! whole block, and every output says the figures cover only that part.
 use crate::{
     analyze::dispatch::{self},
     analyze::stages::StagesConfig,
