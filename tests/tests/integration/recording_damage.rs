@@ -73,7 +73,7 @@ fn assert_says_partial(fin: &Finished, out: &Path, what: &str) -> u64 {
 #[test]
 fn truncated_reads_complete_blocks() {
     require_root!();
-    let (truth, rec) = record_burst("1000000", &["--trace-events", "0"]);
+    let (truth, rec) = record_burst("400000", &["--trace-events", "0"]);
     let want = num(truth_fn(&truth, "burst_tiny"), "calls");
     let data = std::fs::read(rec.join("profile.data")).unwrap();
     let whole = read_json(rec.path(), "functions.json");
@@ -113,9 +113,9 @@ fn sigkill_cut_is_readable() {
     let fin = rec.stop(libc::SIGKILL);
     assert_eq!(fin.status.code(), None, "killed: {fin:?}");
     let truth = fx.truth();
-    fx.release();
     assert_none_left_since(&before, &[agent]);
     assert_text_unchanged(fx.pid, &fx.exe);
+    fx.release();
     let want = num(truth_fn(&truth, "burst_tiny"), "calls");
     assert_eq!(want, 20_000_000, "the fixture finished its work");
 
@@ -295,13 +295,16 @@ fn full_disk_tmpfs() {
     require_root!();
     let work = TempDir::new("damage-disk");
     let disk = Tmpfs::mount(&work.join("disk"));
+    // All but 128 KiB taken already, so a short burst fills it.
+    std::fs::write(disk.0.join("filler"), vec![1u8; (1 << 20) - (128 << 10)]).unwrap();
     let out = disk.0.join("rec");
     let before = prof_prog_ids();
-    let mut fx = Fixture::spawn(calls_exe(), &["burst", "3000000"]);
+    let mut fx = Fixture::spawn(calls_exe(), &["burst", "500000"]);
     let rec = Recording::start(fx.pid, &out, &["--func", "burst_tiny", "--trace-events", "0"]);
     let agent = rec.pid();
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
+    assert_text_unchanged(fx.pid, &fx.exe);
     fx.release();
     assert_error(&fin, "the disk is full", false);
     assert!(
@@ -313,7 +316,6 @@ fn full_disk_tmpfs() {
     assert!(fin.stdout.contains("probed 1 functions"), "{}", fin.stdout);
     assert!(fin.stdout.contains("burst_tiny"), "{}", fin.stdout);
     assert_none_left_since(&before, &[agent]);
-    assert_text_unchanged(fx.pid, &fx.exe);
     let want = num(truth_fn(&truth, "burst_tiny"), "calls");
 
     let again = work.join("report");

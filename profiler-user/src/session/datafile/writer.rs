@@ -259,6 +259,7 @@ fn write_blocks(
     };
     while let Ok(msg) = rx.recv() {
         match msg {
+            Msg::Block { .. } if shared.failed.load(Ordering::Relaxed) => {}
             Msg::Block { content, entries } => {
                 let sealed = block::seal(block::KIND_ENTRIES, &content);
                 let fits = sealed
