@@ -55,9 +55,15 @@ fn assert_says_partial(fin: &Finished, out: &Path, what: &str) -> u64 {
         .iter()
         .find(|l| l.starts_with("profiler: warning:") && l.contains(what))
         .unwrap_or_else(|| panic!("no warning saying {what:?}: {:?}", fin.stderr));
-    assert!(line.contains("the figures cover only the part before"), "{line}");
+    assert!(
+        line.contains("the figures cover only the part before"),
+        "{line}"
+    );
     let report = read(out, "report.txt");
-    assert!(report.contains("PARTIAL RECORDING") && report.contains(what), "{report}");
+    assert!(
+        report.contains("PARTIAL RECORDING") && report.contains(what),
+        "{report}"
+    );
     let json = read_json(out, "functions.json");
     let damage = json["recording_damage"].as_str().expect("recording_damage");
     assert!(damage.contains(what), "{damage}");
@@ -91,7 +97,10 @@ fn truncated_reads_complete_blocks() {
         assert!(at <= cut as u64, "says byte {at} for a cut at {cut}");
         let got = calls(&read_json(&out, "functions.json"), "burst_tiny");
         assert!(got <= want, "cut at {cut}: {got} calls, more than {want}");
-        assert!(got >= last, "cut at {cut}: {got} calls, fewer than an earlier cut's {last}");
+        assert!(
+            got >= last,
+            "cut at {cut}: {got} calls, fewer than an earlier cut's {last}"
+        );
         last = got;
         eprintln!("cut at {cut} of {len}: {got} of {want} calls, stopped at byte {at}");
     }
@@ -186,7 +195,11 @@ fn mutations_never_silently_wrong() {
     let (_, rec) = {
         let out = TempDir::new("damage-mut-rec");
         let mut fx = Fixture::spawn(calls_exe(), &["threads"]);
-        let r = Recording::start(fx.pid, out.path(), &["--func", "thr_*", "--trace-events", "0"]);
+        let r = Recording::start(
+            fx.pid,
+            out.path(),
+            &["--func", "thr_*", "--trace-events", "0"],
+        );
         let truth = fx.run();
         let fin = r.stop(libc::SIGINT);
         assert!(fin.status.success(), "record failed: {fin:?}");
@@ -198,7 +211,11 @@ fn mutations_never_silently_wrong() {
     // The original, replayed in process: the reference figures.
     let reference = work.join("reference");
     assert!(matches!(
-        report_in_process(&rec.join("profile.data"), &reference, Duration::from_secs(30)),
+        report_in_process(
+            &rec.join("profile.data"),
+            &reference,
+            Duration::from_secs(30)
+        ),
         Outcome::Replayed
     ));
     let want = std::fs::read_to_string(reference.join("functions.json")).unwrap();
@@ -236,7 +253,10 @@ fn mutations_never_silently_wrong() {
             Outcome::Panicked => panic!("{what}: report panicked"),
             Outcome::Hung => panic!("{what}: report did not finish in 10 s"),
             Outcome::Refused(e) => {
-                assert!(e.contains("byte"), "{what}: refused without naming a byte: {e}");
+                assert!(
+                    e.contains("byte"),
+                    "{what}: refused without naming a byte: {e}"
+                );
                 refused += 1;
             }
             Outcome::Replayed => {
@@ -255,7 +275,10 @@ fn mutations_never_silently_wrong() {
                         named += 1;
                     }
                     None => {
-                        assert!(got == want, "{what}: figures differ from the original without a warning");
+                        assert!(
+                            got == want,
+                            "{what}: figures differ from the original without a warning"
+                        );
                         same += 1;
                     }
                 }
@@ -300,7 +323,11 @@ fn full_disk_tmpfs() {
     let out = disk.0.join("rec");
     let before = prof_prog_ids();
     let mut fx = Fixture::spawn(calls_exe(), &["burst", "500000"]);
-    let rec = Recording::start(fx.pid, &out, &["--func", "burst_tiny", "--trace-events", "0"]);
+    let rec = Recording::start(
+        fx.pid,
+        &out,
+        &["--func", "burst_tiny", "--trace-events", "0"],
+    );
     let agent = rec.pid();
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
@@ -308,7 +335,9 @@ fn full_disk_tmpfs() {
     fx.release();
     assert_error(&fin, "the disk is full", false);
     assert!(
-        fin.stderr.iter().any(|l| l.contains("profile.data") && l.contains("disk is full")),
+        fin.stderr
+            .iter()
+            .any(|l| l.contains("profile.data") && l.contains("disk is full")),
         "{:?}",
         fin.stderr
     );

@@ -76,7 +76,15 @@ fn once(bin: &Path, iters: u64, data: bool, work: &Path) -> Result<Run> {
     let mut target = Target::start(Command::new(bin).args([iters.to_string(), "1".into()]))?;
     let mut cmd = Command::new(profiler_bin());
     cmd.args(["record", "--pid", &target.pid().to_string()])
-        .args(["--func", "leaf", "--func", "mid", "--trace-events", "0", "--out"])
+        .args([
+            "--func",
+            "leaf",
+            "--func",
+            "mid",
+            "--trace-events",
+            "0",
+            "--out",
+        ])
         .arg(&out);
     if !data {
         cmd.args(["--data-limit", "0"]);
@@ -91,7 +99,10 @@ fn once(bin: &Path, iters: u64, data: bool, work: &Path) -> Result<Run> {
         bail!("the profiler exited with {status}:\n{}", tracer.output());
     }
     let output = tracer.output();
-    let mut run = match output.lines().find(|l| l.starts_with("profiler: profile.data:")) {
+    let mut run = match output
+        .lines()
+        .find(|l| l.starts_with("profiler: profile.data:"))
+    {
         Some(l) => parse_line(l).with_context(|| format!("cannot parse {l:?}"))?,
         None if !data => Run::default(),
         None => bail!("no `profile.data:` line from the profiler:\n{output}"),
@@ -99,7 +110,10 @@ fn once(bin: &Path, iters: u64, data: bool, work: &Path) -> Result<Run> {
     if data {
         let size = std::fs::metadata(out.join("profile.data"))?.len() as f64;
         if size != run.bytes {
-            bail!("profile.data is {size} bytes; the profiler said {}", run.bytes);
+            bail!(
+                "profile.data is {size} bytes; the profiler said {}",
+                run.bytes
+            );
         }
     }
     let json = read_functions_json(&out)?;

@@ -121,7 +121,9 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let content: Vec<u8> = (0..100_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let content: Vec<u8> = (0..100_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         let b = seal(KIND_ENTRIES, &content).unwrap();
         assert!(b.len() < content.len() / 4, "compressed to {}", b.len());
         let mut file = b.clone();
@@ -139,7 +141,11 @@ mod tests {
         let b = seal(KIND_ENTRIES, &content).unwrap();
         // Truncated anywhere.
         for cut in 0..b.len() {
-            assert_eq!(open(&b[..cut]).unwrap_err(), Problem::Truncated, "cut {cut}");
+            assert_eq!(
+                open(&b[..cut]).unwrap_err(),
+                Problem::Truncated,
+                "cut {cut}"
+            );
         }
         // Any byte changed, anywhere.
         for at in 0..b.len() {

@@ -221,7 +221,11 @@ pub fn decode(content: &[u8], out: &mut Vec<Entry>) -> Result<(), Bad> {
                 }
                 last_ts = last_ts.wrapping_add(unzigzag(c.varint()?));
                 sp = sp.wrapping_add(unzigzag(c.varint()?));
-                let kind = if op & CALL_EXIT != 0 { KIND_EXIT } else { KIND_ENTRY };
+                let kind = if op & CALL_EXIT != 0 {
+                    KIND_EXIT
+                } else {
+                    KIND_ENTRY
+                };
                 let mut rec = Vec::with_capacity(EVENT_LEN);
                 rec.extend_from_slice(&last_ts.to_le_bytes());
                 rec.extend_from_slice(&t.to_le_bytes());
@@ -258,10 +262,12 @@ pub fn decode(content: &[u8], out: &mut Vec<Entry>) -> Result<(), Bad> {
                 })?;
                 entries.push(Entry::Name(t, name.to_string()));
             }
-            _ => return Err(Bad {
-                at: c.at - 1,
-                why: "unknown op",
-            }),
+            _ => {
+                return Err(Bad {
+                    at: c.at - 1,
+                    why: "unknown op",
+                })
+            }
         }
     }
     out.append(&mut entries);
@@ -364,14 +370,36 @@ mod tests {
         let cases: &[(&[u8], &str)] = &[
             (&[0x7f], "unknown op"),
             (&[OP_CALL, 1, 0, 0], "event before any thread id"),
-            (&[OP_RAW, 0xff, 0xff, 0xff, 0xff, 0x0f], "length past the block's end"),
-            (&[OP_TICK, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], "varint overflows 64 bits"),
-            (&[OP_TICK, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0], "varint longer than 10 bytes"),
+            (
+                &[OP_RAW, 0xff, 0xff, 0xff, 0xff, 0x0f],
+                "length past the block's end",
+            ),
+            (
+                &[
+                    OP_TICK, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+                ],
+                "varint overflows 64 bits",
+            ),
+            (
+                &[
+                    OP_TICK, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0,
+                ],
+                "varint longer than 10 bytes",
+            ),
             (&[OP_REAP, 2, 0], "bad flag"),
-            (&[OP_REAP, 1, 0xff, 0xff, 0xff, 0xff, 0x0f], "count past the block's end"),
+            (
+                &[OP_REAP, 1, 0xff, 0xff, 0xff, 0xff, 0x0f],
+                "count past the block's end",
+            ),
             (&[OP_NAME, 1, 2, 0xff, 0xfe], "thread name not UTF-8"),
-            (&[OP_CALL | CALL_TID, 0xff, 0xff, 0xff, 0xff, 0x1f], "value over 32 bits"),
-            (&[OP_CALL | CALL_TID, 1, 0xff, 0xff, 0xff, 0xff, 0x0f], "function index out of range"),
+            (
+                &[OP_CALL | CALL_TID, 0xff, 0xff, 0xff, 0xff, 0x1f],
+                "value over 32 bits",
+            ),
+            (
+                &[OP_CALL | CALL_TID, 1, 0xff, 0xff, 0xff, 0xff, 0x0f],
+                "function index out of range",
+            ),
         ];
         for (bytes, why) in cases {
             let err = decode(bytes, &mut Vec::new()).unwrap_err();

@@ -12,14 +12,18 @@ const TAG_NAME: u8 = 5;
 const TAG_TRAILER: u8 = 9;
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_le_bytes(
+        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 /// Reads a format 1 or 2 file (`bytes` starts with the magic and version).
 pub fn parse(bytes: &[u8], version: u32) -> Result<Data, String> {
     let (mut header, mut trailer, mut entries) = (None::<Header>, None::<Trailer>, Vec::new());
     let mut at = 12;
-    let corrupt = |at: usize| format!("corrupt or truncated at byte {at} (format {version}, which has no checksums): record again");
+    let corrupt = |at: usize| {
+        format!("corrupt or truncated at byte {at} (format {version}, which has no checksums): record again")
+    };
     while at < bytes.len() {
         let tag = bytes[at];
         let len = u32_at(bytes, at + 1).ok_or_else(|| corrupt(at))? as usize;
@@ -83,7 +87,8 @@ pub fn write(header: &Header, entries: &[Entry], trailer: &Trailer) -> Vec<u8> {
             Entry::Tick(t) => frame(TAG_TICK, &t.to_le_bytes()),
             Entry::Reap(now, tids) => {
                 let mut p = vec![u8::from(*now)];
-                tids.iter().for_each(|t| p.extend_from_slice(&t.to_le_bytes()));
+                tids.iter()
+                    .for_each(|t| p.extend_from_slice(&t.to_le_bytes()));
                 frame(TAG_REAP, &p);
             }
             Entry::Name(t, n) => {

@@ -287,10 +287,14 @@ fn parse_blocks(bytes: &[u8]) -> std::result::Result<Data, String> {
         }
         Ok(_) => return Err("no header block at byte 12: the file is damaged".into()),
         Err(block::Problem::Truncated) => {
-            return Err("the file ends inside its header block (byte 12): nothing was recorded".into())
+            return Err(
+                "the file ends inside its header block (byte 12): nothing was recorded".into(),
+            )
         }
         Err(block::Problem::Corrupt(why)) => {
-            return Err(format!("the header block at byte 12 is damaged ({why}): nothing to replay"))
+            return Err(format!(
+                "the header block at byte 12 is damaged ({why}): nothing to replay"
+            ))
         }
     };
     let (mut entries, mut trailer, mut damage, mut trailing) = (Vec::new(), None, None, None);
@@ -322,10 +326,7 @@ fn parse_blocks(bytes: &[u8]) -> std::result::Result<Data, String> {
         match b.kind {
             block::KIND_ENTRIES => {
                 if let Err(e) = codec::decode(&b.content, &mut entries) {
-                    damage = Some(bad(format!(
-                        "{} at byte {} of its content",
-                        e.why, e.at
-                    )));
+                    damage = Some(bad(format!("{} at byte {} of its content", e.why, e.at)));
                     break;
                 }
             }

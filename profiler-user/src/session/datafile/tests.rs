@@ -113,7 +113,12 @@ fn round_trip_with_totals() {
     // The format-2 figure counts the header and entries, not the trailer.
     let trailer_frame = 5 + serde_json::to_vec(&trailer()).unwrap().len();
     assert_eq!(totals.format2_bytes as usize, old.len() - trailer_frame);
-    assert!(bytes.len() * 4 < old.len(), "{} vs {}", bytes.len(), old.len());
+    assert!(
+        bytes.len() * 4 < old.len(),
+        "{} vs {}",
+        bytes.len(),
+        old.len()
+    );
     let mut t = trailer();
     t.totals = Some(totals);
     assert_eq!(d.trailer, t);
@@ -128,7 +133,9 @@ fn old_formats_still_read() {
     old[8] = 1;
     assert_eq!(parse(&old).unwrap().version, 1);
     old.truncate(old.len() - 3);
-    assert!(parse(&old).unwrap_err().contains("corrupt or truncated at byte"));
+    assert!(parse(&old)
+        .unwrap_err()
+        .contains("corrupt or truncated at byte"));
 }
 
 #[test]
@@ -159,7 +166,7 @@ fn cut_anywhere_reads_every_whole_block() {
     for cut in (header_end..bytes.len()).step_by(37) {
         let d = parse(&bytes[..cut]).unwrap();
         assert!(!d.has_trailer);
-        let whole = ends.iter().filter(|e| **e <= cut).last().copied().unwrap();
+        let whole = ends.iter().rev().find(|e| **e <= cut).copied().unwrap();
         let want = if whole < cut {
             Damage::CutShort {
                 at: whole as u64,
@@ -198,7 +205,10 @@ fn damage_is_named_never_read_through() {
         let got = parse(&d).unwrap();
         match &got.damage {
             Some(Damage::Corrupt { at: block_at, .. }) => {
-                assert!(*block_at as usize <= at, "damage at {at} named at {block_at}")
+                assert!(
+                    *block_at as usize <= at,
+                    "damage at {at} named at {block_at}"
+                )
             }
             other => panic!("flip at {at}: {other:?}"),
         }
@@ -208,7 +218,10 @@ fn damage_is_named_never_read_through() {
     let mut d = bytes.clone();
     d.extend_from_slice(b"junk");
     let got = parse(&d).unwrap();
-    assert_eq!((got.damage, got.trailing), (None, Some((bytes.len() as u64, 4))));
+    assert_eq!(
+        (got.damage, got.trailing),
+        (None, Some((bytes.len() as u64, 4)))
+    );
 }
 
 #[test]
@@ -226,12 +239,7 @@ fn data_limit_keeps_a_prefix_and_says_so() {
     assert!(done.cut > 0);
     let d = parse(&bytes).unwrap();
     assert!(d.has_trailer && !d.trailer.complete);
-    assert_eq!(
-        d.damage,
-        Some(Damage::DataLimit {
-            entries: done.cut
-        })
-    );
+    assert_eq!(d.damage, Some(Damage::DataLimit { entries: done.cut }));
     assert!(!d.entries.is_empty());
     assert_eq!(d.entries.len() as u64 + done.cut, e.len() as u64);
     assert_eq!(d.entries[..], e[..d.entries.len()]);

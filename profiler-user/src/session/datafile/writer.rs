@@ -203,7 +203,10 @@ impl DataWriter {
         match self.shared.error.lock().expect("not poisoned").take() {
             Some((at, e)) => Err(io::Error::new(
                 e.kind(),
-                format!("{} (profile.data holds what came before byte {at})", describe(&e)),
+                format!(
+                    "{} (profile.data holds what came before byte {at})",
+                    describe(&e)
+                ),
             )),
             None => Ok(done),
         }
