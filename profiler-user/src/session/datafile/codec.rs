@@ -23,6 +23,8 @@ const OP_TICK: u8 = 2;
 const OP_REAP: u8 = 3;
 /// A thread name: varint tid, varint length, UTF-8 bytes.
 const OP_NAME: u8 = 4;
+/// Loss counters: three varints.
+const OP_LOST: u8 = 5;
 
 /// Size of a ring `Event`, the only record packed.
 const EVENT_LEN: usize = 24;
@@ -133,6 +135,12 @@ impl Encoder {
                 put_varint(&mut self.buf, name.len() as u64);
                 self.buf.extend_from_slice(name.as_bytes());
             }
+            Entry::Lost(a, b, c) => {
+                self.buf.push(OP_LOST);
+                for v in [a, b, c] {
+                    put_varint(&mut self.buf, *v);
+                }
+            }
         }
         self.entries += 1;
     }
@@ -238,6 +246,7 @@ pub fn decode(content: &[u8], out: &mut Vec<Entry>) -> Result<(), Bad> {
                 entries.push(Entry::Record(c.bytes(len)?.to_vec()));
             }
             OP_TICK => entries.push(Entry::Tick(c.varint()?)),
+            OP_LOST => entries.push(Entry::Lost(c.varint()?, c.varint()?, c.varint()?)),
             OP_REAP => {
                 let now = match c.byte()? {
                     0 => false,
@@ -303,6 +312,7 @@ mod tests {
             Entry::Reap(true, vec![10, 11, u32::MAX]),
             Entry::Reap(false, vec![]),
             Entry::Name(10, "wörker".into()),
+            Entry::Lost(0, u64::MAX, 3),
         ]
     }
 

@@ -96,6 +96,7 @@ pub fn write(header: &Header, entries: &[Entry], trailer: &Trailer) -> Vec<u8> {
                 p.extend_from_slice(n.as_bytes());
                 frame(TAG_NAME, &p);
             }
+            Entry::Lost(..) => {}
         }
     }
     frame(TAG_TRAILER, &serde_json::to_vec(trailer).unwrap());

@@ -178,6 +178,10 @@ pub enum Entry {
     Reap(bool, Vec<u32>),
     /// A thread name read from /proc.
     Name(u32, String),
+    /// The kernel's loss counters so far (entry/exit, scheduler/sample,
+    /// thread-name events), journaled once a second so that a recording
+    /// cut short still tells its losses. Not replayed.
+    Lost(u64, u64, u64),
 }
 
 /// Why a recording holds less than its session saw.
@@ -379,8 +383,17 @@ fn parse_blocks(bytes: &[u8]) -> std::result::Result<Data, String> {
 }
 
 /// A trailer for a recording that has none: the duration up to its last
-/// timestamp, the probed functions from the header.
+/// timestamp, the probed functions from the header, the last loss counters
+/// journaled.
 fn made_up_trailer(header: &Header, entries: &[Entry]) -> Trailer {
+    let (lost_events, lost_sched, lost_comm) = entries
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Entry::Lost(a, b, c) => Some((*a, *b, *c)),
+            _ => None,
+        })
+        .unwrap_or_default();
     let last = entries
         .iter()
         .filter_map(|e| match e {
@@ -394,6 +407,9 @@ fn made_up_trailer(header: &Header, entries: &[Entry]) -> Trailer {
         duration_ns: last.saturating_sub(header.session_start_ns),
         stop_reason: "recording cut short".into(),
         functions_probed: header.funcs.len(),
+        lost_events,
+        lost_sched,
+        lost_comm,
         complete: false,
         ..Trailer::default()
     }

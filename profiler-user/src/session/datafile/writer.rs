@@ -71,6 +71,8 @@ fn format2_len(e: &Entry) -> u64 {
         Entry::Tick(_) => 8,
         Entry::Reap(_, t) => 1 + 4 * t.len(),
         Entry::Name(_, n) => 4 + n.len(),
+        // Not in format 2.
+        Entry::Lost(..) => return 0,
     } as u64
 }
 
@@ -136,6 +138,11 @@ impl DataWriter {
     /// A thread name read from /proc.
     pub fn name(&mut self, tid: u32, name: &str) {
         self.journal(&Entry::Name(tid, name.to_string()));
+    }
+
+    /// The kernel's loss counters so far.
+    pub fn lost(&mut self, events: u64, sched: u64, comm: u64) {
+        self.journal(&Entry::Lost(events, sched, comm));
     }
 
     /// Seals the block if it is a second old; says once, on stderr, that
