@@ -292,6 +292,17 @@ fn mutations_never_silently_wrong() {
     assert!(named > 500, "most mutations damage the recording: {named}");
 }
 
+/// Bytes free on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs is plain data; all-zero is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct statvfs fills in.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    s.f_bavail * s.f_frsize
+}
+
 /// A 1 MiB tmpfs, unmounted on drop.
 struct Tmpfs(PathBuf);
 impl Tmpfs {
@@ -318,19 +329,26 @@ fn full_disk_tmpfs() {
     require_root!();
     let work = TempDir::new("damage-disk");
     let disk = Tmpfs::mount(&work.join("disk"));
-    // All but 128 KiB taken already, so a short burst fills it.
-    std::fs::write(disk.0.join("filler"), vec![1u8; (1 << 20) - (128 << 10)]).unwrap();
+    // Half taken already, so that it fills sooner on a slow machine.
+    std::fs::write(disk.0.join("filler"), vec![1u8; 512 << 10]).unwrap();
     let out = disk.0.join("rec");
     let before = prof_prog_ids();
-    let mut fx = Fixture::spawn(calls_exe(), &["burst", "500000"]);
+    let mut fx = Fixture::spawn(calls_exe(), &["burst", "20000000"]);
     let rec = Recording::start(
         fx.pid,
         &out,
         &["--func", "burst_tiny", "--trace-events", "0"],
     );
     let agent = rec.pid();
-    let truth = fx.run();
+    fx.go();
+    // Recording until the disk is full (the rest of the burst runs untraced).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while free_bytes(&disk.0) >= 8192 {
+        assert!(Instant::now() < deadline, "the tmpfs did not fill in 90 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let fin = rec.stop(libc::SIGINT);
+    let truth = fx.truth();
     assert_text_unchanged(fx.pid, &fx.exe);
     fx.release();
     assert_error(&fin, "the disk is full", false);

@@ -276,7 +276,7 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Data, String> {
         VERSION => parse_blocks(bytes),
         0 => Err("bad format version 0 at byte 8: the file is damaged".into()),
         v => Err(format!(
-            "written by a newer profiler (format {v}; this one reads up to {VERSION}): upgrade profiler"
+            "written by a newer profiler (format {v} at byte 8; this one reads up to {VERSION}): upgrade profiler"
         )),
     }
 }
