@@ -228,7 +228,8 @@ pub struct RecordArgs {
     pub ring_size: u32,
     /// Largest profile.data (K/M/G suffixes; 0: none). It holds every
     /// event, for `profiler report` to replay; past the limit the recording
-    /// still completes, but cannot be replayed.
+    /// still completes, and a replay covers the part before it, marked
+    /// partial.
     #[arg(long, default_value = "1G", value_parser = parse_size, value_name = "BYTES")]
     pub data_limit: u64,
     /// Write at most this many calls to trace.json (0: no trace.json); calls

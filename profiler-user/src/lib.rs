@@ -15,3 +15,6 @@ pub(crate) mod target;
 pub(crate) mod untrusted;
 
 pub use error::{Error, Result};
+/// The `profile.data` reader over bytes (what `profiler report` reads; a
+/// fuzz target's entry point): never panics, bounded memory.
+pub use session::datafile::{parse as parse_profile_data, Damage, Data as ProfileData};

@@ -6,7 +6,7 @@
 // The integration tests' dev-dependencies; the library's own (empty) test
 // target sees them too.
 #[cfg(test)]
-use {flate2 as _, roxmltree as _};
+use {flate2 as _, profiler as _, roxmltree as _};
 
 pub mod browser;
 pub mod build;

@@ -416,7 +416,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         start_unix_ns,
         exit_rule: sel.exit_rule.clone(),
         never_mapped: never_mapped.clone(),
+        damage: None,
     };
+    let mut data_result = Ok(());
     if let Some(data) = sinks.data.take() {
         let mut names: Vec<(u32, String)> =
             thread_names.iter().map(|(t, n)| (*t, n.clone())).collect();
@@ -440,13 +442,22 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             offcpu: offcpu.clone(),
             complete: true,
             never_mapped,
+            totals: None,
         };
-        data.finish(&trailer).map_err(|e| Error::Output {
-            path: out.path().join("profile.data"),
-            reason: e.to_string(),
-        })?;
+        // A failure (a full disk) is told after the other outputs, so the
+        // summary of what was recorded is still printed.
+        data_result = match data.finish(&trailer) {
+            Ok(w) => {
+                print_data_line(&w, duration_ns);
+                Ok(())
+            }
+            Err(e) => Err(Error::Output {
+                path: out.path().join("profile.data"),
+                reason: e.to_string(),
+            }),
+        };
     }
-    let startup_report = finish::write(
+    let written = finish::write(
         finish::Finish {
             out: &out,
             funcs: &sel.funcs,
@@ -464,7 +475,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             lost_comm: counters_now.lost_comm,
         },
         sinks,
-    )?;
+    );
+    data_result?;
+    let startup_report = written?;
     if child.is_some() {
         // Launch mode asked JIT runtimes for perf maps (launch.rs): say
         // whether the command's runtime wrote one.
@@ -492,4 +505,22 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         }
         None => Ok((0, None)),
     }
+}
+
+/// One line on what `profile.data` took (the bench reads it).
+fn print_data_line(w: &datafile::Written, duration_ns: u64) {
+    let t = &w.totals;
+    let per = |bytes: u64| bytes as f64 / t.records.max(1) as f64;
+    eprintln!(
+        "profiler: profile.data: {} bytes for {} records ({} entry/exit events) in {} blocks, \
+         {:.2} bytes per record (format 2: {:.2}); its writing thread used {:.3} s of CPU in {:.3} s",
+        w.bytes,
+        t.records,
+        t.events,
+        t.blocks,
+        per(w.bytes),
+        per(t.format2_bytes),
+        w.cpu_ns as f64 / 1e9,
+        duration_ns as f64 / 1e9,
+    );
 }

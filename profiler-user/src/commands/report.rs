@@ -3,7 +3,8 @@
 //! same pipeline as live, with the journaled hang checks, thread exits,
 //! thread names and symbolized addresses, so with the recorded settings the
 //! outputs come out byte for byte the same; dispatch thresholds can be
-//! changed.
+//! changed. A recording cut short or damaged is replayed up to its last
+//! whole block, and every output says the figures cover only that part.
 use crate::{
     analyze::dispatch::{self},
     analyze::stages::StagesConfig,
@@ -27,6 +28,16 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         args.recording.clone()
     };
     let data = datafile::read(&file)?;
+    let damage = data.damage.as_ref().map(|d| d.message());
+    if let Some(d) = &damage {
+        eprintln!("profiler: warning: {}: {d}", file.display());
+    }
+    if let Some((at, n)) = data.trailing {
+        eprintln!(
+            "profiler: warning: {}: {n} bytes after the trailer, at byte {at}, were ignored",
+            file.display()
+        );
+    }
     let dir = args
         .out
         .clone()
@@ -87,6 +98,16 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     for entry in &data.entries {
         sinks.replay(entry);
     }
+    // Without the trailer, the names are those the stream itself gave.
+    let thread_names = if data.has_trailer {
+        t.thread_names.iter().cloned().collect()
+    } else {
+        sinks
+            .stacks
+            .threads()
+            .filter_map(|t| t.name.clone().map(|n| (t.tid, n)))
+            .collect()
+    };
     let session = Session {
         pid: h.pid,
         exe: h.exe.clone(),
@@ -99,6 +120,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         start_unix_ns: h.start_unix_ns,
         exit_rule: h.exit_rule.clone(),
         never_mapped: t.never_mapped.clone(),
+        damage,
     };
     finish::write(
         finish::Finish {
@@ -106,7 +128,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             funcs: &funcs,
             binaries: &binaries,
             session,
-            thread_names: t.thread_names.iter().cloned().collect(),
+            thread_names,
             dispatch_fallback: h.dispatch_fallback,
             ready: h.ready.clone(),
             startup_threshold_ns: h.startup_threshold_ns,

@@ -71,6 +71,8 @@ fn folded_text(lines: &[String]) -> String {
 /// table and the wall-clock flame graph.
 pub fn spine(out: &OutDir, report: &Report, page: &mut Page) -> Result<()> {
     let text = report::text::render(report);
+    // Printed first: on a full disk the summary is still seen.
+    print!("{text}");
     out.write("report.txt", text.as_bytes())?;
     out.write("functions.json", report::json::render(report).as_bytes())?;
     let folded = report::flame::folded(report);
@@ -83,20 +85,34 @@ pub fn spine(out: &OutDir, report: &Report, page: &mut Page) -> Result<()> {
             report.session.start_unix_ns,
         ),
     )?;
+    let partial = if report.session.damage.is_some() {
+        " (PARTIAL RECORDING: see report.txt)"
+    } else {
+        ""
+    };
     let title = format!(
-        "profiler: PID {} wall-clock by call path",
+        "profiler: PID {} wall-clock by call path{partial}",
         report.session.pid
     );
     let svg = svg_or_err(out, "flamegraph.svg", &folded, &title)?;
     page.functions(report);
     page.flame("wall", &title, &svg);
-    print!("{text}");
     Ok(())
 }
 
 /// `dispatches.txt`, `dispatches.json`, `dispatch-<n>.svg`. Prints the text.
-pub fn dispatches(out: &OutDir, d: &Dispatcher, duration_ns: u64, page: &mut Page) -> Result<()> {
-    let text = dispatches::text(d, duration_ns);
+/// A partial recording's `damage` heads the text.
+pub fn dispatches(
+    out: &OutDir,
+    d: &Dispatcher,
+    duration_ns: u64,
+    damage: Option<&str>,
+    page: &mut Page,
+) -> Result<()> {
+    let mut text = dispatches::text(d, duration_ns);
+    if let Some(damage) = damage {
+        text = format!("warning: PARTIAL RECORDING: {damage}\n{text}");
+    }
     out.write("dispatches.txt", text.as_bytes())?;
     let json = dispatches::json(d, duration_ns);
     out.write("dispatches.json", json.as_bytes())?;

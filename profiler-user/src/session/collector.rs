@@ -231,6 +231,7 @@ impl Sinks {
             for (tid, name) in &named {
                 w.name(*tid, name);
             }
+            w.seal_if_due();
         }
     }
 
@@ -259,6 +260,7 @@ impl Sinks {
             }
             Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
             Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
+            Entry::Lost(..) => {}
         }
         self.tell_notices();
     }
@@ -409,6 +411,13 @@ pub async fn collect(
             _ = tick.tick() => {
                 sinks.drain(ring);
                 sinks.tick();
+                if sinks.ticks % 100 == 1 {
+                    // Journaled, so a recording cut short still tells its losses.
+                    if let Some(w) = &mut sinks.data {
+                        let c = counters.read();
+                        w.lost(c.lost, c.lost_sched, c.lost_comm);
+                    }
+                }
                 status.update(start.elapsed(), &sinks.stacks, counters);
             }
         }

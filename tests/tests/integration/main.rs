@@ -28,6 +28,7 @@ mod offcpu;
 mod perfmap;
 mod presets;
 mod reaping;
+mod recording_damage;
 mod recursion;
 mod replay;
 mod sampling;

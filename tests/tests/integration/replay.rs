@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 /// Every output file of `a` other than profile.data must equal `b`'s.
-fn assert_same_outputs(a: &Path, b: &Path) {
+pub(crate) fn assert_same_outputs(a: &Path, b: &Path) {
     let mut compared = 0;
     for entry in std::fs::read_dir(a).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();

@@ -3,6 +3,7 @@
 //! Prints a markdown report and writes it to `target/bench.md`.
 
 mod attach;
+mod datafile;
 mod dispatch;
 mod fixtures;
 mod html;
@@ -57,6 +58,8 @@ enum Part {
     Unwind,
     /// h: report.html load time in headless Chromium (1,000 slow dispatches, 10,000 functions).
     Html,
+    /// i: profile.data bytes per event (format 3 vs 2) and the cost of writing it.
+    Datafile,
 }
 
 impl Args {
@@ -160,6 +163,20 @@ pub fn run(args: &Args) -> Result<()> {
              Off-screen sections are skipped by `content-visibility: auto`, function rows are \
              virtual, and the group table renders its first 150 rows at once, the rest right after.\n",
         );
+    }
+    if args.wants(Part::Datafile) {
+        let m = datafile::measure(&fx.nop, args.nop_iters, args.repeat, &work);
+        md.push_str("\n## i. profile.data: bytes per event and the cost of writing it\n\n");
+        md.push_str(&datafile::rows(&m));
+        md.push_str(&format!(
+            "\nNop fixture, one thread, {} iterations (3 calls, 6 events each) flat out, under \
+             `profiler record --pid P --func leaf --func mid --trace-events 0`, with profile.data and with \
+             `--data-limit 0`; median of {} runs each. Sizes, records, the format-2 size of the same \
+             stream (5 bytes of frame per record) and the writing thread's CPU time \
+             (CLOCK_THREAD_CPUTIME_ID: packing is on the collector, zstd, CRC and write on that thread) come \
+             from the profiler's `profile.data:` line; agent CPU is the profiler's rusage (user + system).\n",
+            args.nop_iters, args.repeat
+        ));
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",

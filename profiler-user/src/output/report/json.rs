@@ -21,6 +21,10 @@ struct FunctionsJson<'a> {
     exit_rule: &'a str,
     /// One line per `--lib` never mapped during the session.
     libraries_never_mapped: &'a [String],
+    /// Present only for a replayed recording that was cut short or
+    /// damaged: what is missing; the figures cover only the part before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recording_damage: Option<&'a str>,
     functions: Vec<FunctionJson<'a>>,
     threads: Vec<ThreadJson>,
 }
@@ -143,6 +147,7 @@ pub fn render(r: &Report) -> String {
         unwound_frames: r.stacks.unwound_frames(),
         exit_rule: &s.exit_rule,
         libraries_never_mapped: &s.never_mapped,
+        recording_damage: s.damage.as_deref(),
         functions,
         threads,
     };

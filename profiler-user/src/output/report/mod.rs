@@ -37,6 +37,9 @@ pub struct Session {
     pub exit_rule: String,
     /// One line per `--lib` never mapped during the session.
     pub never_mapped: Vec<String>,
+    /// A replayed recording that was cut short or damaged: what is missing
+    /// (the figures cover only the part before).
+    pub damage: Option<String>,
 }
 
 /// The finished recording, ready to render.

@@ -78,6 +78,9 @@ pub fn render(r: &Report) -> String {
         r.stacks.orphan_exits(),
         r.stacks.unfinished_frames(),
     );
+    if let Some(d) = &s.damage {
+        let _ = writeln!(out, "warning: PARTIAL RECORDING: {d}");
+    }
     line_if(
         &mut out,
         !s.exit_rule.is_empty(),
