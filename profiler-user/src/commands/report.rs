@@ -84,9 +84,21 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if let Some(d) = &mut sinks.dispatch {
         d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
     }
+    if !h.processes.is_empty() {
+        sinks.processes = Some(pipeline::processes(
+            &funcs,
+            h.processes
+                .iter()
+                .map(|p| (p.pid, p.ppid, p.exe.clone(), p.start_ns)),
+        ));
+    }
     for entry in &data.entries {
         sinks.replay(entry);
     }
+    let mut funcs = funcs;
+    funcs.extend(sinks.added.funcs());
+    let mut binaries = binaries;
+    binaries.extend(sinks.added.binaries());
     let session = Session {
         pid: h.pid,
         exe: h.exe.clone(),
@@ -99,6 +111,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         start_unix_ns: h.start_unix_ns,
         exit_rule: h.exit_rule.clone(),
         never_mapped: t.never_mapped.clone(),
+        untraced_children: t.untraced_children,
+        follow: h.follow,
     };
     finish::write(
         finish::Finish {

@@ -51,6 +51,11 @@ impl Timeline {
         })
     }
 
+    /// Functions were added to the session (probed after an exec).
+    pub fn add_functions(&mut self, names: &[String]) {
+        self.names.extend(names.iter().map(|n| json_name(n)));
+    }
+
     fn rel(&self, ts_ns: u64) -> u64 {
         ts_ns.saturating_sub(self.start_ns)
     }

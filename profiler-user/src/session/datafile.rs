@@ -101,6 +101,26 @@ pub struct Header {
     pub full_tree: bool,
     /// `--trace-events`.
     pub trace_events: u64,
+    /// Several processes traced (`--follow`, several `--pid`, `--pid-of`):
+    /// the named targets. Empty: one target, `pid`.
+    #[serde(default)]
+    pub processes: Vec<TargetInfo>,
+    /// `--follow`.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// A process the session was told to trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's.
+    pub ppid: u32,
+    /// Its executable.
+    pub exe: String,
+    /// CLOCK_MONOTONIC when tracing it started.
+    pub start_ns: u64,
 }
 
 /// What is known when recording ends.
@@ -135,6 +155,9 @@ pub struct Trailer {
     /// One line per `--lib` never mapped during the session.
     #[serde(default)]
     pub never_mapped: Vec<String>,
+    /// Processes the targets made that were not traced (no `--follow`).
+    #[serde(default)]
+    pub untraced_children: u64,
 }
 
 /// One journal entry or record, in stream order.
@@ -355,6 +378,8 @@ mod tests {
             frame_interval_ns: 3,
             full_tree: false,
             trace_events: 4,
+            processes: vec![],
+            follow: false,
         }
     }
 

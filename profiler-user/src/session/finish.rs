@@ -60,9 +60,13 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         timeline,
         stages,
         startup,
+        mut processes,
         ..
     } = sinks;
     let stacks = writers::finished(stacks);
+    if let Some(p) = &mut processes {
+        p.finish();
+    }
     let out = f.out;
     let report = Report {
         session: f.session.clone(),
@@ -70,6 +74,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         binaries: f.binaries,
         stacks: &stacks,
         thread_names: f.thread_names.clone(),
+        processes: processes.as_ref(),
     };
     let mut page = summary_page(&f, &report, dispatch.as_ref());
     writers::spine(out, &report, &mut page)?;
@@ -102,6 +107,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
             binaries: f.binaries,
             stacks: &window,
             thread_names: f.thread_names.clone(),
+            processes: None,
         };
         let ready_what = match &f.ready {
             Some(func) => format!("entry of {func}"),

@@ -8,6 +8,7 @@ pub mod text;
 use std::collections::HashMap;
 
 use crate::{
+    analyze::processes::Processes,
     analyze::stacks::{FuncStats, Stacks},
     target::select::{Binary, Func},
 };
@@ -37,6 +38,10 @@ pub struct Session {
     pub exit_rule: String,
     /// One line per `--lib` never mapped during the session.
     pub never_mapped: Vec<String>,
+    /// Processes the targets made that were not traced (no `--follow`).
+    pub untraced_children: u64,
+    /// `--follow`.
+    pub follow: bool,
 }
 
 /// The finished recording, ready to render.
@@ -51,6 +56,8 @@ pub struct Report<'a> {
     pub stacks: &'a Stacks,
     /// Thread names by tid.
     pub thread_names: HashMap<u32, String>,
+    /// One section per process, when several were traced.
+    pub processes: Option<&'a Processes>,
 }
 
 impl Report<'_> {
@@ -74,11 +81,17 @@ impl Report<'_> {
     /// Function indices with at least one call or unfinished frame, with
     /// their stats.
     pub fn active_funcs(&self) -> Vec<(usize, &FuncStats)> {
-        self.stacks
-            .funcs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
-            .collect()
+        active_funcs(self.stacks)
     }
+}
+
+/// Function indices of `stacks` with at least one call or unfinished
+/// frame, with their stats.
+pub fn active_funcs(stacks: &Stacks) -> Vec<(usize, &FuncStats)> {
+    stacks
+        .funcs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
+        .collect()
 }
