@@ -10,7 +10,75 @@ use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{CommEvent, Event, ProcEvent, PROC_EXEC, PROC_EXIT, PROC_FORK};
 
-use crate::analyze::stacks::Stacks;
+use crate::analyze::{
+    dispatch::stats::{Stats, Worst},
+    stacks::{same_frame, Stacks},
+};
+
+/// Dispatches of one process's main thread (its tid is its pid), by the
+/// session's rule: an outermost call of a dispatch function (of any traced
+/// call, when none is known). Timed and counted; the watched thread of the
+/// first target is also explained in `dispatches.txt`.
+#[derive(Debug, Default)]
+pub struct MainDispatches {
+    /// Open dispatch: its start and open frames (function, stack pointer).
+    open: Option<(u64, Vec<(u32, u64)>)>,
+    /// Completed dispatches' statistics.
+    pub stats: Stats,
+    /// Those at least the slow threshold long.
+    pub slow: u64,
+    /// The longest.
+    pub max_ns: u64,
+}
+
+impl MainDispatches {
+    fn on_call(&mut self, ev: &Event, is_dispatch: &[bool], rule: &DispatchRule) {
+        let func = ev.func();
+        if ev.kind() == profiler_common::KIND_ENTRY {
+            match &mut self.open {
+                Some((_, calls)) => calls.push((func, ev.sp)),
+                None if is_dispatch.get(func as usize).copied().unwrap_or(false) => {
+                    self.open = Some((ev.ts_ns, vec![(func, ev.sp)]));
+                }
+                None => {}
+            }
+            return;
+        }
+        let Some((start, calls)) = &mut self.open else {
+            return;
+        };
+        let Some(pos) = calls
+            .iter()
+            .rposition(|&(f, sp)| f == func && same_frame(sp, ev.sp))
+        else {
+            return;
+        };
+        calls.truncate(pos);
+        if pos == 0 {
+            let duration_ns = ev.ts_ns.saturating_sub(*start);
+            self.stats.add(
+                Worst {
+                    duration_ns,
+                    index: self.stats.count,
+                    start_ns: *start,
+                },
+                rule.frame_interval_ns,
+            );
+            self.slow += u64::from(duration_ns >= rule.threshold_ns);
+            self.max_ns = self.max_ns.max(duration_ns);
+            self.open = None;
+        }
+    }
+}
+
+/// How each process's main-thread dispatches are timed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DispatchRule {
+    /// Slow from this long.
+    pub threshold_ns: u64,
+    /// One frame, for the frame buckets.
+    pub frame_interval_ns: u64,
+}
 
 /// One traced process.
 #[derive(Debug)]
@@ -34,6 +102,8 @@ pub struct Process {
     pub execs: Vec<Exec>,
     /// Its threads' shadow stacks and its per-function aggregates.
     pub stacks: Stacks,
+    /// Its main thread's dispatches.
+    pub dispatches: MainDispatches,
 }
 
 /// One exec of a traced process.
@@ -79,6 +149,8 @@ pub struct Processes {
     procs: BTreeMap<u32, Process>,
     tid_tgid: HashMap<u32, u32>,
     entry_only: Vec<bool>,
+    is_dispatch: Vec<bool>,
+    rule: DispatchRule,
     /// Call events of threads whose process is not known (their first
     /// sighting was lost): in the totals, in no process.
     pub unattributed: u64,
@@ -90,10 +162,13 @@ fn comm_str(comm: &[u8; 16]) -> String {
 }
 
 impl Processes {
-    /// State for functions whose entry-only flags are `entry_only`.
-    pub fn new(entry_only: Vec<bool>) -> Self {
+    /// State for functions whose entry-only and dispatch flags are these,
+    /// main-thread dispatches timed by `rule`.
+    pub fn new(entry_only: Vec<bool>, is_dispatch: Vec<bool>, rule: DispatchRule) -> Self {
         Processes {
             entry_only,
+            is_dispatch,
+            rule,
             ..Default::default()
         }
     }
@@ -120,6 +195,7 @@ impl Processes {
                 child: false,
                 execs: Vec::new(),
                 stacks,
+                dispatches: MainDispatches::default(),
             },
         );
     }
@@ -148,6 +224,7 @@ impl Processes {
                         child: true,
                         execs: Vec::new(),
                         stacks,
+                        dispatches: MainDispatches::default(),
                     },
                 );
                 ProcChange::None
@@ -193,6 +270,9 @@ impl Processes {
         match self.procs.get_mut(&tgid) {
             Some(p) => {
                 p.stacks.on_event(ev);
+                if ev.tid == p.pid && !p.stacks.is_entry_only(ev.func()) {
+                    p.dispatches.on_call(ev, &self.is_dispatch, &self.rule);
+                }
             }
             None => self.unattributed += 1,
         }
@@ -221,8 +301,15 @@ impl Processes {
     /// Functions were added to the session (after an exec of `pid`, at
     /// `ts_ns`): every process's aggregates grow; `pid`'s exec notes when
     /// its probing started.
-    pub fn add_functions(&mut self, entry_only: &[bool], pid: u32, ts_ns: u64) {
+    pub fn add_functions(
+        &mut self,
+        entry_only: &[bool],
+        is_dispatch: &[bool],
+        pid: u32,
+        ts_ns: u64,
+    ) {
         self.entry_only.extend_from_slice(entry_only);
+        self.is_dispatch.extend_from_slice(is_dispatch);
         for p in self.procs.values_mut() {
             p.stacks.add_functions(entry_only);
         }
@@ -293,7 +380,11 @@ mod tests {
 
     #[test]
     fn children_get_their_own_sections_and_never_pair_with_the_parent() {
-        let mut ps = Processes::new(vec![false]);
+        let rule = DispatchRule {
+            threshold_ns: 3,
+            frame_interval_ns: 10,
+        };
+        let mut ps = Processes::new(vec![false], vec![true], rule);
         ps.add_target(100, 1, "/bin/server".into(), 0);
         // The parent enters f, forks inside it; the child returns from f
         // (an orphan in the child), the parent returns too.
@@ -323,6 +414,17 @@ mod tests {
         assert!(ps.all_ended());
         let parent = ps.iter().find(|p| p.pid == 100).unwrap();
         let child = ps.iter().find(|p| p.pid == 101).unwrap();
+        // Main threads' dispatches: the parent's f (3 ns, slow); the child's
+        // main thread only returned (no dispatch); thread 150 is not main.
+        assert_eq!(
+            (
+                parent.dispatches.stats.count,
+                parent.dispatches.slow,
+                parent.dispatches.max_ns
+            ),
+            (1, 1, 3)
+        );
+        assert_eq!(child.dispatches.stats.count, 0);
         assert_eq!(parent.stacks.funcs[0].calls, 1);
         assert_eq!(parent.stacks.funcs[0].total_ns, 3);
         assert_eq!(parent.stacks.orphan_exits(), 0);
@@ -351,7 +453,7 @@ mod tests {
 
     #[test]
     fn unknown_threads_are_counted_unattributed() {
-        let mut ps = Processes::new(vec![false]);
+        let mut ps = Processes::new(vec![false], vec![true], DispatchRule::default());
         ps.add_target(100, 1, "x".into(), 0);
         ps.on_event(&call(1, 777, KIND_ENTRY, 0));
         assert_eq!(ps.unattributed, 1);

@@ -305,7 +305,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if args.follow {
         what.push_str(" and the processes they make (--follow)");
     }
-    eprintln!(
+    // Printed by the collector once it handles SIGINT and SIGTERM, so a
+    // Ctrl-C right after it always ends the session cleanly.
+    let attached = format!(
         "profiler: attached {probed} functions ({} probes) to {what} in {} ms ({}); stop with Ctrl-C",
         sel.probe_count(),
         probes.attach_ms,
@@ -379,6 +381,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if tracking.by_map() {
         sinks.processes = Some(pipeline::processes(
             &sel.funcs,
+            crate::analyze::processes::DispatchRule {
+                threshold_ns: d.threshold.as_nanos() as u64,
+                frame_interval_ns: d.frame_interval.as_nanos() as u64,
+            },
             targets
                 .iter()
                 .map(|t| (t.pid, t.ppid, t.exe.clone(), t.start_ns)),
@@ -474,6 +480,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         args.duration,
         &counters,
         &mut status,
+        &attached,
         &mut |sinks, pid| prober.on_exec(sinks, pid),
     ))?;
     drop(prober);

@@ -87,6 +87,10 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if !h.processes.is_empty() {
         sinks.processes = Some(pipeline::processes(
             &funcs,
+            crate::analyze::processes::DispatchRule {
+                threshold_ns: ns(args.threshold, h.threshold_ns),
+                frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
+            },
             h.processes
                 .iter()
                 .map(|p| (p.pid, p.ppid, p.exe.clone(), p.start_ns)),

@@ -281,7 +281,8 @@ impl Sinks {
         if let Some(p) = &mut self.processes {
             p.set_exe(added.pid, added.exe.clone());
             if !funcs.is_empty() {
-                p.add_functions(&entry_only, added.pid, added.ts_ns);
+                let dispatch: Vec<bool> = funcs.iter().map(|f| f.dispatch).collect();
+                p.add_functions(&entry_only, &dispatch, added.pid, added.ts_ns);
             }
         }
         self.added.absorb(added);
@@ -447,8 +448,9 @@ impl AsRawFd for Fd {
     }
 }
 
-/// Reads events until a stop condition, then returns why. `on_exec` is
-/// called for each traced process that exec'd (it probes the new program).
+/// Reads events until a stop condition, then returns why. `attached` is
+/// printed once SIGINT and SIGTERM are handled. `on_exec` is called for
+/// each traced process that exec'd (it probes the new program).
 /// With several processes, the session ends when all have exited, not
 /// when the first target (`pidfd`) does.
 pub async fn collect(
@@ -458,6 +460,7 @@ pub async fn collect(
     duration: Option<Duration>,
     counters: &CounterMap,
     status: &mut Status,
+    attached: &str,
     on_exec: &mut dyn FnMut(&mut Sinks, u32),
 ) -> Result<StopReason> {
     let one_target = sinks.processes.is_none();
@@ -476,6 +479,7 @@ pub async fn collect(
         signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    eprintln!("{attached}");
     let deadline = sleep_or_forever(duration);
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(DRAIN_TICK);

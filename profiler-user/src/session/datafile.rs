@@ -24,7 +24,12 @@ pub const MAGIC: &[u8; 8] = b"PROFDATA";
 /// 2: Go entry/exit records (`GoEvent`), each function's exit mechanism
 /// (`FuncInfo::exit`) and the header's `exit_rule`. Version 1 files still
 /// read (the new fields default to empty).
-pub const VERSION: u32 = 2;
+/// 3: process records (`ProcEvent`: fork, exec, exit of traced processes),
+/// agent records of functions probed after an exec (`KIND_PROBED`), the
+/// thread's tgid in `CommEvent`, the header's `processes` and `follow`, the
+/// trailer's `untraced_children` (`--follow`, several targets). Versions 1
+/// and 2 still read.
+pub const VERSION: u32 = 3;
 
 const TAG_HEADER: u8 = 1;
 const TAG_RECORD: u8 = 2;

@@ -52,8 +52,9 @@ fn calls_in(o: &Outputs, pid: u64, func: &str) -> u64 {
         .sum()
 }
 
-/// Every process of the tree, with exact counts, parents and exit codes.
-fn assert_tree(o: &Outputs, truth: &Value) {
+/// Every process of the tree, with exact counts, parents and exit codes;
+/// the server's main thread has `server_dispatches` dispatches.
+fn assert_tree(o: &Outputs, truth: &Value, server_dispatches: u64) {
     let server = num(truth, "pid");
     let procs = o.json["processes"].as_array().expect("processes");
     assert_eq!(
@@ -74,8 +75,20 @@ fn assert_tree(o: &Outputs, truth: &Value) {
             "worker {pid} exit"
         );
         assert_eq!(p["child"], true);
+        // No dispatch function known: every outermost traced call on the
+        // process's main thread is one (the helper's too, after the exec).
+        let extra = if pid == num(truth, "exec_pid") { 7 } else { 0 };
+        assert_eq!(
+            num(&p["dispatches"], "count"),
+            num(w, "handle") + extra,
+            "worker {pid}'s main-thread dispatches"
+        );
         handle_total += num(w, "handle");
     }
+    assert_eq!(
+        num(&process(o, server)["dispatches"], "count"),
+        server_dispatches
+    );
     let exec_pid = num(truth, "exec_pid");
     assert_eq!(
         calls_in(o, exec_pid, "helper_work"),
@@ -131,7 +144,9 @@ fn follow_launch_traces_every_process_of_the_tree() {
     let truth = truth_line(&fin.stdout);
     let o = Outputs::load(out.path());
     assert_eq!(o.json["stop_reason"], "every traced process exited");
-    assert_tree(&o, &truth);
+    // Launch mode also probes `main` (startup timing): the server's one
+    // outermost call, its one dispatch.
+    assert_tree(&o, &truth, 1);
     assert_eq!(
         process(&o, num(&truth, "pid"))["exit_code"],
         0,
@@ -171,7 +186,7 @@ fn follow_by_pid_traces_children_made_after_attach() {
     assert!(fin.status.success(), "profiler: {fin:?}");
     assert_none_left_since(&before, &[]);
     let o = Outputs::load(out.path());
-    assert_tree(&o, &truth);
+    assert_tree(&o, &truth, 9);
     let server = process(&o, fx.pid as u64);
     assert_eq!(server["child"], false);
     assert_eq!(server["exit_code"], 0);
@@ -180,13 +195,19 @@ fn follow_by_pid_traces_children_made_after_attach() {
 #[test]
 fn without_follow_children_are_counted_not_traced() {
     require_root!();
+    let out = TempDir::new("no-follow");
+    let before = prof_prog_ids();
+    let mut fx = Fixture::spawn(server_exe(), &["tree", helper_exe().to_str().unwrap()]);
     let mut args = FUNCS.to_vec();
     args.extend_from_slice(&["--func", "main"]);
-    let (truth, o) = record_fixture(
-        server_exe(),
-        &["tree", helper_exe().to_str().unwrap()],
-        &args,
-    );
+    let rec = Recording::start(fx.pid, out.path(), &args);
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler: {fin:?}");
+    assert_none_left_since(&before, &[]);
+    assert_text_unchanged(fx.pid, &fx.exe);
+    fx.release();
+    let o = Outputs::load(out.path());
     // The server's own calls only, exactly; no child's call pairs with its
     // frames (main stays one call, open across every fork).
     assert_eq!(o.sum("handle", "calls"), num(&truth, "handle"));
@@ -246,6 +267,7 @@ fn several_pids_and_pid_of_each_get_a_section() {
 fn pid_of_matching_nothing_is_one_line() {
     require_root!();
     let out = TempDir::new("pidof-none");
+    let before = prof_prog_ids();
     let o = out.path().to_str().unwrap();
     let fin = profiler(&["record", "--pid-of", "no-such-proc-xyz", "--out", o]);
     assert_error(&fin, "no running process has that name", true);
@@ -258,19 +280,20 @@ fn pid_of_matching_nothing_is_one_line() {
         o,
     ]);
     assert_error(&fin, "no tree to follow", true);
-    assert_nothing_attached();
+    assert_none_left_since(&before, &[]);
 }
 
 #[test]
 fn follow_teardown_leaves_the_target_text_unchanged() {
     require_root!();
     let out = TempDir::new("follow-teardown");
+    let before = prof_prog_ids();
     let mut fx = Fixture::spawn(server_exe(), &["solo", "5"]);
     let rec = Recording::start(fx.pid, out.path(), &["--follow", "--func", "handle"]);
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
     assert!(fin.status.success(), "profiler: {fin:?}");
-    assert_nothing_attached();
+    assert_none_left_since(&before, &[]);
     assert_text_unchanged(fx.pid, &fx.exe);
     fx.release();
     let o = Outputs::load(out.path());

@@ -50,7 +50,19 @@ struct ProcessJson<'a> {
     events: u64,
     orphan_exits: u64,
     unfinished_frames: u64,
+    /// Its main thread's dispatches (the session's dispatch rule).
+    dispatches: DispatchesJson,
     functions: Vec<FunctionJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct DispatchesJson {
+    count: u64,
+    /// At least `--threshold` long.
+    slow: u64,
+    p50_ns: u64,
+    p95_ns: u64,
+    max_ns: u64,
 }
 
 #[derive(Serialize)]
@@ -174,6 +186,13 @@ fn process<'a>(r: &Report<'a>, p: &'a Process) -> ProcessJson<'a> {
         events: p.stacks.events,
         orphan_exits: p.stacks.orphan_exits(),
         unfinished_frames: p.stacks.unfinished_frames(),
+        dispatches: DispatchesJson {
+            count: p.dispatches.stats.count,
+            slow: p.dispatches.slow,
+            p50_ns: p.dispatches.stats.quantile(0.5),
+            p95_ns: p.dispatches.stats.quantile(0.95),
+            max_ns: p.dispatches.max_ns,
+        },
         functions: functions(r, &p.stacks),
     }
 }

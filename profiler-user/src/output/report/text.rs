@@ -69,8 +69,8 @@ fn processes(out: &mut String, r: &Report, ps: &Processes) {
     let _ = writeln!(out, "\nProcesses: {}{how}", ps.len());
     let _ = writeln!(
         out,
-        "{:>8} {:>8} {:>11} {:>9} {:>10}  program; top functions by calls",
-        "pid", "ppid", "lifetime", "exit", "calls"
+        "{:>8} {:>8} {:>11} {:>9} {:>10} {:>15} {:>11}  program; top functions by calls",
+        "pid", "ppid", "lifetime", "exit", "calls", "dispatches/slow", "max"
     );
     for p in ps.iter() {
         let lifetime = match p.end_ns {
@@ -92,12 +92,14 @@ fn processes(out: &mut String, r: &Report, ps: &Processes) {
             .collect();
         let _ = writeln!(
             out,
-            "{:>8} {:>8} {:>11} {:>9} {:>10}  {}; {}",
+            "{:>8} {:>8} {:>11} {:>9} {:>10} {:>15} {:>11}  {}; {}",
             p.pid,
             p.ppid,
             lifetime,
             exit,
             calls,
+            format!("{}/{}", p.dispatches.stats.count, p.dispatches.slow),
+            fmt_ns(p.dispatches.max_ns),
             p.exe,
             if top.is_empty() {
                 "no calls".to_string()
