@@ -478,9 +478,11 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         &mut sinks,
         &target.pidfd,
         args.duration,
-        &counters,
-        &mut status,
-        &attached,
+        collector::Live {
+            counters: &counters,
+            status: &mut status,
+            attached: &attached,
+        },
         &mut |sinks, pid| prober.on_exec(sinks, pid),
     ))?;
     drop(prober);

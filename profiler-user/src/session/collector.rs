@@ -448,8 +448,17 @@ impl AsRawFd for Fd {
     }
 }
 
-/// Reads events until a stop condition, then returns why. `attached` is
-/// printed once SIGINT and SIGTERM are handled. `on_exec` is called for
+/// What the user sees while recording.
+pub struct Live<'a> {
+    /// The kernel's counters, for the status line.
+    pub counters: &'a CounterMap,
+    /// The live status line.
+    pub status: &'a mut Status,
+    /// The `attached` line, printed once SIGINT and SIGTERM are handled.
+    pub attached: &'a str,
+}
+
+/// Reads events until a stop condition, then returns why. `on_exec` is called for
 /// each traced process that exec'd (it probes the new program).
 /// With several processes, the session ends when all have exited, not
 /// when the first target (`pidfd`) does.
@@ -458,11 +467,14 @@ pub async fn collect(
     sinks: &mut Sinks,
     pidfd: &OwnedFd,
     duration: Option<Duration>,
-    counters: &CounterMap,
-    status: &mut Status,
-    attached: &str,
+    live: Live<'_>,
     on_exec: &mut dyn FnMut(&mut Sinks, u32),
 ) -> Result<StopReason> {
+    let Live {
+        counters,
+        status,
+        attached,
+    } = live;
     let one_target = sinks.processes.is_none();
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     // SAFETY: both descriptors stay open for longer than these AsyncFds,

@@ -25,12 +25,13 @@ pub struct Probed {
 impl Probed {
     /// Starts from `sel`, as attached.
     pub fn of(sel: &Selection) -> Self {
-        let mut p = Probed::default();
-        p.files = sel.binaries.iter().map(file_id).collect();
-        for f in &sel.funcs {
-            p.funcs.insert((p.files[f.binary as usize], f.offset));
-        }
-        p
+        let files: Vec<Option<FileId>> = sel.binaries.iter().map(file_id).collect();
+        let funcs = sel
+            .funcs
+            .iter()
+            .map(|f| (files[f.binary as usize], f.offset))
+            .collect();
+        Probed { files, funcs }
     }
 
     /// Appends to `sel` the functions of `new` it does not probe yet (and
