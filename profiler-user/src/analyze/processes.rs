@@ -319,6 +319,14 @@ impl Processes {
         }
     }
 
+    /// The processes not seen exiting yet.
+    pub fn running(&self) -> impl Iterator<Item = u32> + '_ {
+        self.procs
+            .values()
+            .filter(|p| p.end_ns.is_none())
+            .map(|p| p.pid)
+    }
+
     /// True once every process traced has exited.
     pub fn all_ended(&self) -> bool {
         !self.procs.is_empty() && self.procs.values().all(|p| p.end_ns.is_some())

@@ -104,6 +104,7 @@ pub struct Sinks {
     /// Where hangs are logged as they are noticed (`hangs.log`).
     pub hang_log: Option<std::path::PathBuf>,
     execd: bool,
+    all_gone: bool,
     ticks: u32,
     goroutines: Goroutines,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
@@ -379,6 +380,7 @@ impl Sinks {
             exe: None,
             hang_log: None,
             execd: false,
+            all_gone: false,
             ticks: 0,
             goroutines: Goroutines::default(),
             tables: None,
@@ -416,6 +418,13 @@ impl Sinks {
             }
             // Exited threads' state folds into one aggregate per name.
             self.reap(false);
+            // An exit event lost (ring full) must not keep the session
+            // going: every process still counted as running is gone.
+            if let Some(p) = &self.processes {
+                self.all_gone = p
+                    .running()
+                    .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            }
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
@@ -521,7 +530,7 @@ pub async fn collect(
         if sinks.finished() {
             break StopReason::RunsComplete;
         }
-        if sinks.processes.as_ref().is_some_and(Processes::all_ended) {
+        if sinks.all_gone || sinks.processes.as_ref().is_some_and(Processes::all_ended) {
             break StopReason::AllExited;
         }
         if sinks.execd {
