@@ -278,6 +278,11 @@ impl Processes {
         }
     }
 
+    /// The process of thread `tid`, when known.
+    pub fn pid_of(&self, tid: u32) -> Option<u32> {
+        self.tid_tgid.get(&tid).copied()
+    }
+
     /// The program process `pid` runs now, as the agent read it: its path.
     /// Children it forked since the exec, which had inherited the name
     /// the kernel gave until then, get the path too.

@@ -137,7 +137,10 @@ impl Sinks {
             return;
         }
         if let (Some(done), Some(tl)) = (self.stacks.on_event(ev), &mut self.timeline) {
-            tl.call(ev.tid, &done);
+            match self.processes.as_ref().and_then(|p| p.pid_of(ev.tid)) {
+                Some(pid) => tl.call_in(pid, ev.tid, &done),
+                None => tl.call(ev.tid, &done),
+            }
         }
         if let Some(d) = &mut self.dispatch {
             if ev.tid == d.cfg.tid {

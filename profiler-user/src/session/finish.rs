@@ -127,7 +127,11 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         let omitted = tl.omitted;
         let mut threads: Vec<(u32, String)> = f.thread_names.into_iter().collect();
         threads.sort();
-        tl.finish(&threads, dispatch.as_ref())
+        let procs: Vec<(u32, String)> = processes
+            .iter()
+            .flat_map(|p| p.iter().map(|p| (p.pid, p.exe.clone())))
+            .collect();
+        tl.finish(&procs, &threads, dispatch.as_ref())
             .map_err(|e| Error::Output {
                 path: out.path().join("trace.json"),
                 reason: e.to_string(),

@@ -171,6 +171,25 @@ fn follow_launch_traces_every_process_of_the_tree() {
         0,
         "the server exits 0"
     );
+    // trace.json: each process is its own group of tracks, its calls there.
+    let trace = read_json(out.path(), "trace.json");
+    let events = trace["traceEvents"]
+        .as_array()
+        .or_else(|| trace.as_array())
+        .expect("trace events");
+    for w in truth["workers"].as_array().unwrap() {
+        let pid = num(w, "pid");
+        let calls = events
+            .iter()
+            .filter(|e| e["cat"] == "call" && e["pid"].as_u64() == Some(pid))
+            .count() as u64;
+        let extra = if pid == num(&truth, "exec_pid") { 7 } else { 0 };
+        assert_eq!(
+            calls,
+            num(w, "handle") + extra,
+            "worker {pid}'s calls in trace.json"
+        );
+    }
     // The replay carries the processes: the same bytes.
     let again = TempDir::new("follow-replay");
     let rep = profiler(&[
