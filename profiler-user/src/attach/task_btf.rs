@@ -3,7 +3,7 @@
 //! (`/sys/kernel/btf/vmlinux`) with `btf-rs`. The process tracepoints
 //! (`sched_process_fork`, `sched_process_exit`) read those fields with
 //! them, since the eBPF programs have no CO-RE relocations.
-use btf_rs::{Btf, Type};
+use btf_rs::{Backend, Btf, Type};
 
 use crate::{Error, Result};
 
@@ -25,7 +25,12 @@ pub fn task_offsets() -> Result<TaskOffsets> {
             "reading task_struct from /sys/kernel/btf/vmlinux: {why}; --follow, several --pid and --pid-of need a kernel with BTF (CONFIG_DEBUG_INFO_BTF)"
         ))
     };
-    let btf = Btf::from_file("/sys/kernel/btf/vmlinux").map_err(|e| fail(e.to_string()))?;
+    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+    // Mapped and read on demand: parsing all of it up front takes about a
+    // second, which every `record` would pay.
+    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
+        .or_else(|_| Btf::from_file(VMLINUX))
+        .map_err(|e| fail(e.to_string()))?;
     let types = btf
         .resolve_types_by_name("task_struct")
         .map_err(|e| fail(e.to_string()))?;
