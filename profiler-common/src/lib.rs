@@ -60,8 +60,48 @@ pub const COUNTER_CPU_COUNTS_FULL: u32 = 7;
 pub const COUNTER_DWARF_LOST: u32 = 8;
 /// User stacks the table unwinder could not store (the stacks map was full).
 pub const COUNTER_USER_STACKS_FULL: u32 = 9;
+/// Processes the traced ones started (fork, vfork, clone without
+/// `CLONE_THREAD`, posix_spawn) that were not traced (no `--follow`).
+pub const COUNTER_UNTRACED_CHILDREN: u32 = 10;
+/// Children not followed because [`TRACED_MAP`] was full.
+pub const COUNTER_TRACED_FULL: u32 = 11;
+/// Process events (fork, exec, exit) that could not be reserved.
+pub const COUNTER_LOST_PROC: u32 = 12;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 10;
+pub const COUNTER_COUNT: u32 = 13;
+
+/// Hash of traced tgid -> parent tgid (0 for a session's own targets):
+/// the processes whose probe hits count when [`TRACK_GLOBAL`] is set.
+pub const TRACED_MAP: &str = "TRACED";
+/// Capacity of [`TRACED_MAP`].
+pub const TRACED_CAPACITY: u32 = 16384;
+/// Global (`.rodata`): 0: one target, `TARGET_TGID`, its probes scoped to
+/// it; [`track::MAP`]: the probes are for every process and [`TRACED_MAP`]
+/// decides, with process events; [`track::FOLLOW`]: that, and children of
+/// traced processes are added to the map as they are made.
+pub const TRACK_GLOBAL: &str = "TRACK";
+/// [`TRACK_GLOBAL`] values.
+pub mod track {
+    /// One target (`TARGET_TGID`); its forks are only counted.
+    pub const ONE: u32 = 0;
+    /// Several targets, in [`super::TRACED_MAP`]; forks counted.
+    pub const MAP: u32 = 1;
+    /// Targets in [`super::TRACED_MAP`], and their children as they are made.
+    pub const FOLLOW: u32 = 2;
+}
+/// Global (`.rodata`): byte offset of `pid` in the kernel's `task_struct`
+/// (from its BTF; the fork tracepoint reads the child's ids with it).
+pub const TASK_PID_OFFSET_GLOBAL: &str = "TASK_PID_OFFSET";
+/// Global (`.rodata`): byte offset of `tgid` in `task_struct`.
+pub const TASK_TGID_OFFSET_GLOBAL: &str = "TASK_TGID_OFFSET";
+/// Global (`.rodata`): byte offset of `exit_code` in `task_struct`.
+pub const TASK_EXIT_CODE_OFFSET_GLOBAL: &str = "TASK_EXIT_CODE_OFFSET";
+/// Name of the `sched_process_fork` raw tracepoint program.
+pub const PROG_PROC_FORK: &str = "prof_proc_fork";
+/// Name of the `sched_process_exec` raw tracepoint program.
+pub const PROG_PROC_EXEC: &str = "prof_proc_exec";
+/// Name of the `sched_process_exit` raw tracepoint program.
+pub const PROG_PROC_EXIT: &str = "prof_proc_exit";
 
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
@@ -139,6 +179,21 @@ pub const MAX_KERNEL_FRAMES: usize = 32;
 pub const KIND_GO_ENTRY: u32 = 8;
 /// A Go function returned: a [`GoEvent`].
 pub const KIND_GO_EXIT: u32 = 9;
+/// A traced process forked, exec'd or exited: a [`ProcEvent`]; the
+/// function field is a `PROC_*` constant.
+pub const KIND_PROC: u32 = 10;
+/// Functions the agent started probing after an exec: written by the
+/// agent into `profile.data` (never by the kernel), an [`Event`] header
+/// (`tid`: the process, function field: how many) then JSON.
+pub const KIND_PROBED: u32 = 11;
+/// [`ProcEvent`]: a traced process made a child (`event.tid`), which is
+/// traced from its first instruction (`--follow`).
+pub const PROC_FORK: u32 = 0;
+/// [`ProcEvent`]: the process (`event.tid`) exec'd; `comm` is the new name.
+pub const PROC_EXEC: u32 = 1;
+/// [`ProcEvent`]: the process's last thread exited; `code` is the wait
+/// status (`exit_code` of the task: exit status << 8, or the signal).
+pub const PROC_EXIT: u32 = 2;
 /// Bits of [`Event::word`] that hold the function index.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
@@ -196,7 +251,8 @@ pub struct GoEvent {
     pub goroutine: u64,
 }
 
-/// A thread's first appearance, with its name: 40 bytes. Sent once per
+/// A thread's first appearance, with its name and process: 40 bytes
+/// (the header's function field is the thread's tgid). Sent once per
 /// thread (per [`SEEN_THREADS_MAP`] eviction), so that threads which exit
 /// before the agent can read `/proc` still have names.
 #[repr(C)]
@@ -205,6 +261,21 @@ pub struct CommEvent {
     /// Header; its kind is [`KIND_COMM`] and its function index is 0.
     pub event: Event,
     /// `bpf_get_current_comm()`, NUL-padded.
+    pub comm: [u8; 16],
+}
+
+/// A traced process's fork, exec or exit: 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcEvent {
+    /// Header: [`KIND_PROC`]; `tid` is the process (its tgid); the function
+    /// field is `PROC_FORK`, `PROC_EXEC` or `PROC_EXIT`.
+    pub event: Event,
+    /// Fork: the parent's tgid; otherwise 0.
+    pub parent: u32,
+    /// Exit: the task's `exit_code` (a wait status); otherwise 0.
+    pub code: u32,
+    /// The process's name (the parent's at fork, the new one at exec).
     pub comm: [u8; 16],
 }
 
@@ -429,6 +500,11 @@ pub enum RecordKind {
     GoEntry,
     /// A Go function's exit: a [`GoEvent`].
     GoExit,
+    /// A traced process forked, exec'd or exited: a [`ProcEvent`].
+    Proc,
+    /// Functions probed after an exec (an agent record): an [`Event`]
+    /// header followed by JSON.
+    Probed,
 }
 
 impl RecordKind {
@@ -445,6 +521,8 @@ impl RecordKind {
             KIND_DWARF => RecordKind::Dwarf,
             KIND_GO_ENTRY => RecordKind::GoEntry,
             KIND_GO_EXIT => RecordKind::GoExit,
+            KIND_PROC => RecordKind::Proc,
+            KIND_PROBED => RecordKind::Probed,
             _ => return None,
         })
     }
@@ -474,6 +552,8 @@ impl StackEvent {
         self.event.sp as u32
     }
 }
+// SAFETY: as above.
+unsafe impl Record for ProcEvent {}
 // SAFETY: as above.
 unsafe impl Record for DwarfSample {}
 
@@ -517,6 +597,8 @@ unsafe impl aya::Pod for StackEvent {}
 unsafe impl aya::Pod for CommEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for GoEvent {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for ProcEvent {}
 
 #[cfg(test)]
 mod tests {
@@ -555,6 +637,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<Event>(), 24);
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);
         assert_eq!(core::mem::size_of::<GoEvent>(), 32);
+        assert_eq!(core::mem::size_of::<ProcEvent>(), 48);
         assert_eq!(core::mem::size_of::<UnwindRow>(), 16);
         assert_eq!(core::mem::size_of::<SampleKey>(), 24);
         assert_eq!(core::mem::size_of::<ExecMapping>(), 32);

@@ -35,8 +35,8 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_probe_read_user, generated::bpf_get_attach_cookie,
-        generated::bpf_get_current_ancestor_cgroup_id,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::bpf_get_attach_cookie, generated::bpf_get_current_ancestor_cgroup_id,
         generated::bpf_probe_read_user as bpf_probe_read_user_raw,
     },
     macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
@@ -48,14 +48,16 @@ use aya_ebpf::{
     EbpfContext,
 };
 use profiler_common::{
-    unwind_mode, CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, SampleKey, StackEvent,
-    COOKIE_DISPATCH, COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL, COUNTER_CPU_SAMPLES,
-    COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN, COUNTER_LOST,
-    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, COUNTER_USER_STACKS_FULL,
-    CPU_COUNTS_CAPACITY, CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM,
-    KIND_DWARF, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_SAMPLE, KIND_SCHED_IN,
-    KIND_SCHED_OUT, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, SCHED_RUNNABLE,
-    SEEN_THREADS_CAPACITY, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    track, unwind_mode, CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, ProcEvent, SampleKey,
+    StackEvent, COOKIE_DISPATCH, COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL,
+    COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN,
+    COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_PROC, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS,
+    COUNTER_TRACED_FULL, COUNTER_UNTRACED_CHILDREN, COUNTER_USER_STACKS_FULL, CPU_COUNTS_CAPACITY,
+    CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM, KIND_DWARF, KIND_ENTRY,
+    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PROC, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT,
+    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, PROC_EXEC, PROC_EXIT, PROC_FORK,
+    SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY, WATCH_DEPTH,
+    WATCH_SLOTS, WATCH_TASK,
 };
 
 /// A value the agent sets at load time (`.rodata`, through
@@ -81,6 +83,21 @@ impl<T: Copy> Setting<T> {
 /// Set by the agent at load time: the traced process's tgid.
 #[unsafe(no_mangle)]
 static TARGET_TGID: Setting<u32> = Setting::new(0);
+
+/// Set by the agent at load time: how traced processes are told apart (a
+/// `track` constant: `TARGET_TGID` alone, or the `TRACED` map, followed
+/// through forks or not).
+#[unsafe(no_mangle)]
+static TRACK: Setting<u32> = Setting::new(0);
+
+/// Set by the agent at load time, from the kernel's BTF: byte offsets of
+/// `pid`, `tgid` and `exit_code` in `task_struct`.
+#[unsafe(no_mangle)]
+static TASK_PID_OFFSET: Setting<u32> = Setting::new(0);
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: Setting<u32> = Setting::new(0);
+#[unsafe(no_mangle)]
+static TASK_EXIT_CODE_OFFSET: Setting<u32> = Setting::new(0);
 
 /// Set by the agent at load time: the watched thread (0: none).
 #[unsafe(no_mangle)]
@@ -134,6 +151,11 @@ static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT,
 
 #[map(name = "SEEN_THREADS")]
 static SEEN_THREADS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(SEEN_THREADS_CAPACITY, 0);
+
+/// Traced tgid -> parent tgid (0: a target the agent named). Used when
+/// `TRACK` is not `track::ONE`.
+#[map(name = "TRACED")]
+static TRACED: HashMap<u32, u32> = HashMap::with_max_entries(TRACED_CAPACITY, 0);
 
 #[map(name = "CPU_STACKS")]
 static CPU_STACKS: StackTrace = StackTrace::with_max_entries(CPU_STACKS_CAPACITY, 0);
@@ -337,9 +359,20 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
     slot.submit(wakeup_flags());
 }
 
-/// Announces a thread the first time it hits a probe, with its name.
+/// True when process `tgid` is traced.
 #[inline(always)]
-fn announce_thread(tid: u32, ts_ns: u64) {
+fn is_traced(tgid: u32) -> bool {
+    if TRACK.load() == track::ONE {
+        tgid == TARGET_TGID.load()
+    } else {
+        unsafe { TRACED.get(tgid) }.is_some()
+    }
+}
+
+/// Announces a thread the first time it hits a probe, with its name and
+/// its process (the header's function field).
+#[inline(always)]
+fn announce_thread(tid: u32, tgid: u32, ts_ns: u64) {
     if unsafe { SEEN_THREADS.get(tid) }.is_some() {
         return;
     }
@@ -350,7 +383,7 @@ fn announce_thread(tid: u32, ts_ns: u64) {
                 event: Event {
                     ts_ns,
                     tid,
-                    word: Event::pack(KIND_COMM, 0),
+                    word: Event::pack(KIND_COMM, tgid),
                     sp: 0,
                 },
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
@@ -426,7 +459,8 @@ fn emit_go(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, g: u64) -> bool 
 #[inline(always)]
 fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64, g: u64) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    if (pid_tgid >> 32) as u32 != TARGET_TGID.load() {
+    let tgid = (pid_tgid >> 32) as u32;
+    if !is_traced(tgid) {
         bump(COUNTER_FOREIGN);
         return;
     }
@@ -436,7 +470,7 @@ fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64, g: u64) {
     if tid == WATCH_TID.load() {
         track_watched(kind, cookie);
     }
-    announce_thread(tid, ts_ns);
+    announce_thread(tid, tgid, ts_ns);
     if cookie & COOKIE_GO != 0 && emit_go(ts_ns, tid, kind, cookie as u32, sp, g) {
         return;
     }
@@ -467,6 +501,100 @@ pub fn prof_exit(ctx: RetProbeContext) -> u32 {
 pub fn prof_ret(ctx: ProbeContext) -> u32 {
     let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
     on_probe(&ctx, KIND_EXIT, sp.wrapping_add(8), g);
+    0
+}
+
+/// Writes a process event about `tgid`.
+#[inline(always)]
+fn emit_proc(tgid: u32, what: u32, parent: u32, code: u32) {
+    match EVENTS.reserve::<ProcEvent>(0) {
+        Some(mut slot) => {
+            slot.write(ProcEvent {
+                event: Event {
+                    ts_ns: unsafe { bpf_ktime_get_ns() },
+                    tid: tgid,
+                    word: Event::pack(KIND_PROC, what),
+                    sp: 0,
+                },
+                parent,
+                code,
+                comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            });
+            slot.submit(BPF_RB_FORCE_WAKEUP as u64);
+        }
+        None => bump(COUNTER_LOST_PROC),
+    }
+}
+
+/// Reads a `u32` at `offset` in a kernel `task_struct`.
+#[inline(always)]
+fn task_u32(task: u64, offset: u32) -> Option<u32> {
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    unsafe { bpf_probe_read_kernel((task + u64::from(offset)) as *const u32) }.ok()
+}
+
+/// `sched_process_fork(task *parent, task *child)`, in the parent's
+/// context, before the child first runs. A new process (not a thread) of a
+/// traced one is added to `TRACED` under `--follow`, so its first
+/// instruction is already traced; otherwise it is only counted.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn prof_proc_fork(ctx: RawTracePointContext) -> i32 {
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_traced(parent) {
+        return 0;
+    }
+    let child: u64 = ctx.arg(1);
+    let (Some(pid), Some(tgid)) = (
+        task_u32(child, TASK_PID_OFFSET.load()),
+        task_u32(child, TASK_TGID_OFFSET.load()),
+    ) else {
+        return 0;
+    };
+    if pid != tgid {
+        // A thread of the same process.
+        return 0;
+    }
+    if TRACK.load() != track::FOLLOW {
+        bump(COUNTER_UNTRACED_CHILDREN);
+        return 0;
+    }
+    if TRACED.insert(tgid, parent, 0).is_err() {
+        bump(COUNTER_TRACED_FULL);
+        return 0;
+    }
+    emit_proc(tgid, PROC_FORK, parent, 0);
+    0
+}
+
+/// `sched_process_exec(task *p, pid_t old_pid, linux_binprm *bprm)`, in the
+/// process's context once the new image is in place.
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn prof_proc_exec(_ctx: RawTracePointContext) -> i32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if is_traced(tgid) {
+        emit_proc(tgid, PROC_EXEC, 0, 0);
+    }
+    0
+}
+
+/// `sched_process_exit(task *p, bool group_dead)`, in the exiting thread's
+/// context; the process is gone when `group_dead`.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn prof_proc_exit(ctx: RawTracePointContext) -> i32 {
+    let group_dead: u64 = ctx.arg(1);
+    if group_dead & 0xff == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_traced(tgid) {
+        return 0;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    let code = task_u32(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
+    emit_proc(tgid, PROC_EXIT, 0, code);
+    if TRACK.load() != track::ONE {
+        let _ = TRACED.remove(tgid);
+    }
     0
 }
 

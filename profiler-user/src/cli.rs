@@ -204,10 +204,20 @@ pub enum ExitProbes {
 /// `profiler record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// PID of the running process to attach to. Or give a command after
+    /// PID of a running process to attach to; repeat it to trace several
+    /// (each gets its own section in the outputs). Or give a command after
     /// `--` to launch it with the probes live before its first instruction.
-    #[arg(long, short = 'p', value_parser = parse_pid, required_unless_present = "command", conflicts_with = "command")]
-    pub pid: Option<u32>,
+    #[arg(long, short = 'p', value_parser = parse_pid, required_unless_present_any = ["command", "pid_of"], value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Trace every current process whose name (comm) or executable's file
+    /// name is NAME (repeatable), each in its own section.
+    #[arg(long, value_name = "NAME")]
+    pub pid_of: Vec<String>,
+    /// Also trace the processes the targets make (fork, vfork, clone,
+    /// posix_spawn), from their first instruction, and the programs they
+    /// exec that the selection matches; each process gets its own section.
+    #[arg(long)]
+    pub follow: bool,
     /// Command to launch under the profiler (after `--`). It runs as the
     /// invoking user under sudo; the profiler exits with its exit status.
     #[arg(last = true, value_name = "COMMAND")]

@@ -6,11 +6,14 @@
 //!   hangs noticed while they run;
 //! - [`stages`]: stage intervals per run, nesting derived;
 //! - [`startup`]: exec to main to ready, in launch mode;
+//! - [`processes`]: one section per traced process (`--follow`, several
+//!   targets): parent, program, lifetime, exit, its own aggregates;
 //! - [`cpu_profile`]: the samplers' maps read, symbolized and folded.
 pub mod calltree;
 pub mod cpu_profile;
 pub mod dispatch;
 pub mod goroutines;
+pub mod processes;
 pub mod stacks;
 pub mod stages;
 pub mod startup;

@@ -208,6 +208,15 @@ impl Stacks {
         self.entry_only = entry_only;
     }
 
+    /// Functions were added to the session (probed after an exec).
+    pub fn add_functions(&mut self, entry_only: &[bool]) {
+        self.funcs
+            .extend(std::iter::repeat_n(FuncStats::default(), entry_only.len()));
+        self.entry_only
+            .resize(self.funcs.len() - entry_only.len(), false);
+        self.entry_only.extend_from_slice(entry_only);
+    }
+
     /// True for a function with no exit probe.
     #[inline]
     pub fn is_entry_only(&self, func: u32) -> bool {

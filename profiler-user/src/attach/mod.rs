@@ -4,7 +4,9 @@
 //!   scheduler tracepoints and the dispatch sampler; reads the counters;
 //! - [`uprobe_multi`]: one `BPF_TRACE_UPROBE_MULTI` link per binary and
 //!   direction, for fast attach and detach;
-//! - [`samplers`]: the CPU and off-CPU samplers and the maps they fill.
+//! - [`samplers`]: the CPU and off-CPU samplers and the maps they fill;
+//! - [`task_btf`]: `task_struct` field offsets for the process tracepoints.
 pub mod probes;
 pub mod samplers;
+pub mod task_btf;
 pub mod uprobe_multi;

@@ -25,7 +25,7 @@ use profiler_common::{
     TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use super::uprobe_multi as multi;
+use super::{task_btf::TaskOffsets, uprobe_multi as multi};
 use crate::{
     cli::UnwindMode,
     error::chain,
@@ -64,6 +64,29 @@ pub struct Counters {
     pub cpu_counts_full: u64,
     /// `--dwarf` samples dropped (the ring was full).
     pub dwarf_lost: u64,
+    /// Children of traced processes that were not traced (no `--follow`).
+    pub untraced_children: u64,
+    /// Children not followed because the traced-process map was full.
+    pub traced_full: u64,
+    /// Process events (fork, exec, exit) dropped (ring full).
+    pub lost_proc: u64,
+}
+
+/// Which processes the probes count ([`profiler_common::track`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tracking {
+    /// A `track` constant.
+    pub mode: u32,
+    /// `task_struct` offsets (None: no BTF; forks are then not seen).
+    pub offsets: Option<TaskOffsets>,
+}
+
+impl Tracking {
+    /// True when the probes are for every process and the kernel's map of
+    /// traced processes decides.
+    pub fn by_map(&self) -> bool {
+        self.mode != profiler_common::track::ONE
+    }
 }
 
 /// The programs loaded for uprobe_multi links.
@@ -133,8 +156,11 @@ impl Probes {
         ring_size: u32,
         sample_all: bool,
         unwind: UnwindMode,
+        tracking: Tracking,
     ) -> Result<Self> {
-        Self::load_in_cgroup(tgid, watch_tid, ring_size, sample_all, unwind, None)
+        Self::load_in_cgroup(
+            tgid, watch_tid, ring_size, sample_all, unwind, None, tracking,
+        )
     }
 
     /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
@@ -146,8 +172,14 @@ impl Probes {
         sample_all: bool,
         unwind: UnwindMode,
         cgroup: Option<&Cgroup>,
+        tracking: Tracking,
     ) -> Result<Self> {
         let (cgroup_id, cgroup_level) = cgroup.map_or((0u64, 0u32), |c| (c.id, c.level));
+        let offsets = tracking.offsets.unwrap_or(TaskOffsets {
+            pid: 0,
+            tgid: 0,
+            exit_code: 0,
+        });
         let dwarf = unwind == UnwindMode::Copy;
         let (mode, rows) = match unwind {
             UnwindMode::Tables if sample_all => {
@@ -171,6 +203,18 @@ impl Probes {
             .override_global(UNWIND_MODE_GLOBAL, &mode, true)
             .override_global(profiler_common::CGROUP_ID_GLOBAL, &cgroup_id, true)
             .override_global(profiler_common::CGROUP_LEVEL_GLOBAL, &cgroup_level, true)
+            .override_global(profiler_common::TRACK_GLOBAL, &tracking.mode, true)
+            .override_global(profiler_common::TASK_PID_OFFSET_GLOBAL, &offsets.pid, true)
+            .override_global(
+                profiler_common::TASK_TGID_OFFSET_GLOBAL,
+                &offsets.tgid,
+                true,
+            )
+            .override_global(
+                profiler_common::TASK_EXIT_CODE_OFFSET_GLOBAL,
+                &offsets.exit_code,
+                true,
+            )
             .map_max_entries(EVENTS_MAP, ring_size)
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
@@ -196,8 +240,16 @@ impl Probes {
     /// entry probes, to every selected function. Exits first, so that a
     /// call entered mid-attach shows up as an orphan exit (counted) rather
     /// than as a frame that never closes. Returns the number of functions
-    /// probed.
+    /// probed. `pid` scopes the probes to one process; 0 puts them on every
+    /// process mapping the binaries, and the kernel's map of traced
+    /// processes decides (`--follow`, several targets).
     pub fn attach(&mut self, sel: &Selection, pid: u32) -> Result<usize> {
+        self.attach_from(sel, 0, pid)
+    }
+
+    /// [`Probes::attach`] for the functions from index `first` on (those a
+    /// selection gained after an exec).
+    pub fn attach_from(&mut self, sel: &Selection, first: usize, pid: u32) -> Result<usize> {
         assert!(sel.funcs.len() <= MAX_FUNCS as usize);
         let start = Instant::now();
         let cookie = |i: usize| {
@@ -213,10 +265,10 @@ impl Probes {
         };
         // Fast path: one uprobe_multi link per binary and program, which
         // also detaches in one grace period instead of one per probe.
-        let mut pending = vec![true; sel.funcs.len()];
+        let mut pending: Vec<bool> = (0..sel.funcs.len()).map(|i| i >= first).collect();
         if let Some(progs) = self.multi.as_ref() {
             for (bi, bin) in sel.binaries.iter().enumerate() {
-                let idx: Vec<usize> = (0..sel.funcs.len())
+                let idx: Vec<usize> = (first..sel.funcs.len())
                     .filter(|&i| sel.funcs[i].binary as usize == bi)
                     .collect();
                 if idx.is_empty() {
@@ -267,8 +319,11 @@ impl Probes {
                 }
             }
         }
-        let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).expect("pid > 0"));
-        let mut ok = vec![true; sel.funcs.len()];
+        let scope = match NonZeroU32::new(pid) {
+            Some(pid) => UProbeScope::OneProcess(pid),
+            None => UProbeScope::AllProcesses,
+        };
+        let mut ok: Vec<bool> = (0..sel.funcs.len()).map(|i| i >= first).collect();
         for (name, kind) in [
             (PROG_RET, ProbeKind::ReturnSite),
             (PROG_EXIT, ProbeKind::Return),
@@ -309,9 +364,9 @@ impl Probes {
         }
         self.attach_ms = start.elapsed().as_millis();
         let attached = ok.iter().filter(|&&b| b).count();
-        if attached == 0 {
+        if attached == 0 && first < sel.funcs.len() {
             let (func, reason) = self.failed.first().cloned().unwrap_or_default();
-            let f = &sel.funcs[0];
+            let f = &sel.funcs[first];
             return Err(Error::Attach {
                 func,
                 binary: sel.binaries[f.binary as usize].path.clone(),
@@ -392,6 +447,49 @@ impl Probes {
         Ok(())
     }
 
+    /// Adds processes to the kernel's map of traced processes (the
+    /// session's own targets, parent 0).
+    pub fn trace(&mut self, tgids: &[u32]) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut(profiler_common::TRACED_MAP)
+            .ok_or_else(|| Error::Load("no TRACED map".into()))?;
+        let mut traced: aya::maps::HashMap<_, u32, u32> =
+            aya::maps::HashMap::try_from(map).map_err(|e| Error::Load(chain(&e)))?;
+        for &tgid in tgids {
+            traced
+                .insert(tgid, 0, 0)
+                .map_err(|e| Error::Load(format!("tracing PID {tgid}: {}", chain(&e))))?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the process tracepoints: forks of traced processes (counted,
+    /// or followed), and with several targets or `--follow` their execs and
+    /// exits. Without BTF offsets, forks are not seen (returns false).
+    pub fn attach_process_events(&mut self, tracking: Tracking) -> Result<bool> {
+        if tracking.offsets.is_none() {
+            return Ok(false);
+        }
+        let mut progs = vec![(profiler_common::PROG_PROC_FORK, "sched_process_fork")];
+        if tracking.by_map() {
+            progs.push((profiler_common::PROG_PROC_EXEC, "sched_process_exec"));
+            progs.push((profiler_common::PROG_PROC_EXIT, "sched_process_exit"));
+        }
+        for (name, tp) in progs {
+            let prog: &mut RawTracePoint = self
+                .ebpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+                .try_into()
+                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+            prog.load().map_err(load_error)?;
+            prog.attach(tp)
+                .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+        }
+        Ok(true)
+    }
+
     /// The loaded object, for the CPU profiler.
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
@@ -439,6 +537,9 @@ impl CounterMap {
             cpu_stack_lost: sum(profiler_common::COUNTER_CPU_USER_STACK_LOST),
             cpu_counts_full: sum(profiler_common::COUNTER_CPU_COUNTS_FULL),
             dwarf_lost: sum(profiler_common::COUNTER_DWARF_LOST),
+            untraced_children: sum(profiler_common::COUNTER_UNTRACED_CHILDREN),
+            traced_full: sum(profiler_common::COUNTER_TRACED_FULL),
+            lost_proc: sum(profiler_common::COUNTER_LOST_PROC),
         }
     }
 }

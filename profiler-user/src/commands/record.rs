@@ -10,22 +10,25 @@ use crate::{
     analyze::stages::StagesConfig,
     analyze::startup::StartupReport,
     attach::{
-        probes::{self, Probes},
-        samplers,
+        probes::{self, Probes, Tracking},
+        samplers, task_btf,
     },
     cli::RecordArgs,
     output::OutDir,
     output::{report::Session, writers},
     session::{
         collector::{self, StopReason},
-        datafile, finish, pipeline,
+        datafile, finish,
+        follow::ExecProber,
+        pipeline,
         status::Status,
     },
     symbolize::Symbolizer,
     target::{
-        caps,
+        caps, find,
         launch::{self, Launched},
         libwatch::LibWatch,
+        merge::Probed,
         process::{self, Target},
         select::{self, Required, Selection},
     },
@@ -63,6 +66,11 @@ pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<
 /// Checks option combinations that need launch mode or a running process.
 fn check_mode(args: &RecordArgs) -> Result<()> {
     let launch = !args.command.is_empty();
+    if launch && (!args.pid.is_empty() || !args.pid_of.is_empty()) {
+        return Err(Error::Usage(
+            "--pid and --pid-of attach to running processes, a command after -- is launched: give one or the other".into(),
+        ));
+    }
     if !launch && (args.stages.ready.is_some() || args.stages.startup_threshold.is_some()) {
         return Err(Error::Usage(
             "--ready and --startup-threshold time a launch: use `profiler record [options] -- COMMAND`".into(),
@@ -96,6 +104,29 @@ fn never_mapped(
             })
         })
         .collect()
+}
+
+/// The processes named by `--pid` and `--pid-of`, first given first, each once.
+fn target_pids(args: &RecordArgs) -> Result<Vec<u32>> {
+    let mut pids = args.pid.clone();
+    for name in &args.pid_of {
+        let found = find::pids_named(name);
+        if found.is_empty() {
+            return Err(Error::Usage(if args.follow {
+                format!(
+                    "--follow --pid-of {name:?}: no running process is named {name:?}, so there is no tree to follow: start it first, or launch it with `profiler record --follow -- COMMAND`"
+                )
+            } else {
+                format!(
+                    "--pid-of {name:?}: no running process has that name (its comm or its executable's file name): check with `pgrep -l {name}`"
+                )
+            }));
+        }
+        pids.extend(found);
+    }
+    let mut seen = std::collections::HashSet::new();
+    pids.retain(|p| seen.insert(*p));
+    Ok(pids)
 }
 
 /// Runs `profiler record`. Returns the exit status to leave with: 0, or in
@@ -147,6 +178,28 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     caps::check()?;
     let launch = !args.command.is_empty();
     let out = OutDir::prepare(&args.out, writers::RECORD_FILES)?;
+    let pids = if launch {
+        Vec::new()
+    } else {
+        target_pids(args)?
+    };
+    // Several processes (or a tree): probes on every process mapping the
+    // binaries, the kernel's map of traced processes deciding.
+    let tracking = Tracking {
+        mode: if args.follow {
+            profiler_common::track::FOLLOW
+        } else if pids.len() > 1 {
+            profiler_common::track::MAP
+        } else {
+            profiler_common::track::ONE
+        },
+        offsets: match task_btf::task_offsets() {
+            Ok(o) => Some(o),
+            Err(e) if args.follow || pids.len() > 1 => return Err(e),
+            // One target: only the count of its untraced children is lost.
+            Err(_) => None,
+        },
+    };
     let (target, child) = if launch {
         let child = Launched::spawn(&args.command)?;
         (
@@ -154,13 +207,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             Some(child),
         )
     } else {
-        (
-            Target::open(args.pid.expect("clap requires --pid or a command"))?,
-            None,
-        )
+        (Target::open(pids[0])?, None)
     };
+    let others = pids
+        .iter()
+        .skip(1)
+        .map(|&pid| Target::open(pid))
+        .collect::<Result<Vec<_>>>()?;
     let required = required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
-    let sel = select::select(&target, &args.select, &required)?;
+    let mut sel = select::select(&target, &args.select, &required)?;
+    let mut probed_set = Probed::of(&sel);
+    for other in &others {
+        let more = select::select(other, &args.select, &[])?;
+        probed_set.merge(&mut sel, more, args.select.max_funcs);
+    }
     if sel.capped > 0 {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
@@ -183,7 +243,21 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         )),
         u => u,
     };
-    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false, unwind)?;
+    let mut probes = Probes::load(
+        target.pid,
+        watch_tid,
+        args.ring_size,
+        false,
+        unwind,
+        tracking,
+    )?;
+    let all_pids: Vec<u32> = std::iter::once(target.pid)
+        .chain(others.iter().map(|t| t.pid))
+        .collect();
+    if tracking.by_map() {
+        probes.trace(&all_pids)?;
+    }
+    probes.attach_process_events(tracking)?;
     let mut tables = match unwind {
         crate::cli::UnwindMode::Tables => {
             let mut t = crate::symbolize::tables::Tables::take(
@@ -208,18 +282,32 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         true => Some(samplers::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
         false => None,
     };
-    let probed = probes.attach(&sel, target.pid)?;
+    let scope = if tracking.by_map() { 0 } else { target.pid };
+    let probed = probes.attach(&sel, scope)?;
     if child.is_none() && !target.alive() {
         return Err(Error::TargetGone(target.pid));
     }
     for (func, reason) in probes.failed.iter().take(3) {
         eprintln!("profiler: warning: could not probe {func}: {reason}");
     }
-    let what = match &child {
+    let mut what = match &child {
         Some(c) => format!("{} (PID {}, launched)", c.program.display(), c.pid),
-        None => format!("PID {}", target.pid),
+        None if others.is_empty() => format!("PID {}", target.pid),
+        None => format!(
+            "PIDs {}",
+            all_pids
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
-    eprintln!(
+    if args.follow {
+        what.push_str(" and the processes they make (--follow)");
+    }
+    // Printed by the collector once it handles SIGINT and SIGTERM, so a
+    // Ctrl-C right after it always ends the session cleanly.
+    let attached = format!(
         "profiler: attached {probed} functions ({} probes) to {what} in {} ms ({}); stop with Ctrl-C",
         sel.probe_count(),
         probes.attach_ms,
@@ -275,9 +363,39 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         );
     }
     sinks.stop_when_runs_done = !args.stages.keep_going;
-    sinks.exe = std::fs::canonicalize(&target.exe)
-        .ok()
-        .or_else(|| Some(target.exe.clone()));
+    let targets: Vec<datafile::TargetInfo> = match tracking.by_map() {
+        false => Vec::new(),
+        true => std::iter::once(&target)
+            .chain(others.iter())
+            .map(|t| datafile::TargetInfo {
+                pid: t.pid,
+                ppid: match &child {
+                    Some(_) => std::process::id(),
+                    None => find::parent_of(t.pid),
+                },
+                exe: t.exe.display().to_string(),
+                start_ns: session_start_ns,
+            })
+            .collect(),
+    };
+    if tracking.by_map() {
+        sinks.processes = Some(pipeline::processes(
+            &sel.funcs,
+            crate::analyze::processes::DispatchRule {
+                threshold_ns: d.threshold.as_nanos() as u64,
+                frame_interval_ns: d.frame_interval.as_nanos() as u64,
+            },
+            targets
+                .iter()
+                .map(|t| (t.pid, t.ppid, t.exe.clone(), t.start_ns)),
+        ));
+    } else {
+        // One target: its exec ends the session (the probes are its
+        // program's); with several, each exec is followed.
+        sinks.exe = std::fs::canonicalize(&target.exe)
+            .ok()
+            .or_else(|| Some(target.exe.clone()));
+    }
     let start_unix_ns = crate::output::export::unix_ns_ago(0);
     if args.data_limit > 0 {
         let header = datafile::Header {
@@ -327,6 +445,8 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             frame_interval_ns: args.dispatch.frame_interval.as_nanos() as u64,
             full_tree: args.dispatch.full_tree,
             trace_events: args.trace_events,
+            processes: targets.clone(),
+            follow: args.follow,
         };
         let file = out.create("profile.data")?;
         sinks.data = Some(
@@ -343,14 +463,29 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
+    let mut prober = ExecProber {
+        probes: &mut probes,
+        sel: &mut sel,
+        probed: probed_set,
+        args: crate::cli::SelectArgs {
+            libs: Vec::new(),
+            dispatch: Vec::new(),
+            ..args.select.clone()
+        },
+    };
     let reason = rt.block_on(collector::collect(
         &mut ring,
         &mut sinks,
         &target.pidfd,
         args.duration,
-        &counters,
-        &mut status,
+        collector::Live {
+            counters: &counters,
+            status: &mut status,
+            attached: &attached,
+        },
+        &mut |sinks, pid| prober.on_exec(sinks, pid),
     ))?;
+    drop(prober);
     let duration_ns = started.elapsed().as_nanos() as u64;
     // Detach first, so the target runs unprobed while we finish up; then
     // take what was still in flight.
@@ -369,6 +504,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     match reason {
         StopReason::TargetExited => eprintln!("profiler: PID {} exited; writing the outputs", target.pid),
         StopReason::RunsComplete => eprintln!("profiler: every scenario has its runs; probes detached"),
+        StopReason::AllExited => eprintln!("profiler: every traced process exited; writing the outputs"),
         StopReason::TargetExeced => eprintln!(
             "profiler: PID {} exec'd another program, which the probes do not cover; writing the outputs",
             target.pid
@@ -417,7 +553,15 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         exit_rule: sel.exit_rule.clone(),
         never_mapped: never_mapped.clone(),
         damage: None,
+        untraced_children: counters_now.untraced_children,
+        follow: args.follow,
     };
+    if counters_now.traced_full + counters_now.lost_proc > 0 {
+        eprintln!(
+            "profiler: warning: {} child processes were not followed (the map of traced processes was full) and {} process events were lost (ring full)",
+            counters_now.traced_full, counters_now.lost_proc
+        );
+    }
     let mut data_result = Ok(());
     if let Some(data) = sinks.data.take() {
         let mut names: Vec<(u32, String)> =
@@ -442,6 +586,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             offcpu: offcpu.clone(),
             complete: true,
             never_mapped,
+            untraced_children: counters_now.untraced_children,
             totals: None,
         };
         // A failure (a full disk) is told after the other outputs, so the

@@ -95,6 +95,18 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if let Some(d) = &mut sinks.dispatch {
         d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
     }
+    if !h.processes.is_empty() {
+        sinks.processes = Some(pipeline::processes(
+            &funcs,
+            crate::analyze::processes::DispatchRule {
+                threshold_ns: ns(args.threshold, h.threshold_ns),
+                frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
+            },
+            h.processes
+                .iter()
+                .map(|p| (p.pid, p.ppid, p.exe.clone(), p.start_ns)),
+        ));
+    }
     for entry in &data.entries {
         sinks.replay(entry);
     }
@@ -108,6 +120,10 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             .filter_map(|t| t.name.clone().map(|n| (t.tid, n)))
             .collect()
     };
+    let mut funcs = funcs;
+    funcs.extend(sinks.added.funcs());
+    let mut binaries = binaries;
+    binaries.extend(sinks.added.binaries());
     let session = Session {
         pid: h.pid,
         exe: h.exe.clone(),
@@ -121,6 +137,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         exit_rule: h.exit_rule.clone(),
         never_mapped: t.never_mapped.clone(),
         damage,
+        untraced_children: t.untraced_children,
+        follow: h.follow,
     };
     finish::write(
         finish::Finish {

@@ -113,7 +113,15 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let copy = unwind == UnwindMode::Copy;
     // copy: 16 KiB per sample through the ring, drained every 20 ms.
     let ring_size = if copy { 64 << 20 } else { 4096 };
-    let mut probes = Probes::load_in_cgroup(pid, 0, ring_size, args.all, unwind, cgroup.as_ref())?;
+    let mut probes = Probes::load_in_cgroup(
+        pid,
+        0,
+        ring_size,
+        args.all,
+        unwind,
+        cgroup.as_ref(),
+        Default::default(),
+    )?;
     let mut tables = match unwind {
         UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), tables::capacity(args.all))?),
         _ => None,

@@ -23,6 +23,8 @@ pub struct Timeline {
     /// Calls not written because of the limit.
     pub omitted: u64,
     error: Option<io::Error>,
+    /// Threads of other processes than `pid` (several traced), by tid.
+    other_pids: std::collections::HashMap<u32, u32>,
 }
 
 impl Timeline {
@@ -48,7 +50,13 @@ impl Timeline {
             calls: 0,
             omitted: 0,
             error: None,
+            other_pids: Default::default(),
         })
+    }
+
+    /// Functions were added to the session (probed after an exec).
+    pub fn add_functions(&mut self, names: &[String]) {
+        self.names.extend(names.iter().map(|n| json_name(n)));
     }
 
     fn rel(&self, ts_ns: u64) -> u64 {
@@ -64,6 +72,16 @@ impl Timeline {
     /// A completed traced call on thread `tid`.
     #[inline]
     pub fn call(&mut self, tid: u32, c: &Completed) {
+        self.call_in(self.pid, tid, c);
+    }
+
+    /// A completed traced call on thread `tid` of process `pid` (several
+    /// processes traced: each is its own group of tracks).
+    #[inline]
+    pub fn call_in(&mut self, pid: u32, tid: u32, c: &Completed) {
+        if pid != self.pid {
+            self.other_pids.insert(tid, pid);
+        }
         if self.calls >= self.limit || self.error.is_some() {
             self.omitted += 1;
             return;
@@ -72,7 +90,7 @@ impl Timeline {
         let start = self.rel(c.start_ns);
         let r = self
             .w
-            .call(self.pid, tid, &self.names[c.func as usize], start, c.dur_ns);
+            .call(pid, tid, &self.names[c.func as usize], start, c.dur_ns);
         self.keep(r);
     }
 
@@ -89,15 +107,23 @@ impl Timeline {
         self.keep(r);
     }
 
-    /// Closes the file: thread names, then slow dispatches and hangs.
+    /// Closes the file: process names (`processes`: pid and program, when
+    /// several were traced), thread names, then slow dispatches and hangs.
     /// Returns the first write error, if any happened.
     pub fn finish(
         mut self,
+        processes: &[(u32, String)],
         threads: &[(u32, String)],
         dispatch: Option<&Dispatcher>,
     ) -> io::Result<()> {
+        let main = self.pid;
+        for (pid, exe) in processes.iter().filter(|(pid, _)| *pid != main) {
+            let r = self.w.process_name(*pid, exe);
+            self.keep(r);
+        }
         for (tid, name) in threads {
-            let r = self.w.thread_name(self.pid, *tid, name);
+            let pid = self.other_pids.get(tid).copied().unwrap_or(self.pid);
+            let r = self.w.thread_name(pid, *tid, name);
             self.keep(r);
         }
         if let Some(d) = dispatch {

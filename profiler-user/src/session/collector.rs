@@ -9,8 +9,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{
-    decode, read, CommEvent, Event, GoEvent, RecordKind, StackEvent, KIND_ENTRY, MAX_KERNEL_FRAMES,
-    MAX_USER_FRAMES, SCHED_BLOCKED,
+    decode, read, CommEvent, Event, GoEvent, ProcEvent, RecordKind, StackEvent, KIND_ENTRY,
+    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED,
 };
 use tokio::{
     io::{unix::AsyncFd, Interest},
@@ -20,6 +20,7 @@ use tokio::{
 use crate::{
     analyze::dispatch::Dispatcher,
     analyze::goroutines::Goroutines,
+    analyze::processes::{ProcChange, Processes},
     analyze::stacks::Stacks,
     analyze::stages::StageTracker,
     analyze::startup::StartupWatch,
@@ -28,6 +29,7 @@ use crate::{
     output::timeline::Timeline,
     session::datafile::{DataWriter, Entry},
     session::notices,
+    session::probed::ProbedRecord,
     session::status::Status,
     target::process::thread_name,
     Error, Result,
@@ -46,6 +48,8 @@ pub enum StopReason {
     RunsComplete,
     /// The target exec'd another program: the probes no longer apply.
     TargetExeced,
+    /// Every traced process has exited (`--follow`, several targets).
+    AllExited,
 }
 
 impl StopReason {
@@ -57,6 +61,7 @@ impl StopReason {
             StopReason::Signal(_) => "signal",
             StopReason::RunsComplete => "runs complete",
             StopReason::TargetExeced => "target exec'd another program",
+            StopReason::AllExited => "every traced process exited",
         }
     }
 }
@@ -99,6 +104,7 @@ pub struct Sinks {
     /// Where hangs are logged as they are noticed (`hangs.log`).
     pub hang_log: Option<std::path::PathBuf>,
     execd: bool,
+    all_gone: bool,
     ticks: u32,
     goroutines: Goroutines,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
@@ -107,12 +113,23 @@ pub struct Sinks {
     /// `--lib`s not mapped when the probes went on, checked every 0.1 s
     /// until they are.
     pub libs: crate::target::libwatch::LibWatch,
+    /// One section per traced process (`--follow`, several targets).
+    pub processes: Option<Processes>,
+    /// Processes that exec'd since the session last looked (live only:
+    /// the agent probes their new programs).
+    pub execs: Vec<u32>,
+    /// Functions probed after an exec, beyond the first selection, and
+    /// the binaries they are in.
+    pub added: ProbedRecord,
 }
 
 impl Sinks {
     /// Applies one function entry or exit.
     #[inline]
     fn on_call(&mut self, ev: &Event) {
+        if let Some(p) = &mut self.processes {
+            p.on_event(ev);
+        }
         if self.stacks.is_entry_only(ev.func()) {
             // No exit probe: counted, and seen by nothing that needs the
             // call's end.
@@ -120,7 +137,10 @@ impl Sinks {
             return;
         }
         if let (Some(done), Some(tl)) = (self.stacks.on_event(ev), &mut self.timeline) {
-            tl.call(ev.tid, &done);
+            match self.processes.as_ref().and_then(|p| p.pid_of(ev.tid)) {
+                Some(pid) => tl.call_in(pid, ev.tid, &done),
+                None => tl.call(ev.tid, &done),
+            }
         }
         if let Some(d) = &mut self.dispatch {
             if ev.tid == d.cfg.tid {
@@ -175,7 +195,25 @@ impl Sinks {
             }
             RecordKind::Entry | RecordKind::Exit => self.on_call(&ev),
             RecordKind::Comm => match read::<CommEvent>(rec) {
-                Some(c) => self.stacks.on_comm(&c),
+                Some(c) => {
+                    self.stacks.on_comm(&c);
+                    if let Some(p) = &mut self.processes {
+                        p.on_comm(&c);
+                    }
+                }
+                None => self.stacks.invalid_events += 1,
+            },
+            RecordKind::Proc => match (read::<ProcEvent>(rec), &mut self.processes) {
+                (Some(p), Some(procs)) => {
+                    if let ProcChange::Execd(pid) = procs.on_proc(&p) {
+                        self.execs.push(pid);
+                    }
+                }
+                (Some(_), None) => {}
+                (None, _) => self.stacks.invalid_events += 1,
+            },
+            RecordKind::Probed => match ProbedRecord::decode(rec) {
+                Some(added) => self.add_functions(added),
                 None => self.stacks.invalid_events += 1,
             },
             RecordKind::SchedOut | RecordKind::Sample => {
@@ -215,6 +253,45 @@ impl Sinks {
         }
     }
 
+    /// Applies a record the agent made (functions probed after an exec),
+    /// journaling it for replay.
+    pub fn inject(&mut self, rec: &[u8]) {
+        if let Some(w) = &mut self.data {
+            w.record(rec);
+        }
+        self.on_record(rec);
+    }
+
+    /// Functions probed after process `added.pid` exec'd: every aggregate
+    /// grows to hold them.
+    fn add_functions(&mut self, added: ProbedRecord) {
+        let funcs = added.funcs();
+        let entry_only: Vec<bool> = funcs
+            .iter()
+            .map(|f| matches!(f.exit, crate::target::exits::ExitProbe::EntryOnly(_)))
+            .collect();
+        let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
+        self.stacks.add_functions(&entry_only);
+        if let Some((_, window)) = &mut self.startup {
+            window.add_functions(&entry_only);
+        }
+        if let Some(d) = &mut self.dispatch {
+            let dispatch: Vec<bool> = funcs.iter().map(|f| f.dispatch).collect();
+            d.add_functions(&names, &dispatch);
+        }
+        if let Some(tl) = &mut self.timeline {
+            tl.add_functions(&names);
+        }
+        if let Some(p) = &mut self.processes {
+            p.set_exe(added.pid, added.exe.clone());
+            if !funcs.is_empty() {
+                let dispatch: Vec<bool> = funcs.iter().map(|f| f.dispatch).collect();
+                p.add_functions(&entry_only, &dispatch, added.pid, added.ts_ns);
+            }
+        }
+        self.added.absorb(added);
+    }
+
     /// Copies every pending record out of the ring, then names the threads
     /// seen for the first time (while they are most likely alive).
     pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
@@ -238,8 +315,13 @@ impl Sinks {
     /// Folds the threads that have exited (journaled for replay).
     pub fn reap(&mut self, now: bool) {
         let pid = self.pid;
+        let many = self.processes.is_some();
         let gone = self.stacks.reap(
-            |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+            |tid| match many {
+                // Threads of several processes: /proc finds any thread by id.
+                true => std::path::Path::new(&format!("/proc/{tid}/stat")).exists(),
+                false => std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+            },
             now,
         );
         if let Some(w) = &mut self.data {
@@ -262,6 +344,8 @@ impl Sinks {
             Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
             Entry::Lost(..) => {}
         }
+        // Replay has no probes to add: the recorded additions follow.
+        self.execs.clear();
         self.tell_notices();
     }
 
@@ -301,10 +385,14 @@ impl Sinks {
             exe: None,
             hang_log: None,
             execd: false,
+            all_gone: false,
             ticks: 0,
             goroutines: Goroutines::default(),
             tables: None,
             libs: Default::default(),
+            processes: None,
+            execs: Vec::new(),
+            added: ProbedRecord::default(),
         }
     }
 
@@ -335,6 +423,13 @@ impl Sinks {
             }
             // Exited threads' state folds into one aggregate per name.
             self.reap(false);
+            // An exit event lost (ring full) must not keep the session
+            // going: every process still counted as running is gone.
+            if let Some(p) = &self.processes {
+                self.all_gone = p
+                    .running()
+                    .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            }
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
@@ -367,15 +462,34 @@ impl AsRawFd for Fd {
     }
 }
 
-/// Reads events until a stop condition, then returns why.
+/// What the user sees while recording.
+pub struct Live<'a> {
+    /// The kernel's counters, for the status line.
+    pub counters: &'a CounterMap,
+    /// The live status line.
+    pub status: &'a mut Status,
+    /// The `attached` line, printed once SIGINT and SIGTERM are handled.
+    pub attached: &'a str,
+}
+
+/// Reads events until a stop condition, then returns why. `on_exec` is called for
+/// each traced process that exec'd (it probes the new program).
+/// With several processes, the session ends when all have exited, not
+/// when the first target (`pidfd`) does.
 pub async fn collect(
     ring: &mut RingBuf<MapData>,
     sinks: &mut Sinks,
     pidfd: &OwnedFd,
     duration: Option<Duration>,
-    counters: &CounterMap,
-    status: &mut Status,
+    live: Live<'_>,
+    on_exec: &mut dyn FnMut(&mut Sinks, u32),
 ) -> Result<StopReason> {
+    let Live {
+        counters,
+        status,
+        attached,
+    } = live;
+    let one_target = sinks.processes.is_none();
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     // SAFETY: both descriptors stay open for longer than these AsyncFds,
     // which are dropped when this function returns; `ring` and `pidfd` are
@@ -391,6 +505,7 @@ pub async fn collect(
         signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    eprintln!("{attached}");
     let deadline = sleep_or_forever(duration);
     tokio::pin!(deadline);
     let mut tick = tokio::time::interval(DRAIN_TICK);
@@ -402,7 +517,7 @@ pub async fn collect(
             _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
             _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
             _ = &mut deadline => break StopReason::Duration,
-            _ = exit_fd.readable() => break StopReason::TargetExited,
+            _ = exit_fd.readable(), if one_target => break StopReason::TargetExited,
             guard = ring_fd.readable() => {
                 let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
                 sinks.drain(ring);
@@ -421,8 +536,14 @@ pub async fn collect(
                 status.update(start.elapsed(), &sinks.stacks, counters);
             }
         }
+        for pid in std::mem::take(&mut sinks.execs) {
+            on_exec(sinks, pid);
+        }
         if sinks.finished() {
             break StopReason::RunsComplete;
+        }
+        if sinks.all_gone || sinks.processes.as_ref().is_some_and(Processes::all_ended) {
+            break StopReason::AllExited;
         }
         if sinks.execd {
             break StopReason::TargetExeced;

@@ -60,9 +60,13 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         timeline,
         stages,
         startup,
+        mut processes,
         ..
     } = sinks;
     let stacks = writers::finished(stacks);
+    if let Some(p) = &mut processes {
+        p.finish();
+    }
     let out = f.out;
     let report = Report {
         session: f.session.clone(),
@@ -70,6 +74,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         binaries: f.binaries,
         stacks: &stacks,
         thread_names: f.thread_names.clone(),
+        processes: processes.as_ref(),
     };
     let mut page = summary_page(&f, &report, dispatch.as_ref());
     writers::spine(out, &report, &mut page)?;
@@ -108,6 +113,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
             binaries: f.binaries,
             stacks: &window,
             thread_names: f.thread_names.clone(),
+            processes: None,
         };
         let ready_what = match &f.ready {
             Some(func) => format!("entry of {func}"),
@@ -127,7 +133,11 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
         let omitted = tl.omitted;
         let mut threads: Vec<(u32, String)> = f.thread_names.into_iter().collect();
         threads.sort();
-        tl.finish(&threads, dispatch.as_ref())
+        let procs: Vec<(u32, String)> = processes
+            .iter()
+            .flat_map(|p| p.iter().map(|p| (p.pid, p.exe.clone())))
+            .collect();
+        tl.finish(&procs, &threads, dispatch.as_ref())
             .map_err(|e| Error::Output {
                 path: out.path().join("trace.json"),
                 reason: e.to_string(),

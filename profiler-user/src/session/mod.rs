@@ -7,10 +7,14 @@
 //! - [`notices`]: slow dispatches and hangs told as they happen, hangs
 //!   logged to `hangs.log`;
 //! - [`status`]: the live status line;
-//! - [`finish`]: every output of a finished pipeline.
+//! - [`finish`]: every output of a finished pipeline;
+//! - [`follow`]: probes the programs traced processes exec (`--follow`);
+//! - [`probed`]: the stream record of functions probed after an exec.
 pub mod collector;
 pub mod datafile;
 pub mod finish;
+pub mod follow;
 pub mod notices;
 pub mod pipeline;
+pub mod probed;
 pub mod status;

@@ -4,6 +4,7 @@
 //! reproduce a recording's outputs.
 use crate::{
     analyze::dispatch::{self, Dispatcher},
+    analyze::processes::{DispatchRule, Processes},
     analyze::stacks::Stacks,
     analyze::stages::{StageTracker, StagesConfig},
     analyze::startup::StartupWatch,
@@ -42,6 +43,28 @@ pub struct Config<'a> {
 /// Index of the probed function named `name`.
 pub fn index_of(funcs: &[Func], name: &str) -> Option<u32> {
     funcs.iter().position(|f| f.name == name).map(|i| i as u32)
+}
+
+/// The per-process sections for several traced processes: `targets` are
+/// (pid, ppid, exe, start_ns) of the named ones; main-thread dispatches
+/// are timed by `rule`.
+pub fn processes(
+    funcs: &[Func],
+    rule: DispatchRule,
+    targets: impl Iterator<Item = (u32, u32, String, u64)>,
+) -> Processes {
+    let mut p = Processes::new(
+        funcs
+            .iter()
+            .map(|f| matches!(f.exit, ExitProbe::EntryOnly(_)))
+            .collect(),
+        funcs.iter().map(|f| f.dispatch).collect(),
+        rule,
+    );
+    for (pid, ppid, exe, start_ns) in targets {
+        p.add_target(pid, ppid, exe, start_ns);
+    }
+    p
 }
 
 /// Builds the pipeline; truncates `hangs.log` and starts `trace.json`.

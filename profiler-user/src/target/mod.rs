@@ -8,13 +8,17 @@
 //! - [`cgroup`]: `sample --all --cgroup`, a process's cgroup;
 //! - [`caps`]: the capabilities tracing needs, checked first;
 //! - [`symbols`]: ELF symbol tables of its binaries;
-//! - [`select`]: which functions to probe.
+//! - [`select`]: which functions to probe;
+//! - [`merge`]: several processes' selections as one, each function once;
+//! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;
 pub mod cgroup;
 pub mod exits;
+pub mod find;
 pub mod launch;
 pub mod ldso;
 pub mod libwatch;
+pub mod merge;
 pub mod process;
 pub mod select;
 pub mod symbols;

@@ -16,6 +16,7 @@ mod demangle;
 mod dispatch;
 mod exports;
 mod flamegraph;
+mod follow;
 mod golang;
 mod helpers;
 mod html;

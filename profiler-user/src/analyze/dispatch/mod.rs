@@ -205,6 +205,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// Functions were added to the session (probed after an exec).
+    pub fn add_functions(&mut self, names: &[String], is_dispatch: &[bool]) {
+        self.names.extend_from_slice(names);
+        self.is_dispatch.extend_from_slice(is_dispatch);
+    }
+
     /// A dispatcher for target `pid`; `names[i]` and `is_dispatch[i]` describe
     /// probed function `i`.
     pub fn new(

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::Report;
+use crate::analyze::{processes::Process, stacks::Stacks};
 
 #[derive(Serialize)]
 struct FunctionsJson<'a> {
@@ -25,8 +26,57 @@ struct FunctionsJson<'a> {
     /// damaged: what is missing; the figures cover only the part before.
     #[serde(skip_serializing_if = "Option::is_none")]
     recording_damage: Option<&'a str>,
+    /// Processes the targets made that were not traced (no `--follow`).
+    untraced_children: u64,
     functions: Vec<FunctionJson<'a>>,
     threads: Vec<ThreadJson>,
+    /// One section per process, when several were traced (`--follow`,
+    /// several `--pid`, `--pid-of`); `functions` above sums them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<Vec<ProcessJson<'a>>>,
+}
+
+#[derive(Serialize)]
+struct ProcessJson<'a> {
+    pid: u32,
+    ppid: u32,
+    exe: &'a str,
+    /// Made by a traced process (`--follow`), not a named target.
+    child: bool,
+    start_ns: u64,
+    /// None: still running when recording stopped.
+    end_ns: Option<u64>,
+    /// Exit status; None when killed by a signal or still running.
+    exit_code: Option<i32>,
+    /// The signal that killed it.
+    signal: Option<u32>,
+    execs: Vec<ExecJson<'a>>,
+    events: u64,
+    orphan_exits: u64,
+    unfinished_frames: u64,
+    /// Its main thread's dispatches (the session's dispatch rule).
+    dispatches: DispatchesJson,
+    functions: Vec<FunctionJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct DispatchesJson {
+    count: u64,
+    /// At least `--threshold` long.
+    slow: u64,
+    p50_ns: u64,
+    p95_ns: u64,
+    max_ns: u64,
+}
+
+#[derive(Serialize)]
+struct ExecJson<'a> {
+    ts_ns: u64,
+    exe: &'a str,
+    /// When its new program's functions were probed (its calls before
+    /// that were not seen); None when there was nothing new to probe.
+    probed_ns: Option<u64>,
+    probed_functions: usize,
 }
 
 #[derive(Serialize)]
@@ -94,11 +144,9 @@ fn thread_functions(
         .collect()
 }
 
-/// Renders `functions.json`.
-pub fn render(r: &Report) -> String {
-    let s = &r.session;
-    let functions = r
-        .active_funcs()
+/// Per-function rows of `stacks`.
+fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
+    super::active_funcs(stacks)
         .into_iter()
         .map(|(i, st)| {
             let f = &r.funcs[i];
@@ -116,7 +164,47 @@ pub fn render(r: &Report) -> String {
                 exit_probe: f.exit.kind(),
             }
         })
-        .collect();
+        .collect()
+}
+
+fn process<'a>(r: &Report<'a>, p: &'a Process) -> ProcessJson<'a> {
+    ProcessJson {
+        pid: p.pid,
+        ppid: p.ppid,
+        exe: &p.exe,
+        child: p.child,
+        start_ns: p.start_ns,
+        end_ns: p.end_ns,
+        exit_code: p.exit_code(),
+        signal: p.signal(),
+        execs: p
+            .execs
+            .iter()
+            .map(|e| ExecJson {
+                ts_ns: e.ts_ns,
+                exe: &e.exe,
+                probed_ns: e.probed_ns,
+                probed_functions: e.probed,
+            })
+            .collect(),
+        events: p.stacks.events,
+        orphan_exits: p.stacks.orphan_exits(),
+        unfinished_frames: p.stacks.unfinished_frames(),
+        dispatches: DispatchesJson {
+            count: p.dispatches.stats.count,
+            slow: p.dispatches.slow,
+            p50_ns: p.dispatches.stats.quantile(0.5),
+            p95_ns: p.dispatches.stats.quantile(0.95),
+            max_ns: p.dispatches.max_ns,
+        },
+        functions: functions(r, &p.stacks),
+    }
+}
+
+/// Renders `functions.json`.
+pub fn render(r: &Report) -> String {
+    let s = &r.session;
+    let functions = functions(r, r.stacks);
     let mut threads: Vec<ThreadJson> = r
         .stacks
         .threads()
@@ -148,8 +236,12 @@ pub fn render(r: &Report) -> String {
         exit_rule: &s.exit_rule,
         libraries_never_mapped: &s.never_mapped,
         recording_damage: s.damage.as_deref(),
+        untraced_children: s.untraced_children,
         functions,
         threads,
+        processes: r
+            .processes
+            .map(|ps| ps.iter().map(|p| process(r, p)).collect()),
     };
     let mut out = serde_json::to_string_pretty(&doc).expect("plain data serializes");
     out.push('\n');

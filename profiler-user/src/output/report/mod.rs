@@ -8,6 +8,7 @@ pub mod text;
 use std::collections::HashMap;
 
 use crate::{
+    analyze::processes::Processes,
     analyze::stacks::{FuncStats, Stacks},
     target::select::{Binary, Func},
 };
@@ -40,6 +41,10 @@ pub struct Session {
     /// A replayed recording that was cut short or damaged: what is missing
     /// (the figures cover only the part before).
     pub damage: Option<String>,
+    /// Processes the targets made that were not traced (no `--follow`).
+    pub untraced_children: u64,
+    /// `--follow`.
+    pub follow: bool,
 }
 
 /// The finished recording, ready to render.
@@ -54,6 +59,8 @@ pub struct Report<'a> {
     pub stacks: &'a Stacks,
     /// Thread names by tid.
     pub thread_names: HashMap<u32, String>,
+    /// One section per process, when several were traced.
+    pub processes: Option<&'a Processes>,
 }
 
 impl Report<'_> {
@@ -77,11 +84,17 @@ impl Report<'_> {
     /// Function indices with at least one call or unfinished frame, with
     /// their stats.
     pub fn active_funcs(&self) -> Vec<(usize, &FuncStats)> {
-        self.stacks
-            .funcs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
-            .collect()
+        active_funcs(self.stacks)
     }
+}
+
+/// Function indices of `stacks` with at least one call or unfinished
+/// frame, with their stats.
+pub fn active_funcs(stacks: &Stacks) -> Vec<(usize, &FuncStats)> {
+    stacks
+        .funcs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
+        .collect()
 }

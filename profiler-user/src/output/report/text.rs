@@ -2,8 +2,8 @@
 //! total time.
 use std::fmt::Write;
 
-use super::Report;
-use crate::analyze::stacks::FuncStats;
+use super::{active_funcs, Report};
+use crate::analyze::{processes::Processes, stacks::FuncStats};
 use crate::fmt::{fmt_ns, line_if};
 use crate::target::exits::ExitProbe;
 
@@ -53,6 +53,78 @@ fn notes(st: &FuncStats, f: &crate::target::select::Func) -> String {
         String::new()
     } else {
         format!("  ({})", parts.join(", "))
+    }
+}
+
+/// How many functions a process's row names.
+const TOP_PER_PROCESS: usize = 3;
+
+/// The per-process table (several processes traced).
+fn processes(out: &mut String, r: &Report, ps: &Processes) {
+    let how = if r.session.follow {
+        " (--follow: the targets and the processes they made)"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "\nProcesses: {}{how}", ps.len());
+    let _ = writeln!(
+        out,
+        "{:>8} {:>8} {:>11} {:>9} {:>10} {:>15} {:>11}  program; top functions by calls",
+        "pid", "ppid", "lifetime", "exit", "calls", "dispatches/slow", "max"
+    );
+    for p in ps.iter() {
+        let lifetime = match p.end_ns {
+            Some(end) => fmt_ns(end.saturating_sub(p.start_ns)),
+            None => "running".to_string(),
+        };
+        let exit = match (p.exit_code(), p.signal()) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(sig)) => format!("signal {sig}"),
+            _ => "-".to_string(),
+        };
+        let mut funcs = active_funcs(&p.stacks);
+        let calls: u64 = funcs.iter().map(|(_, st)| st.calls).sum();
+        funcs.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
+        let top: Vec<String> = funcs
+            .iter()
+            .take(TOP_PER_PROCESS)
+            .map(|(i, st)| format!("{} {}", r.funcs[*i].name, st.calls))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:>8} {:>8} {:>11} {:>9} {:>10} {:>15} {:>11}  {}; {}",
+            p.pid,
+            p.ppid,
+            lifetime,
+            exit,
+            calls,
+            format!("{}/{}", p.dispatches.stats.count, p.dispatches.slow),
+            fmt_ns(p.dispatches.max_ns),
+            p.exe,
+            if top.is_empty() {
+                "no calls".to_string()
+            } else {
+                top.join(", ")
+            }
+        );
+        for e in &p.execs {
+            let since = match e.probed_ns {
+                Some(at) => format!(
+                    "its {} functions probed {} after the exec (calls before then not seen)",
+                    e.probed,
+                    fmt_ns(at.saturating_sub(e.ts_ns))
+                ),
+                None => "nothing new to probe in it".to_string(),
+            };
+            let _ = writeln!(out, "{:>8} exec'd {}: {since}", "", e.exe);
+        }
+    }
+    if ps.unattributed > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} events came from threads whose process was not known (their first sighting was lost): in the totals, in no process",
+            ps.unattributed
+        );
     }
 }
 
@@ -118,6 +190,17 @@ pub fn render(r: &Report) -> String {
     );
     for line in &s.never_mapped {
         let _ = writeln!(out, "note: {line}");
+    }
+    line_if(
+        &mut out,
+        s.untraced_children > 0,
+        format_args!(
+            "note: the traced processes started {} child processes that were not traced (their calls are not counted): add --follow to trace them",
+            s.untraced_children
+        ),
+    );
+    if let Some(ps) = r.processes {
+        processes(&mut out, r, ps);
     }
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));

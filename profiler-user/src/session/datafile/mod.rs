@@ -37,7 +37,11 @@ use crate::{Error, Result};
 /// File magic.
 pub const MAGIC: &[u8; 8] = b"PROFDATA";
 /// Format version written; files with a newer one are refused.
-/// 3: checksummed, compressed blocks, a trailer with totals.
+/// 3: checksummed, compressed blocks, a trailer with totals; process
+/// records (`ProcEvent`: fork, exec, exit of traced processes), agent records
+/// of functions probed after an exec (`KIND_PROBED`), the thread's tgid in
+/// `CommEvent`, the header's `processes` and `follow`, the trailer's
+/// `untraced_children` (`--follow`, several targets).
 /// 2: Go entry/exit records (`GoEvent`), each function's exit mechanism
 /// (`FuncInfo::exit`) and the header's `exit_rule`. Versions 1 and 2 still
 /// read (the new fields default to empty).
@@ -111,6 +115,26 @@ pub struct Header {
     pub full_tree: bool,
     /// `--trace-events`.
     pub trace_events: u64,
+    /// Several processes traced (`--follow`, several `--pid`, `--pid-of`):
+    /// the named targets. Empty: one target, `pid`.
+    #[serde(default)]
+    pub processes: Vec<TargetInfo>,
+    /// `--follow`.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// A process the session was told to trace.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TargetInfo {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's.
+    pub ppid: u32,
+    /// Its executable.
+    pub exe: String,
+    /// CLOCK_MONOTONIC when tracing it started.
+    pub start_ns: u64,
 }
 
 /// A format-3 recording's totals, in its trailer.
@@ -162,6 +186,9 @@ pub struct Trailer {
     /// One line per `--lib` never mapped during the session.
     #[serde(default)]
     pub never_mapped: Vec<String>,
+    /// Processes the targets made that were not traced (no `--follow`).
+    #[serde(default)]
+    pub untraced_children: u64,
     /// Format 3: what the file holds.
     #[serde(default)]
     pub totals: Option<Totals>,

@@ -36,6 +36,8 @@ fn header() -> Header {
         frame_interval_ns: 3,
         full_tree: false,
         trace_events: 4,
+        processes: vec![],
+        follow: false,
     }
 }
 

@@ -1,0 +1,140 @@
+//! The record the agent adds to the stream when a traced process exec'd
+//! (`--follow`): the new program, and the functions of it that were probed
+//! then, with the binaries they are in. `record` applies it the moment it
+//! attaches them and journals it in `profile.data`; `report` applies it at
+//! the same point of the replay, so both grow the same aggregates.
+use profiler_common::{Event, KIND_PROBED};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    session::datafile::FuncInfo,
+    target::{
+        exits::ExitProbe,
+        select::{Binary, Func},
+    },
+};
+
+/// Functions probed after an exec.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbedRecord {
+    /// The process that exec'd.
+    pub pid: u32,
+    /// CLOCK_MONOTONIC when the probes were in place.
+    pub ts_ns: u64,
+    /// Its new program.
+    pub exe: String,
+    /// Binaries added to the session (appended to its list).
+    pub binaries: Vec<String>,
+    /// Functions added (appended; `binary` indexes the whole list).
+    pub funcs: Vec<FuncInfo>,
+}
+
+impl ProbedRecord {
+    /// What is recorded of `funcs` (indices into the session's binaries),
+    /// and the binaries new to the session.
+    pub fn new(pid: u32, ts_ns: u64, exe: String, binaries: &[Binary], funcs: &[Func]) -> Self {
+        ProbedRecord {
+            pid,
+            ts_ns,
+            exe,
+            binaries: binaries
+                .iter()
+                .map(|b| b.path.display().to_string())
+                .collect(),
+            funcs: funcs
+                .iter()
+                .map(|f| FuncInfo {
+                    name: f.name.clone(),
+                    binary: f.binary,
+                    offset: f.offset,
+                    dispatch: f.dispatch,
+                    exit: f.exit.kind().into(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The ring-record bytes: an [`Event`] header, then JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = Event {
+            ts_ns: self.ts_ns,
+            tid: self.pid,
+            word: Event::pack(KIND_PROBED, self.funcs.len() as u32),
+            sp: 0,
+        };
+        // SAFETY: viewing a repr(C) record of plain integers as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&header as *const Event).cast::<u8>(), size_of::<Event>())
+        };
+        let mut out = bytes.to_vec();
+        out.extend(serde_json::to_vec(self).expect("plain data"));
+        out
+    }
+
+    /// Reads one back; None when it is not one.
+    pub fn decode(rec: &[u8]) -> Option<Self> {
+        serde_json::from_slice(rec.get(size_of::<Event>()..)?).ok()
+    }
+
+    /// The functions, as the pipeline describes them.
+    pub fn funcs(&self) -> Vec<Func> {
+        self.funcs
+            .iter()
+            .map(|f| Func {
+                name: f.name.clone(),
+                binary: f.binary,
+                offset: f.offset,
+                dispatch: f.dispatch,
+                exit: ExitProbe::from_kind(&f.exit),
+                unprobed: None,
+            })
+            .collect()
+    }
+
+    /// The binaries, as the pipeline describes them.
+    pub fn binaries(&self) -> Vec<Binary> {
+        self.binaries
+            .iter()
+            .map(|p| Binary {
+                path: p.into(),
+                open_path: p.into(),
+                go: false,
+                unmapped: None,
+            })
+            .collect()
+    }
+
+    /// Adds a later record's functions and binaries to these.
+    pub fn absorb(&mut self, later: ProbedRecord) {
+        self.binaries.extend(later.binaries);
+        self.funcs.extend(later.funcs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::{decode, RecordKind};
+
+    #[test]
+    fn round_trips_through_the_record_decoder() {
+        let rec = ProbedRecord {
+            pid: 42,
+            ts_ns: 7,
+            exe: "/bin/helper".into(),
+            binaries: vec!["/bin/helper".into()],
+            funcs: vec![FuncInfo {
+                name: "work".into(),
+                binary: 1,
+                offset: 64,
+                dispatch: false,
+                exit: "ret".into(),
+            }],
+        };
+        let bytes = rec.encode();
+        let (kind, ev) = decode(&bytes).unwrap();
+        assert_eq!((kind, ev.tid, ev.func()), (RecordKind::Probed, 42, 1));
+        assert_eq!(ProbedRecord::decode(&bytes), Some(rec));
+        assert_eq!(ProbedRecord::decode(&bytes[..30]), None);
+    }
+}
