@@ -5,6 +5,7 @@
 //! - [`uprobe_multi`]: one `BPF_TRACE_UPROBE_MULTI` link per binary and
 //!   direction, for fast attach and detach;
 //! - [`samplers`]: the CPU and off-CPU samplers and the maps they fill.
+pub mod calibrate;
 pub mod probes;
 pub mod samplers;
 pub mod uprobe_multi;

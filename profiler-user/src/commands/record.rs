@@ -10,6 +10,7 @@ use crate::{
     analyze::stages::StagesConfig,
     analyze::startup::StartupReport,
     attach::{
+        calibrate::{self, HitCost},
         probes::{self, Probes},
         samplers,
     },
@@ -18,7 +19,9 @@ use crate::{
     output::{report::Session, writers},
     session::{
         collector::{self, StopReason},
-        datafile, finish, pipeline,
+        datafile, finish,
+        governor::Governor,
+        pipeline,
         status::Status,
     },
     symbolize::Symbolizer,
@@ -59,6 +62,16 @@ pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<
     }
     req
 }
+
+/// The hit cost the governor assumes when calibration fails: this kernel's
+/// int3 cost as measured by `cargo xtask bench` (BENCHMARKS.md, part a).
+const FALLBACK_COST: HitCost = HitCost {
+    entry_ns: 5000.0,
+    entry_push_ns: 1500.0,
+    entry_nop_ns: 500.0,
+    ret_site_ns: 5000.0,
+    uretprobe_ns: 3000.0,
+};
 
 /// Checks option combinations that need launch mode or a running process.
 fn check_mode(args: &RecordArgs) -> Result<()> {
@@ -195,6 +208,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         }
         _ => None,
     };
+    // The overhead governor (default 10% with --pid, off in launch mode)
+    // needs the cost of one probe hit here, measured before the target is
+    // probed.
+    let max_overhead = args.max_overhead.unwrap_or(if launch { 0.0 } else { 10.0 });
+    let hit_cost = (max_overhead > 0.0).then(|| {
+        calibrate::calibrate().unwrap_or_else(|e| {
+            eprintln!(
+                "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
+                crate::error::chain(&e),
+                FALLBACK_COST.entry_ns / 1000.0
+            );
+            FALLBACK_COST
+        })
+    });
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
@@ -226,6 +253,17 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         probes.attach_kind()
     );
 
+    if let Some(c) = &hit_cost {
+        eprintln!(
+            "profiler: overhead governor: a probe hit costs {:.1} µs here ({:.1} µs on a push, \
+             {:.2} µs on a 5-byte nop, {:.1} µs at a return site); functions are detached when a thread spends over {max_overhead}% \
+             of its time in probes (--max-overhead; 0 turns this off)",
+            c.entry_ns / 1000.0,
+            c.entry_push_ns / 1000.0,
+            c.entry_nop_ns / 1000.0,
+            c.ret_site_ns / 1000.0,
+        );
+    }
     let started = Instant::now();
     let session_start_ns = crate::clock::monotonic_ns();
     let mut exec_ns = 0;
@@ -338,6 +376,27 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             })?,
         );
     }
+    let protected: Vec<bool> = sel
+        .funcs
+        .iter()
+        .map(|f| required.iter().any(|r| r.name == f.name))
+        .collect();
+    if hit_cost.is_some() {
+        sinks.hits = vec![0; sel.funcs.len()];
+        sinks.dedup = Some(Default::default());
+    }
+    let failed_probes = probes.failed.len();
+    let mut governor = hit_cost.map(|cost| {
+        Governor::new(
+            &mut probes,
+            &sel,
+            target.pid,
+            max_overhead,
+            cost,
+            &protected,
+            session_start_ns,
+        )
+    });
     let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -350,11 +409,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         args.duration,
         &counters,
         &mut status,
+        governor.as_mut(),
     ))?;
+    let governed = governor.map(|g| g.report);
     let duration_ns = started.elapsed().as_nanos() as u64;
     // Detach first, so the target runs unprobed while we finish up; then
     // take what was still in flight.
-    let failed_probes = probes.failed.len();
     if target.alive() {
         sinks.libs.poll();
     }
@@ -417,6 +477,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         exit_rule: sel.exit_rule.clone(),
         never_mapped: never_mapped.clone(),
         damage: None,
+        governor: governed.clone(),
     };
     let mut data_result = Ok(());
     if let Some(data) = sinks.data.take() {
@@ -442,6 +503,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             offcpu: offcpu.clone(),
             complete: true,
             never_mapped,
+            governor: governed,
             totals: None,
         };
         // A failure (a full disk) is told after the other outputs, so the

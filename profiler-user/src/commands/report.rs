@@ -95,6 +95,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if let Some(d) = &mut sinks.dispatch {
         d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
     }
+    if let Some(g) = &t.governor {
+        // As recorded: the governor may have rebuilt links (record.rs).
+        sinks.dedup = Some(Default::default());
+        for d in &g.detached {
+            sinks.stacks.detach_from(d.func, d.decided_ns);
+        }
+    }
     for entry in &data.entries {
         sinks.replay(entry);
     }
@@ -121,6 +128,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         exit_rule: h.exit_rule.clone(),
         never_mapped: t.never_mapped.clone(),
         damage,
+        governor: t.governor.clone(),
     };
     finish::write(
         finish::Finish {

@@ -18,6 +18,7 @@ use tokio::{
 };
 
 use crate::{
+    analyze::dedup::LinkDedup,
     analyze::dispatch::Dispatcher,
     analyze::goroutines::Goroutines,
     analyze::stacks::Stacks,
@@ -27,6 +28,7 @@ use crate::{
     clock::monotonic_ns,
     output::timeline::Timeline,
     session::datafile::{DataWriter, Entry},
+    session::governor::Governor,
     session::notices,
     session::status::Status,
     target::process::thread_name,
@@ -107,12 +109,21 @@ pub struct Sinks {
     /// `--lib`s not mapped when the probes went on, checked every 0.1 s
     /// until they are.
     pub libs: crate::target::libwatch::LibWatch,
+    /// Function events per function index, for the overhead governor
+    /// (empty when it is off).
+    pub hits: Vec<u64>,
+    /// Drops the second copy of a hit seen by two link generations (set
+    /// when the governor may rebuild links).
+    pub dedup: Option<LinkDedup>,
 }
 
 impl Sinks {
     /// Applies one function entry or exit.
     #[inline]
     fn on_call(&mut self, ev: &Event) {
+        if let Some(h) = self.hits.get_mut(ev.func() as usize) {
+            *h += 1;
+        }
         if self.stacks.is_entry_only(ev.func()) {
             // No exit probe: counted, and seen by nothing that needs the
             // call's end.
@@ -159,6 +170,15 @@ impl Sinks {
             self.stacks.invalid_events += u64::from(rec.len() >= size_of::<Event>());
             return;
         };
+        if let (
+            Some(d),
+            RecordKind::Entry | RecordKind::Exit | RecordKind::GoEntry | RecordKind::GoExit,
+        ) = (&mut self.dedup, kind)
+        {
+            if d.is_copy(&ev) {
+                return;
+            }
+        }
         match kind {
             RecordKind::GoEntry | RecordKind::GoExit => {
                 let Some(g) = read::<GoEvent>(rec) else {
@@ -242,6 +262,9 @@ impl Sinks {
             |tid| std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
             now,
         );
+        if let Some(d) = &mut self.dedup {
+            d.forget(&gone);
+        }
         if let Some(w) = &mut self.data {
             if !gone.is_empty() {
                 w.reap(now, &gone);
@@ -258,7 +281,12 @@ impl Sinks {
                     d.tick(*now);
                 }
             }
-            Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
+            Entry::Reap(_, tids) => {
+                self.stacks.fold_exited(tids);
+                if let Some(d) = &mut self.dedup {
+                    d.forget(tids);
+                }
+            }
             Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
             Entry::Lost(..) => {}
         }
@@ -305,6 +333,8 @@ impl Sinks {
             goroutines: Goroutines::default(),
             tables: None,
             libs: Default::default(),
+            hits: Vec::new(),
+            dedup: None,
         }
     }
 
@@ -375,6 +405,7 @@ pub async fn collect(
     duration: Option<Duration>,
     counters: &CounterMap,
     status: &mut Status,
+    mut governor: Option<&mut Governor<'_>>,
 ) -> Result<StopReason> {
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     // SAFETY: both descriptors stay open for longer than these AsyncFds,
@@ -416,6 +447,13 @@ pub async fn collect(
                     if let Some(w) = &mut sinks.data {
                         let c = counters.read();
                         w.lost(c.lost, c.lost_sched, c.lost_comm);
+                    }
+                }
+                if let Some(g) = governor.as_deref_mut() {
+                    let live = sinks.stacks.threads().filter(|t| t.exited_threads == 0);
+                    let gone = g.tick(&sinks.hits, live.map(|t| (t.tid, t.events)))?;
+                    for d in gone {
+                        sinks.stacks.detach_from(d.func, d.decided_ns);
                     }
                 }
                 status.update(start.elapsed(), &sinks.stacks, counters);

@@ -11,6 +11,7 @@
 pub mod collector;
 pub mod datafile;
 pub mod finish;
+pub mod governor;
 pub mod notices;
 pub mod pipeline;
 pub mod status;

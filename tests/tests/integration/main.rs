@@ -17,6 +17,7 @@ mod dispatch;
 mod exports;
 mod flamegraph;
 mod golang;
+mod governor;
 mod helpers;
 mod html;
 mod inlined;

@@ -40,6 +40,8 @@ pub struct Session {
     /// A replayed recording that was cut short or damaged: what is missing
     /// (the figures cover only the part before).
     pub damage: Option<String>,
+    /// What the overhead governor did (None: it was off).
+    pub governor: Option<crate::analyze::overhead::GovernorReport>,
 }
 
 /// The finished recording, ready to render.
@@ -72,6 +74,16 @@ impl Report<'_> {
             .get(&tid)
             .cloned()
             .unwrap_or_else(|| format!("tid-{tid}"))
+    }
+
+    /// When the overhead governor detached function `i`, in ns after the
+    /// session's start.
+    pub fn detached_at(&self, i: usize) -> Option<u64> {
+        let g = self.session.governor.as_ref()?;
+        g.detached
+            .iter()
+            .find(|d| d.func as usize == i)
+            .map(|d| d.at_ns)
     }
 
     /// Function indices with at least one call or unfinished frame, with
