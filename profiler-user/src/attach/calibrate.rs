@@ -41,53 +41,70 @@ pub struct HitCost {
     pub uretprobe_ns: f64,
 }
 
-// Three leaf functions whose layout is known, so that the return
-// instruction needs no decoding: `calib_step` starts with `lea` (which the
-// kernel single-steps), `calib_plain` with `push rbp` (emulated),
-// `calib_nop` with the 5-byte nop `nopl 0(%rax,%rax,1)` that compilers emit
-// for `-mfentry -mnop-mcount`. All return at byte 9.
-std::arch::global_asm!(
-    ".pushsection .text.profiler_calibration,\"ax\",@progbits",
-    ".globl profiler_calib_step",
-    ".type profiler_calib_step,@function",
-    "profiler_calib_step:",
-    "lea rax, [rdi + rdi*2]",
-    "add rax, 1",
-    "nop",
-    "ret",
-    ".size profiler_calib_step, .-profiler_calib_step",
-    ".globl profiler_calib_plain",
-    ".type profiler_calib_plain,@function",
-    "profiler_calib_plain:",
-    "push rbp",
-    "mov rbp, rsp",
-    "lea rax, [rdi + rdi*2]",
-    "pop rbp",
-    "ret",
-    ".size profiler_calib_plain, .-profiler_calib_plain",
-    ".globl profiler_calib_nop",
-    ".type profiler_calib_nop,@function",
-    "profiler_calib_nop:",
-    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
-    "lea rax, [rdi + rdi*2]",
-    "ret",
-    ".size profiler_calib_nop, .-profiler_calib_nop",
-    ".popsection",
-);
-
-unsafe extern "C" {
-    fn profiler_calib_step(x: u64) -> u64;
-    fn profiler_calib_plain(x: u64) -> u64;
-    fn profiler_calib_nop(x: u64) -> u64;
+// Leaf functions whose layout is known, so that the return instruction
+// needs no decoding (it is at byte 9 of each). One copy per configuration,
+// all probed at once, so the configurations are timed in alternation and
+// the host's load weighs on each alike: `step_*` start with `lea` (which the
+// kernel single-steps), `push_*` with `push rbp` (emulated), `nop_*` with
+// the 5-byte nop `nopl 0(%rax,%rax,1)` that compilers emit for `-mfentry
+// -mnop-mcount` (turned into a call).
+macro_rules! calibration_functions {
+    ($($name:literal: [$($insn:literal),*];)*) => {
+        std::arch::global_asm!(
+            ".pushsection .text.profiler_calibration,\"ax\",@progbits",
+            $(
+                concat!(".globl ", $name),
+                concat!(".type ", $name, ",@function"),
+                concat!($name, ":"),
+                $($insn,)*
+                concat!(".size ", $name, ", .-", $name),
+            )*
+            ".popsection",
+        );
+    };
 }
 
-/// Byte offset of both functions' `ret`.
+calibration_functions! {
+    "profiler_calib_step_base": ["lea rax, [rdi + rdi*2]", "add rax, 1", "nop", "ret"];
+    "profiler_calib_step_entry": ["lea rax, [rdi + rdi*2]", "add rax, 1", "nop", "ret"];
+    "profiler_calib_step_ret": ["lea rax, [rdi + rdi*2]", "add rax, 1", "nop", "ret"];
+    "profiler_calib_step_ret_only": ["lea rax, [rdi + rdi*2]", "add rax, 1", "nop", "ret"];
+    "profiler_calib_step_uret": ["lea rax, [rdi + rdi*2]", "add rax, 1", "nop", "ret"];
+    "profiler_calib_push_base": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
+    "profiler_calib_push_entry": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
+    "profiler_calib_nop_base": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
+    "profiler_calib_nop_entry": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
+}
+
+unsafe extern "C" {
+    fn profiler_calib_step_base(x: u64) -> u64;
+    fn profiler_calib_step_entry(x: u64) -> u64;
+    fn profiler_calib_step_ret(x: u64) -> u64;
+    fn profiler_calib_step_ret_only(x: u64) -> u64;
+    fn profiler_calib_step_uret(x: u64) -> u64;
+    fn profiler_calib_push_base(x: u64) -> u64;
+    fn profiler_calib_push_entry(x: u64) -> u64;
+    fn profiler_calib_nop_base(x: u64) -> u64;
+    fn profiler_calib_nop_entry(x: u64) -> u64;
+}
+
+/// A calibration function.
+type CalibFn = unsafe extern "C" fn(u64) -> u64;
+
+/// Its address.
+fn addr(f: CalibFn) -> u64 {
+    f as *const () as usize as u64
+}
+
+/// Byte offset of every calibration function's `ret`.
 const RET_AT: u64 = 9;
 /// Calls per timed batch.
-const BATCH: u64 = 500;
-/// Timed batches per configuration; the median is kept: the cost as the
-/// host is now, busy or not, without one preempted batch's outlier.
-const BATCHES: usize = 5;
+const BATCH: u64 = 200;
+/// Rounds: each times one batch of every function. The median batch is
+/// kept: on a busy VM a single-stepped trap costs from 4 to over 100 µs in
+/// bursts, and one burst during calibration must not set the estimate for
+/// the whole session.
+const ROUNDS: usize = 15;
 
 /// The file offset in `/proc/self/exe` of the code at `addr`.
 fn file_offset(addr: u64) -> Result<u64> {
@@ -113,32 +130,39 @@ fn file_offset(addr: u64) -> Result<u64> {
     )))
 }
 
-/// Nanoseconds per call of `f`: the median of [`BATCHES`] batches.
-fn time_calls(
-    f: unsafe extern "C" fn(u64) -> u64,
-    ring: &mut RingBuf<&mut aya::maps::MapData>,
-) -> f64 {
-    let f = std::hint::black_box(f);
-    // Warm-up: the kernel optimizes a nop-site uprobe after its first hits.
-    for i in 0..50 {
-        // SAFETY: the calibration functions read only their argument.
-        std::hint::black_box(unsafe { f(i) });
-    }
-    while ring.next().is_some() {}
-    let mut times: Vec<Duration> = Vec::with_capacity(BATCHES);
-    for _ in 0..BATCHES {
-        let start = Instant::now();
+/// Nanoseconds per call of each of `fns`: the median of [`ROUNDS`]
+/// batches, timed in alternation.
+fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<&mut aya::maps::MapData>) -> Vec<f64> {
+    let run = |f: CalibFn, n: u64| {
+        let f = std::hint::black_box(f);
         let mut acc = 0u64;
-        for i in 0..BATCH {
-            // SAFETY: as above.
+        for i in 0..n {
+            // SAFETY: the calibration functions read only their argument.
             acc = acc.wrapping_add(unsafe { f(i) });
         }
         std::hint::black_box(acc);
-        times.push(start.elapsed());
-        while ring.next().is_some() {}
+    };
+    // Warm-up: the kernel optimizes a nop-site uprobe after its first hits.
+    for &f in fns {
+        run(f, 50);
     }
-    times.sort();
-    times[BATCHES / 2].as_nanos() as f64 / BATCH as f64
+    while ring.next().is_some() {}
+    let mut times = vec![Vec::with_capacity(ROUNDS); fns.len()];
+    for _ in 0..ROUNDS {
+        for (t, &f) in times.iter_mut().zip(fns) {
+            let start = Instant::now();
+            run(f, BATCH);
+            t.push(start.elapsed());
+            while ring.next().is_some() {}
+        }
+    }
+    times
+        .into_iter()
+        .map(|mut t: Vec<Duration>| {
+            t.sort();
+            t[ROUNDS / 2].as_nanos() as f64 / BATCH as f64
+        })
+        .collect()
 }
 
 /// Measures [`HitCost`] on this host (about 0.1–0.3 s, most of it loading
@@ -158,44 +182,58 @@ pub fn calibrate() -> Result<HitCost> {
     let entry = prog(PROG_ENTRY).map_err(|e| fail(PROG_ENTRY, e))?;
     let ret = prog(PROG_RET).map_err(|e| fail(PROG_RET, e))?;
     let exit = prog(PROG_EXIT).map_err(|e| fail(PROG_EXIT, e))?;
+    let off = |f: CalibFn| file_offset(addr(f));
+    let entries = [
+        off(profiler_calib_step_entry)?,
+        off(profiler_calib_step_ret)?,
+        off(profiler_calib_step_uret)?,
+        off(profiler_calib_push_entry)?,
+        off(profiler_calib_nop_entry)?,
+    ];
     let exe = Path::new("/proc/self/exe");
-    let step = file_offset(profiler_calib_step as *const () as usize as u64)?;
-    let plain = file_offset(profiler_calib_plain as *const () as usize as u64)?;
-    let nop = file_offset(profiler_calib_nop as *const () as usize as u64)?;
+    let attach = |prog: &std::os::fd::OwnedFd, offs: &[u64], ret: bool| {
+        let cookies = vec![0; offs.len()];
+        multi::attach_uprobe_multi(prog.as_fd(), exe, offs, &cookies, pid, ret)
+            .map_err(|e| fail("attaching", e))
+    };
+    let _links = [
+        attach(
+            &ret,
+            &[
+                off(profiler_calib_step_ret)? + RET_AT,
+                off(profiler_calib_step_ret_only)? + RET_AT,
+            ],
+            false,
+        )?,
+        attach(&exit, &[off(profiler_calib_step_uret)?], true)?,
+        attach(&entry, &entries, false)?,
+    ];
     let mut ring = RingBuf::try_from(
         ebpf.map_mut(EVENTS_MAP)
             .ok_or_else(|| fail("ring", "missing".into()))?,
     )
     .map_err(|e| fail("ring", chain(&e)))?;
-    let attach = |prog: &std::os::fd::OwnedFd, off: u64, ret: bool| {
-        multi::attach_uprobe_multi(prog.as_fd(), exe, &[off], &[0], pid, ret)
-            .map_err(|e| fail("attaching", e))
-    };
-    let base_step = time_calls(profiler_calib_step, &mut ring);
-    let base_plain = time_calls(profiler_calib_plain, &mut ring);
-    let base_nop = time_calls(profiler_calib_nop, &mut ring);
-    let e = attach(&entry, step, false)?;
-    let with_entry = time_calls(profiler_calib_step, &mut ring);
-    let r = attach(&ret, step + RET_AT, false)?;
-    let with_ret = time_calls(profiler_calib_step, &mut ring);
-    drop(r);
-    let u = attach(&exit, step, true)?;
-    let with_uret = time_calls(profiler_calib_step, &mut ring);
-    drop(u);
-    drop(e);
-    let p = attach(&entry, plain, false)?;
-    let with_push = time_calls(profiler_calib_plain, &mut ring);
-    drop(p);
-    let n = attach(&entry, nop, false)?;
-    let with_nop = time_calls(profiler_calib_nop, &mut ring);
-    drop(n);
+    let t = time_calls(
+        &[
+            profiler_calib_step_base,
+            profiler_calib_step_entry,
+            profiler_calib_step_ret,
+            profiler_calib_step_uret,
+            profiler_calib_push_base,
+            profiler_calib_push_entry,
+            profiler_calib_nop_base,
+            profiler_calib_nop_entry,
+            profiler_calib_step_ret_only,
+        ],
+        &mut ring,
+    );
     let pos = |x: f64| x.max(1.0);
     Ok(HitCost {
-        entry_ns: pos(with_entry - base_step),
-        entry_push_ns: pos(with_push - base_plain),
-        entry_nop_ns: pos(with_nop - base_nop),
-        ret_site_ns: pos(with_ret - with_entry),
-        uretprobe_ns: pos(with_uret - with_entry),
+        entry_ns: pos(t[1] - t[0]),
+        entry_push_ns: pos(t[5] - t[4]),
+        entry_nop_ns: pos(t[7] - t[6]),
+        ret_site_ns: pos(t[8] - t[0]),
+        uretprobe_ns: pos(t[3] - t[1]),
     })
 }
 
@@ -231,26 +269,31 @@ mod tests {
 
     #[test]
     fn calibration_functions_have_the_expected_layout() {
-        // SAFETY: reading our own code bytes.
-        let step = unsafe {
-            std::slice::from_raw_parts(profiler_calib_step as *const () as usize as *const u8, 10)
-        };
-        assert_eq!(step[RET_AT as usize], 0xc3);
-        // SAFETY: a plain leaf function.
-        assert_eq!(unsafe { profiler_calib_step(5) }, 16);
-        // SAFETY: reading our own code bytes.
-        let plain = unsafe {
-            std::slice::from_raw_parts(profiler_calib_plain as *const () as usize as *const u8, 10)
-        };
-        let nop = unsafe {
-            std::slice::from_raw_parts(profiler_calib_nop as *const () as usize as *const u8, 10)
-        };
-        assert_eq!(plain[RET_AT as usize], 0xc3);
-        assert_eq!(nop[RET_AT as usize], 0xc3);
-        assert_eq!(&nop[..5], &[0x0f, 0x1f, 0x44, 0x00, 0x00]);
-        // SAFETY: plain leaf functions.
-        assert_eq!(unsafe { profiler_calib_plain(5) }, 15);
-        assert_eq!(unsafe { profiler_calib_nop(7) }, 21);
+        let all: [CalibFn; 9] = [
+            profiler_calib_step_base,
+            profiler_calib_step_entry,
+            profiler_calib_step_ret,
+            profiler_calib_step_uret,
+            profiler_calib_step_ret_only,
+            profiler_calib_push_base,
+            profiler_calib_push_entry,
+            profiler_calib_nop_base,
+            profiler_calib_nop_entry,
+        ];
+        for (i, f) in all.into_iter().enumerate() {
+            // SAFETY: reading our own code bytes.
+            let code = unsafe { std::slice::from_raw_parts(addr(f) as *const u8, 10) };
+            assert_eq!(code[RET_AT as usize], 0xc3, "function {i}");
+            let first = match i {
+                0..=4 => 0x48,
+                5 | 6 => 0x55,
+                _ => 0x0f,
+            };
+            assert_eq!(code[0], first, "function {i}");
+            // SAFETY: plain leaf functions.
+            let want = if i < 5 { 16 } else { 15 };
+            assert_eq!(unsafe { f(5) }, want, "function {i}");
+        }
     }
 
     #[test]
