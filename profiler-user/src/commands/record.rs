@@ -177,8 +177,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if sel.capped > 0 {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
-             (each probed call costs about 4 µs, or 0.3 µs where a function starts with a 5-byte nop), \
-             or narrow the selection with --func/--exclude",
+             (each probed call costs the target about 4 µs, or 0.3 µs where a function starts with a \
+             5-byte nop, and --max-overhead detaches the functions that cost too much; attaching or \
+             detaching 1,000 functions takes about 30 ms), or narrow the selection with --func/--exclude",
             sel.funcs.len(),
             sel.funcs.len() + sel.capped
         );
