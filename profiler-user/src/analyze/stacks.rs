@@ -730,6 +730,27 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_left_open_by_a_detached_exit_probe_is_closed_by_its_caller() {
+        // caller(1000) { hot(900): its exit probe is gone mid-call }; the
+        // caller's return closes hot as unwound, and caller's own time is
+        // exact.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.detach_from(1, 15);
+        s.on_event(&at(40, E, 0, 800));
+        s.on_event(&at(50, X, 0, 808));
+        s.on_event(&at(100, X, 0, 1008));
+        assert_eq!((s.funcs[0].calls, s.funcs[0].total_ns), (2, 100));
+        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!(s.funcs[1].total_ns, 90);
+        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+        for f in &s.funcs {
+            assert!(f.self_ns <= f.total_ns, "{f:?}");
+        }
+    }
+
+    #[test]
     fn out_of_range_function_is_counted_invalid() {
         let s = run(1, &[(0, 1, E, 7)]);
         assert_eq!(s.invalid_events, 1);

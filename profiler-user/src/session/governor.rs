@@ -108,18 +108,38 @@ impl<'a> Governor<'a> {
         let gone: Vec<usize> = d.funcs.iter().map(|f| f.0 as usize).collect();
         self.probes.detach_funcs(self.sel, &gone, self.pid)?;
         let at_ns = monotonic_ns().saturating_sub(self.session_start_ns);
+        let name = |f: u32| self.sel.funcs[f as usize].name.as_str();
+        let what: Vec<String> = d
+            .funcs
+            .iter()
+            .take(5)
+            .map(|&(f, cps, pct)| {
+                format!(
+                    "{} ({} calls/s, est. {pct:.1}%)",
+                    name(f),
+                    fmt_count(cps as u64)
+                )
+            })
+            .collect();
+        let more = match d.funcs.len() {
+            n if n > 5 => format!(" and {} more (report.txt lists them)", n - 5),
+            _ => String::new(),
+        };
+        eprintln!(
+            "profiler: overhead governor: detached {} after {:.2} s, thread {} spending an estimated \
+             {:.1}% of its time in probes (--max-overhead {}%): {}{more}; their counts stop here",
+            if d.funcs.len() == 1 {
+                name(d.funcs[0].0).to_string()
+            } else {
+                format!("{} functions", d.funcs.len())
+            },
+            at_ns as f64 / 1e9,
+            d.tid,
+            d.thread_pct,
+            self.report.max_overhead_pct,
+            what.join(", "),
+        );
         for &(func, calls_per_s, overhead_pct) in &d.funcs {
-            eprintln!(
-                "profiler: overhead governor: detached {} after {:.2} s: {} calls/s, \
-                 est. {overhead_pct:.1}% of a thread's time (thread {} at {:.1}%, --max-overhead {}%); \
-                 its counts stop here",
-                self.sel.funcs[func as usize].name,
-                at_ns as f64 / 1e9,
-                fmt_count(calls_per_s as u64),
-                d.tid,
-                d.thread_pct,
-                self.report.max_overhead_pct,
-            );
             self.report.detached.push(Detached {
                 func,
                 name: self.sel.funcs[func as usize].name.clone(),
