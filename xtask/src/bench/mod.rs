@@ -6,8 +6,8 @@ mod attach;
 mod datafile;
 mod dispatch;
 mod fixtures;
-mod html;
 mod governor;
+mod html;
 mod percall;
 mod rate;
 mod run;
@@ -64,9 +64,9 @@ enum Part {
     Html,
     /// i: profile.data bytes per event (format 3 vs 2) and the cost of writing it.
     Datafile,
-    /// h: the overhead governor on redis-server and on its fixture.
+    /// j: the overhead governor on redis-server and on its fixture.
     Governor,
-    /// i: attach and detach time for 1,000, 10,000 and 50,000 functions.
+    /// k: attach and detach time for 1,000, 10,000 and 50,000 functions.
     Scale,
 }
 
@@ -280,7 +280,7 @@ fn unwind_section(work: &std::path::Path) -> String {
 }
 
 fn governor_section(args: &Args, work: &std::path::Path) -> String {
-    let mut md = String::from("\n## h. Overhead governor\n\n### redis-server, default options\n\n");
+    let mut md = String::from("\n## j. Overhead governor\n\n### redis-server, default options\n\n");
     match governor::redis(args.redis_requests, work) {
         Ok(r) => md.push_str(&governor::redis_rows(&r, args.redis_requests)),
         Err(e) => md.push_str(&format!("redis: failed: {e:#}\n")),
@@ -313,7 +313,7 @@ fn governor_section(args: &Args, work: &std::path::Path) -> String {
 
 fn scale_section(work: &std::path::Path) -> String {
     let mut md = String::from(
-        "\n## i. Probes at scale: attach and detach time\n\n\
+        "\n## k. Probes at scale: attach and detach time\n\n\
          | functions | attached | probes | attach (reported) | spawn to attached | stop (detach + outputs) |\n\
          | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
