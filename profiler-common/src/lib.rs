@@ -194,10 +194,18 @@ pub const PROC_EXEC: u32 = 1;
 /// [`ProcEvent`]: the process's last thread exited; `code` is the wait
 /// status (`exit_code` of the task: exit status << 8, or the signal).
 pub const PROC_EXIT: u32 = 2;
-/// Bits of [`Event::word`] that hold the function index.
+/// Bits of [`Event::word`] below the kind: the function index and the
+/// link generation bit.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
-pub const FUNC_MASK: u32 = (1 << FUNC_BITS) - 1;
+pub const FUNC_MASK: u32 = (1 << (FUNC_BITS - 1)) - 1;
+/// Bit of [`Event::word`] (and of the low 32 bits of a probe cookie) that
+/// tells which generation of a binary's uprobe_multi links fired. When the
+/// overhead governor rebuilds a binary's links without its hottest
+/// functions, the new links are created before the old ones are dropped, so
+/// for a moment one hit runs both; the two events differ only in this bit,
+/// and the agent keeps one (`analyze/dedup.rs`).
+pub const LINK_GEN: u32 = 1 << (FUNC_BITS - 1);
 /// Largest number of functions a session can probe.
 pub const MAX_FUNCS: u32 = FUNC_MASK + 1;
 
@@ -223,7 +231,7 @@ impl Event {
     /// Packs a kind and a function index into an event word.
     #[inline(always)]
     pub const fn pack(kind: u32, func: u32) -> u32 {
-        (kind << FUNC_BITS) | (func & FUNC_MASK)
+        (kind << FUNC_BITS) | (func & (FUNC_MASK | LINK_GEN))
     }
     /// The event's kind (`KIND_*`).
     #[inline(always)]
@@ -234,6 +242,11 @@ impl Event {
     #[inline(always)]
     pub const fn func(&self) -> u32 {
         self.word & FUNC_MASK
+    }
+    /// The link generation bit ([`LINK_GEN`]) of a function event.
+    #[inline(always)]
+    pub const fn link_gen(&self) -> bool {
+        self.word & LINK_GEN != 0
     }
 }
 

@@ -236,6 +236,11 @@ pub struct RecordArgs {
     /// power of two, at least 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    /// Keep each thread's estimated time in probes under PCT percent by
+    /// detaching the hottest functions while recording (default 10 with
+    /// --pid, off when launching a command; 0 turns it off).
+    #[arg(long, value_parser = parse_overhead, value_name = "PCT", allow_negative_numbers = true)]
+    pub max_overhead: Option<f64>,
     /// Largest profile.data (K/M/G suffixes; 0: none). It holds every
     /// event, for `profiler report` to replay; past the limit the recording
     /// still completes, and a replay covers the part before it, marked
@@ -390,6 +395,15 @@ fn parse_max_funcs(s: &str) -> Result<usize, String> {
     }
 }
 
+fn parse_overhead(s: &str) -> Result<f64, String> {
+    match s.strip_suffix('%').unwrap_or(s).parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "{s:?} is not a percentage: give a number from 0 to 100 (0 turns the governor off)"
+        )),
+    }
+}
+
 fn parse_ring_size(s: &str) -> Result<u32, String> {
     let n = parse_size(s)?;
     if n < 4096 || !n.is_power_of_two() || n > (1 << 30) {
@@ -426,6 +440,12 @@ mod tests {
         assert_eq!(parse_size("4K").unwrap(), 4096);
         assert_eq!(parse_size("16M").unwrap(), 16 << 20);
         assert_eq!(parse_ring_size("4096").unwrap(), 4096);
+        assert_eq!(parse_overhead("10").unwrap(), 10.0);
+        assert_eq!(parse_overhead("2.5%").unwrap(), 2.5);
+        assert_eq!(parse_overhead("0").unwrap(), 0.0);
+        for bad in ["-1", "200", "abc", "NaN", ""] {
+            assert!(parse_overhead(bad).is_err(), "{bad}");
+        }
         assert!(parse_ring_size("5000").is_err());
         assert!(parse_ring_size("1K").is_err());
         assert!(parse_pid("0").is_err());

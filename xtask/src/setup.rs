@@ -40,6 +40,9 @@ const BENCH_TOOLS: &[(&str, &str)] = &[
     ("bpftrace", "bpftrace"),
     ("uftrace", "uftrace"),
     ("objdump", "binutils"),
+    // The governor part (g) runs a real server under its own benchmark.
+    ("redis-server", "redis-server"),
+    ("redis-benchmark", "redis-tools"),
 ];
 
 #[derive(clap::Args, Default)]

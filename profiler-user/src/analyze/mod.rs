@@ -11,8 +11,10 @@
 //! - [`cpu_profile`]: the samplers' maps read, symbolized and folded.
 pub mod calltree;
 pub mod cpu_profile;
+pub mod dedup;
 pub mod dispatch;
 pub mod goroutines;
+pub mod overhead;
 pub mod processes;
 pub mod stacks;
 pub mod stages;

@@ -186,6 +186,12 @@ pub struct Stacks {
     /// Functions with no exit probe: an entry is a call with no duration,
     /// and opens no frame.
     entry_only: Vec<bool>,
+    /// Per function, when the overhead governor chose to detach it
+    /// (CLOCK_MONOTONIC; empty or `u64::MAX`: never).
+    detached_from: Vec<u64>,
+    /// Exits of detached functions with no open entry: calls entered after
+    /// the entry probe was gone and before the exit probe was (not orphans).
+    pub exits_after_detach: u64,
 }
 
 impl Stacks {
@@ -200,6 +206,19 @@ impl Stacks {
             seen_dead: Default::default(),
             new_tids: Vec::new(),
             entry_only: Vec::new(),
+            detached_from: Vec::new(),
+            exits_after_detach: 0,
+        }
+    }
+
+    /// Function `func` is being detached from `ts_ns` on: its entry probe
+    /// goes before its exit probes, so exits with no entry are expected.
+    pub fn detach_from(&mut self, func: u32, ts_ns: u64) {
+        if self.detached_from.len() < self.funcs.len() {
+            self.detached_from.resize(self.funcs.len(), u64::MAX);
+        }
+        if let Some(d) = self.detached_from.get_mut(func as usize) {
+            *d = ts_ns;
         }
     }
 
@@ -294,7 +313,10 @@ impl Stacks {
                     if ev.sp != 0 {
                         t.unwind_to(funcs, ev.sp.wrapping_sub(8), ev.ts_ns);
                     }
-                    t.orphan_exits += 1;
+                    match self.detached_from.get(func as usize) {
+                        Some(&from) if ev.ts_ns >= from => self.exits_after_detach += 1,
+                        _ => t.orphan_exits += 1,
+                    }
                     return None;
                 };
                 while t.stack.len() > pos + 1 {
@@ -701,6 +723,40 @@ mod tests {
         assert_eq!(s.orphan_exits(), 1);
         assert_eq!(s.funcs[1].unwound, 1);
         assert_eq!(s.funcs[1].total_ns, 10);
+    }
+
+    #[test]
+    fn exits_of_a_detached_function_without_entry_are_not_orphans() {
+        let mut s = Stacks::new(1);
+        s.on_event(&at(10, X, 0, 908));
+        s.detach_from(0, 100);
+        s.on_event(&at(50, E, 0, 900));
+        s.on_event(&at(150, X, 0, 908));
+        s.on_event(&at(160, X, 0, 908));
+        assert_eq!(s.orphan_exits(), 1);
+        assert_eq!(s.exits_after_detach, 1);
+        assert_eq!(s.funcs[0].calls, 1);
+    }
+
+    #[test]
+    fn a_frame_left_open_by_a_detached_exit_probe_is_closed_by_its_caller() {
+        // caller(1000) { hot(900): its exit probe is gone mid-call }; the
+        // caller's return closes hot as unwound, and caller's own time is
+        // exact.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(10, E, 1, 900));
+        s.detach_from(1, 15);
+        s.on_event(&at(40, E, 0, 800));
+        s.on_event(&at(50, X, 0, 808));
+        s.on_event(&at(100, X, 0, 1008));
+        assert_eq!((s.funcs[0].calls, s.funcs[0].total_ns), (2, 100));
+        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!(s.funcs[1].total_ns, 90);
+        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+        for f in &s.funcs {
+            assert!(f.self_ns <= f.total_ns, "{f:?}");
+        }
     }
 
     #[test]

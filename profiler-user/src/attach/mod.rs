@@ -5,7 +5,9 @@
 //! - [`uprobe_multi`]: one `BPF_TRACE_UPROBE_MULTI` link per binary and
 //!   direction, for fast attach and detach;
 //! - [`samplers`]: the CPU and off-CPU samplers and the maps they fill;
-//! - [`task_btf`]: `task_struct` field offsets for the process tracepoints.
+//! - [`task_btf`]: `task_struct` field offsets for the process tracepoints;
+//! - [`calibrate`]: what one probe hit costs on this host (the governor).
+pub mod calibrate;
 pub mod probes;
 pub mod samplers;
 pub mod task_btf;

@@ -13,16 +13,17 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
         PerfEvent, ProgramError, RawTracePoint, UProbe,
     },
     Ebpf, EbpfLoader,
 };
 use profiler_common::{
     unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
-    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, MAX_FUNCS, PROG_ENTRY,
-    PROG_EXIT, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL,
-    TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, LINK_GEN, MAX_FUNCS,
+    PROG_ENTRY, PROG_EXIT, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP,
+    SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
+    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
 use super::{task_btf::TaskOffsets, uprobe_multi as multi};
@@ -33,7 +34,8 @@ use crate::{
     Error, Result,
 };
 
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+pub(crate) static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
 fn load_error(e: ProgramError) -> Error {
     match e {
@@ -90,10 +92,38 @@ impl Tracking {
 }
 
 /// The programs loaded for uprobe_multi links.
-struct MultiPrograms {
-    entry: OwnedFd,
-    exit: OwnedFd,
-    ret: OwnedFd,
+pub(crate) struct MultiPrograms {
+    pub(crate) entry: OwnedFd,
+    pub(crate) exit: OwnedFd,
+    pub(crate) ret: OwnedFd,
+}
+
+/// The uprobe_multi links of one binary: exits first, the entry link last.
+struct BinLinks {
+    /// Index into [`Selection::binaries`].
+    bin: usize,
+    /// The functions these links probe.
+    funcs: Vec<usize>,
+    /// The [`LINK_GEN`] bit of their cookies.
+    gen: bool,
+    links: Vec<OwnedFd>,
+}
+
+/// The probe cookie of function `i`: its index, the link generation bit,
+/// and the dispatch and Go flags.
+fn cookie(sel: &Selection, i: usize, gen: bool) -> u64 {
+    let f = &sel.funcs[i];
+    let mut c = i as u64;
+    if gen {
+        c |= u64::from(LINK_GEN);
+    }
+    if f.dispatch {
+        c |= COOKIE_DISPATCH;
+    }
+    if sel.binaries[f.binary as usize].go {
+        c |= COOKIE_GO;
+    }
+    c
 }
 
 /// Which kind of probe point.
@@ -133,13 +163,14 @@ fn probe_points(
 
 /// Loaded programs and their links.
 pub struct Probes {
-    /// uprobe_multi links (dropped first: each detaches all its probes in
-    /// one RCU grace period).
-    multi_links: Vec<OwnedFd>,
+    /// uprobe_multi links, per binary (dropped first: each detaches all
+    /// its probes in one RCU grace period).
+    multi_links: Vec<BinLinks>,
     /// Programs loaded for the uprobe_multi links.
     multi: Option<MultiPrograms>,
-    /// Probes attached one perf event each (the fallback path).
-    per_probe: usize,
+    /// Probes attached one perf event each (the fallback path): function,
+    /// program and link.
+    per_probe: Vec<(usize, &'static str, UProbeLinkId)>,
     ebpf: Ebpf,
     /// How long attaching took.
     pub attach_ms: u128,
@@ -229,7 +260,7 @@ impl Probes {
         Ok(Probes {
             multi_links: Vec::new(),
             multi,
-            per_probe: 0,
+            per_probe: Vec::new(),
             ebpf,
             attach_ms: 0,
             failed: Vec::new(),
@@ -252,17 +283,7 @@ impl Probes {
     pub fn attach_from(&mut self, sel: &Selection, first: usize, pid: u32) -> Result<usize> {
         assert!(sel.funcs.len() <= MAX_FUNCS as usize);
         let start = Instant::now();
-        let cookie = |i: usize| {
-            let f = &sel.funcs[i];
-            let mut c = i as u64;
-            if f.dispatch {
-                c |= COOKIE_DISPATCH;
-            }
-            if sel.binaries[f.binary as usize].go {
-                c |= COOKIE_GO;
-            }
-            c
-        };
+        let cookie = |i: usize| cookie(sel, i, false);
         // Fast path: one uprobe_multi link per binary and program, which
         // also detaches in one grace period instead of one per probe.
         let mut pending: Vec<bool> = (0..sel.funcs.len()).map(|i| i >= first).collect();
@@ -274,47 +295,30 @@ impl Probes {
                 if idx.is_empty() {
                     continue;
                 }
-                let mut links = Vec::new();
-                let mut failed = false;
-                for (prog, kind) in [
-                    (&progs.ret, ProbeKind::ReturnSite),
-                    (&progs.exit, ProbeKind::Return),
-                    (&progs.entry, ProbeKind::Entry),
-                ] {
-                    let (offsets, cookies) = probe_points(sel, &idx, kind, cookie);
-                    if offsets.is_empty() {
-                        continue;
-                    }
-                    match multi::attach_uprobe_multi(
-                        prog.as_fd(),
-                        &bin.open_path,
-                        &offsets,
-                        &cookies,
-                        pid,
-                        kind == ProbeKind::Return,
-                    ) {
-                        Ok(link) => links.push(link),
-                        Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
-                            return Err(Error::TargetGone(pid));
+                match multi_links(progs, sel, bi, &idx, false, pid) {
+                    Ok(links) => {
+                        for &i in &idx {
+                            pending[i] = false;
                         }
-                        // Fall back to one probe per function for this binary,
-                        // which also tells which function the kernel refused.
-                        Err(e) => {
-                            if std::env::var_os("PROFILER_DEBUG").is_some() {
-                                eprintln!(
-                                    "profiler: debug: uprobe_multi attach to {}: {e}",
-                                    bin.open_path.display()
-                                );
-                            }
-                            failed = true;
-                            break;
-                        }
+                        self.multi_links.push(BinLinks {
+                            bin: bi,
+                            funcs: idx,
+                            gen: false,
+                            links,
+                        });
                     }
-                }
-                if !failed {
-                    self.multi_links.extend(links);
-                    for i in idx {
-                        pending[i] = false;
+                    Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
+                        return Err(Error::TargetGone(pid));
+                    }
+                    // Fall back to one probe per function for this binary,
+                    // which also tells which function the kernel refused.
+                    Err(e) => {
+                        if std::env::var_os("PROFILER_DEBUG").is_some() {
+                            eprintln!(
+                                "profiler: debug: uprobe_multi attach to {}: {e}",
+                                bin.open_path.display()
+                            );
+                        }
                     }
                 }
             }
@@ -341,23 +345,23 @@ impl Probes {
                         location: UProbeAttachLocation::AbsoluteOffset(offset),
                         cookie: Some(cookie(i)),
                     };
-                    let attached = prog.attach(point, &bin.open_path, scope);
-                    if attached.is_ok() {
-                        self.per_probe += 1;
-                    }
-                    if let Err(e) = attached {
-                        let reason = chain(&e);
-                        if reason.contains("Operation not permitted") {
-                            return Err(Error::MissingCapability {
-                                missing: "CAP_SYS_ADMIN".into(),
-                            });
+                    match prog.attach(point, &bin.open_path, scope) {
+                        Ok(id) => self.per_probe.push((i, name, id)),
+                        Err(e) => {
+                            let reason = chain(&e);
+                            if reason.contains("Operation not permitted") {
+                                return Err(Error::MissingCapability {
+                                    missing: "CAP_SYS_ADMIN".into(),
+                                });
+                            }
+                            if reason.contains("No such process") || reason.contains("No such file")
+                            {
+                                return Err(Error::TargetGone(pid));
+                            }
+                            ok[i] = false;
+                            self.failed.push((f.name.clone(), reason));
+                            break;
                         }
-                        if reason.contains("No such process") || reason.contains("No such file") {
-                            return Err(Error::TargetGone(pid));
-                        }
-                        ok[i] = false;
-                        self.failed.push((f.name.clone(), reason));
-                        break;
                     }
                 }
             }
@@ -375,6 +379,54 @@ impl Probes {
             });
         }
         Ok(attached)
+    }
+
+    /// Stops probing the functions `gone` (the overhead governor's call),
+    /// leaving every other function probed without a gap. A binary's
+    /// uprobe_multi links cannot be changed, so they are rebuilt without
+    /// those functions: the new links (the other [`LINK_GEN`] bit in their
+    /// cookies) are created first, then the old entry link is dropped, then
+    /// the old exit links, so calls of a removed function still in flight
+    /// return through a live exit probe. A hit that lands while both sets are
+    /// attached is reported twice, once per generation; the agent keeps one
+    /// (`analyze/dedup.rs`).
+    pub fn detach_funcs(&mut self, sel: &Selection, gone: &[usize], pid: u32) -> Result<()> {
+        let is_gone = |i: &usize| gone.contains(i);
+        for set in &mut self.multi_links {
+            if !set.funcs.iter().any(is_gone) {
+                continue;
+            }
+            let keep: Vec<usize> = set.funcs.iter().copied().filter(|i| !is_gone(i)).collect();
+            let gen = !set.gen;
+            let links = match (&self.multi, keep.is_empty()) {
+                (Some(progs), false) => multi_links(progs, sel, set.bin, &keep, gen, pid)
+                    .map_err(|e| Error::Load(format!("rebuilding the probes: {e}")))?,
+                _ => Vec::new(),
+            };
+            let old = std::mem::replace(&mut set.links, links);
+            // The entry link is the last one: drop it first.
+            for link in old.into_iter().rev() {
+                drop(link);
+            }
+            set.funcs = keep;
+            set.gen = gen;
+        }
+        // Probes attached one perf event each: entries first, then exits.
+        let (mut entries, mut exits, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, name, id) in std::mem::take(&mut self.per_probe) {
+            match (is_gone(&i), name == PROG_ENTRY) {
+                (false, _) => kept.push((i, name, id)),
+                (true, true) => entries.push((name, id)),
+                (true, false) => exits.push((name, id)),
+            }
+        }
+        self.per_probe = kept;
+        for (name, id) in entries.into_iter().chain(exits) {
+            program(&mut self.ebpf, name)?
+                .detach(id)
+                .map_err(|e| Error::Load(format!("detaching a probe: {}", chain(&e))))?;
+        }
+        Ok(())
     }
 
     /// The entry, exit and return-site programs loaded for uprobe_multi
@@ -401,7 +453,7 @@ impl Probes {
     pub fn attach_kind(&self) -> &'static str {
         if self.multi_links.is_empty() {
             "one perf event per probe"
-        } else if self.failed.is_empty() && self.per_probe == 0 {
+        } else if self.failed.is_empty() && self.per_probe.is_empty() {
             "uprobe_multi"
         } else {
             "uprobe_multi + per-probe"
@@ -542,6 +594,39 @@ impl CounterMap {
             lost_proc: sum(profiler_common::COUNTER_LOST_PROC),
         }
     }
+}
+
+/// Creates the uprobe_multi links of binary `bi` for functions `idx`,
+/// exits first and the entry link last, with generation bit `gen` in their
+/// cookies. On failure, the links made so far are dropped.
+fn multi_links(
+    progs: &MultiPrograms,
+    sel: &Selection,
+    bi: usize,
+    idx: &[usize],
+    gen: bool,
+    pid: u32,
+) -> std::result::Result<Vec<OwnedFd>, String> {
+    let mut links = Vec::new();
+    for (prog, kind) in [
+        (&progs.ret, ProbeKind::ReturnSite),
+        (&progs.exit, ProbeKind::Return),
+        (&progs.entry, ProbeKind::Entry),
+    ] {
+        let (offsets, cookies) = probe_points(sel, idx, kind, |i| cookie(sel, i, gen));
+        if offsets.is_empty() {
+            continue;
+        }
+        links.push(multi::attach_uprobe_multi(
+            prog.as_fd(),
+            &sel.binaries[bi].open_path,
+            &offsets,
+            &cookies,
+            pid,
+            kind == ProbeKind::Return,
+        )?);
+    }
+    Ok(links)
 }
 
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {

@@ -10,6 +10,7 @@ use crate::{
     analyze::stages::StagesConfig,
     analyze::startup::StartupReport,
     attach::{
+        calibrate::{self, HitCost},
         probes::{self, Probes, Tracking},
         samplers, task_btf,
     },
@@ -18,8 +19,10 @@ use crate::{
     output::{report::Session, writers},
     session::{
         collector::{self, StopReason},
+        collector::{NoSteer, Steer},
         datafile, finish,
         follow::ExecProber,
+        governor::Governor,
         pipeline,
         status::Status,
     },
@@ -62,6 +65,16 @@ pub fn required(stage_funcs: &[&str], launch: bool, ready: Option<&str>) -> Vec<
     }
     req
 }
+
+/// The hit cost the governor assumes when calibration fails: this kernel's
+/// int3 cost as measured by `cargo xtask bench` (BENCHMARKS.md, part a).
+const FALLBACK_COST: HitCost = HitCost {
+    entry_ns: 5000.0,
+    entry_push_ns: 1500.0,
+    entry_nop_ns: 500.0,
+    ret_site_ns: 5000.0,
+    uretprobe_ns: 3000.0,
+};
 
 /// Checks option combinations that need launch mode or a running process.
 fn check_mode(args: &RecordArgs) -> Result<()> {
@@ -224,8 +237,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if sel.capped > 0 {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
-             (each probed call costs about 4 µs, or 0.3 µs where a function starts with a 5-byte nop), \
-             or narrow the selection with --func/--exclude",
+             (each probed call costs the target about 4 µs, or 0.3 µs where a function starts with a \
+             5-byte nop, and --max-overhead detaches the functions that cost too much; attaching or \
+             detaching 1,000 functions takes about 30 ms), or narrow the selection with --func/--exclude",
             sel.funcs.len(),
             sel.funcs.len() + sel.capped
         );
@@ -269,6 +283,31 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         }
         _ => None,
     };
+    // The overhead governor (default 10% with --pid, off in launch mode)
+    // needs the cost of one probe hit here, measured before the target is
+    // probed.
+    // Probing exec'd programs and detaching hot functions both change the
+    // probes while the session runs; with several processes only the first
+    // is done for now.
+    if tracking.by_map() && args.max_overhead.is_some_and(|p| p > 0.0) {
+        return Err(Error::Usage(
+            "--max-overhead does not work with --follow or several targets yet: drop it (the governor is off for them)".into(),
+        ));
+    }
+    let max_overhead = match tracking.by_map() {
+        true => 0.0,
+        false => args.max_overhead.unwrap_or(if launch { 0.0 } else { 10.0 }),
+    };
+    let hit_cost = (max_overhead > 0.0).then(|| {
+        calibrate::calibrate().unwrap_or_else(|e| {
+            eprintln!(
+                "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
+                crate::error::chain(&e),
+                FALLBACK_COST.entry_ns / 1000.0
+            );
+            FALLBACK_COST
+        })
+    });
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
@@ -314,6 +353,17 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         probes.attach_kind()
     );
 
+    if let Some(c) = &hit_cost {
+        eprintln!(
+            "profiler: overhead governor: a probe hit costs {:.1} µs here ({:.1} µs on a push, \
+             {:.2} µs on a 5-byte nop, {:.1} µs at a return site); functions are detached when a thread spends over {max_overhead}% \
+             of its time in probes (--max-overhead; 0 turns this off)",
+            c.entry_ns / 1000.0,
+            c.entry_push_ns / 1000.0,
+            c.entry_nop_ns / 1000.0,
+            c.ret_site_ns / 1000.0,
+        );
+    }
     let started = Instant::now();
     let session_start_ns = crate::clock::monotonic_ns();
     let mut exec_ns = 0;
@@ -458,20 +508,42 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             })?,
         );
     }
+    let protected: Vec<bool> = sel
+        .funcs
+        .iter()
+        .map(|f| required.iter().any(|r| r.name == f.name))
+        .collect();
+    if hit_cost.is_some() {
+        sinks.hits = vec![0; sel.funcs.len()];
+        sinks.dedup = Some(Default::default());
+    }
+    let failed_probes = probes.failed.len();
     let mut status = Status::new();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
-    let mut prober = ExecProber {
-        probes: &mut probes,
-        sel: &mut sel,
-        probed: probed_set,
-        args: crate::cli::SelectArgs {
-            libs: Vec::new(),
-            dispatch: Vec::new(),
-            ..args.select.clone()
-        },
+    let mut steer = match hit_cost {
+        Some(cost) => Steering::Govern(Governor::new(
+            &mut probes,
+            &sel,
+            target.pid,
+            max_overhead,
+            cost,
+            &protected,
+            session_start_ns,
+        )),
+        None if tracking.by_map() => Steering::Follow(ExecProber {
+            probes: &mut probes,
+            sel: &mut sel,
+            probed: probed_set,
+            args: crate::cli::SelectArgs {
+                libs: Vec::new(),
+                dispatch: Vec::new(),
+                ..args.select.clone()
+            },
+        }),
+        None => Steering::Neither(NoSteer),
     };
     let reason = rt.block_on(collector::collect(
         &mut ring,
@@ -483,13 +555,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             status: &mut status,
             attached: &attached,
         },
-        &mut |sinks, pid| prober.on_exec(sinks, pid),
+        steer.as_mut(),
     ))?;
-    drop(prober);
+    let governed = steer.governed();
     let duration_ns = started.elapsed().as_nanos() as u64;
     // Detach first, so the target runs unprobed while we finish up; then
     // take what was still in flight.
-    let failed_probes = probes.failed.len();
     if target.alive() {
         sinks.libs.poll();
     }
@@ -555,6 +626,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         damage: None,
         untraced_children: counters_now.untraced_children,
         follow: args.follow,
+        governor: governed.clone(),
     };
     if counters_now.traced_full + counters_now.lost_proc > 0 {
         eprintln!(
@@ -587,6 +659,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             complete: true,
             never_mapped,
             untraced_children: counters_now.untraced_children,
+            governor: governed,
             totals: None,
         };
         // A failure (a full disk) is told after the other outputs, so the
@@ -668,4 +741,32 @@ fn print_data_line(w: &datafile::Written, duration_ns: u64) {
         w.cpu_ns as f64 / 1e9,
         duration_ns as f64 / 1e9,
     );
+}
+
+/// What the session does to its probes while it runs (one of them: both
+/// change the probes).
+enum Steering<'a> {
+    /// The overhead governor detaches hot functions.
+    Govern(Governor<'a>),
+    /// New programs of traced processes are probed after an exec.
+    Follow(ExecProber<'a>),
+    Neither(NoSteer),
+}
+
+impl Steering<'_> {
+    fn as_mut(&mut self) -> &mut dyn Steer {
+        match self {
+            Steering::Govern(g) => g,
+            Steering::Follow(p) => p,
+            Steering::Neither(n) => n,
+        }
+    }
+
+    /// What the governor did, if it ran.
+    fn governed(self) -> Option<crate::analyze::overhead::GovernorReport> {
+        match self {
+            Steering::Govern(g) => Some(g.report),
+            _ => None,
+        }
+    }
 }

@@ -107,6 +107,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
                 .map(|p| (p.pid, p.ppid, p.exe.clone(), p.start_ns)),
         ));
     }
+    if let Some(g) = &t.governor {
+        // As recorded: the governor may have rebuilt links (record.rs).
+        sinks.dedup = Some(Default::default());
+        for d in &g.detached {
+            sinks.stacks.detach_from(d.func, d.decided_ns);
+        }
+    }
     for entry in &data.entries {
         sinks.replay(entry);
     }
@@ -139,6 +146,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         damage,
         untraced_children: t.untraced_children,
         follow: h.follow,
+        governor: t.governor.clone(),
     };
     finish::write(
         finish::Finish {

@@ -18,6 +18,7 @@ use tokio::{
 };
 
 use crate::{
+    analyze::dedup::LinkDedup,
     analyze::dispatch::Dispatcher,
     analyze::goroutines::Goroutines,
     analyze::processes::{ProcChange, Processes},
@@ -121,6 +122,12 @@ pub struct Sinks {
     /// Functions probed after an exec, beyond the first selection, and
     /// the binaries they are in.
     pub added: ProbedRecord,
+    /// Function events per function index, for the overhead governor
+    /// (empty when it is off).
+    pub hits: Vec<u64>,
+    /// Drops the second copy of a hit seen by two link generations (set
+    /// when the governor may rebuild links).
+    pub dedup: Option<LinkDedup>,
 }
 
 impl Sinks {
@@ -129,6 +136,9 @@ impl Sinks {
     fn on_call(&mut self, ev: &Event) {
         if let Some(p) = &mut self.processes {
             p.on_event(ev);
+        }
+        if let Some(h) = self.hits.get_mut(ev.func() as usize) {
+            *h += 1;
         }
         if self.stacks.is_entry_only(ev.func()) {
             // No exit probe: counted, and seen by nothing that needs the
@@ -179,6 +189,15 @@ impl Sinks {
             self.stacks.invalid_events += u64::from(rec.len() >= size_of::<Event>());
             return;
         };
+        if let (
+            Some(d),
+            RecordKind::Entry | RecordKind::Exit | RecordKind::GoEntry | RecordKind::GoExit,
+        ) = (&mut self.dedup, kind)
+        {
+            if d.is_copy(&ev) {
+                return;
+            }
+        }
         match kind {
             RecordKind::GoEntry | RecordKind::GoExit => {
                 let Some(g) = read::<GoEvent>(rec) else {
@@ -324,6 +343,9 @@ impl Sinks {
             },
             now,
         );
+        if let Some(d) = &mut self.dedup {
+            d.forget(&gone);
+        }
         if let Some(w) = &mut self.data {
             if !gone.is_empty() {
                 w.reap(now, &gone);
@@ -340,7 +362,12 @@ impl Sinks {
                     d.tick(*now);
                 }
             }
-            Entry::Reap(_, tids) => self.stacks.fold_exited(tids),
+            Entry::Reap(_, tids) => {
+                self.stacks.fold_exited(tids);
+                if let Some(d) = &mut self.dedup {
+                    d.forget(tids);
+                }
+            }
             Entry::Name(tid, name) => self.stacks.set_name(*tid, name.clone()),
             Entry::Lost(..) => {}
         }
@@ -393,6 +420,8 @@ impl Sinks {
             processes: None,
             execs: Vec::new(),
             added: ProbedRecord::default(),
+            hits: Vec::new(),
+            dedup: None,
         }
     }
 
@@ -472,8 +501,27 @@ pub struct Live<'a> {
     pub attached: &'a str,
 }
 
-/// Reads events until a stop condition, then returns why. `on_exec` is called for
-/// each traced process that exec'd (it probes the new program).
+/// What a live session does to its own probes while it runs: probe the new
+/// program of a traced process that exec'd (`--follow`,
+/// `session/follow.rs`), or detach the functions that cost the target too
+/// much (the overhead governor, `session/governor.rs`). Both change the
+/// probes, so a session has one of them.
+pub trait Steer {
+    /// Traced process `pid` exec'd.
+    fn on_exec(&mut self, _sinks: &mut Sinks, _pid: u32) {}
+    /// Every drain tick.
+    fn on_tick(&mut self, _sinks: &mut Sinks) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Changes nothing.
+pub struct NoSteer;
+
+impl Steer for NoSteer {}
+
+/// Reads events until a stop condition, then returns why. `steer` is told
+/// of each traced process that exec'd, and of every tick.
 /// With several processes, the session ends when all have exited, not
 /// when the first target (`pidfd`) does.
 pub async fn collect(
@@ -482,7 +530,7 @@ pub async fn collect(
     pidfd: &OwnedFd,
     duration: Option<Duration>,
     live: Live<'_>,
-    on_exec: &mut dyn FnMut(&mut Sinks, u32),
+    steer: &mut dyn Steer,
 ) -> Result<StopReason> {
     let Live {
         counters,
@@ -533,11 +581,12 @@ pub async fn collect(
                         w.lost(c.lost, c.lost_sched, c.lost_comm);
                     }
                 }
+                steer.on_tick(sinks)?;
                 status.update(start.elapsed(), &sinks.stacks, counters);
             }
         }
         for pid in std::mem::take(&mut sinks.execs) {
-            on_exec(sinks, pid);
+            steer.on_exec(sinks, pid);
         }
         if sinks.finished() {
             break StopReason::RunsComplete;

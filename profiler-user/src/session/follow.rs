@@ -66,3 +66,9 @@ impl ExecProber<'_> {
         sinks.inject(&rec.encode());
     }
 }
+
+impl crate::session::collector::Steer for ExecProber<'_> {
+    fn on_exec(&mut self, sinks: &mut Sinks, pid: u32) {
+        ExecProber::on_exec(self, sinks, pid);
+    }
+}

@@ -14,6 +14,7 @@ pub mod collector;
 pub mod datafile;
 pub mod finish;
 pub mod follow;
+pub mod governor;
 pub mod notices;
 pub mod pipeline;
 pub mod probed;

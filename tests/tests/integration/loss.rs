@@ -8,7 +8,15 @@ const N: u64 = 200_000;
 fn burst(ring: &str, n: u64, pause: bool) -> (Outputs, Finished) {
     let out = TempDir::new("loss");
     let mut fx = Fixture::spawn(calls_exe(), &["burst", &n.to_string()]);
-    let args = ["--func", "burst_tiny", "--ring-size", ring];
+    // The governor would detach burst_tiny: this test wants every hit.
+    let args = [
+        "--func",
+        "burst_tiny",
+        "--ring-size",
+        ring,
+        "--max-overhead",
+        "0",
+    ];
     let rec = Recording::start(fx.pid, out.path(), &args);
     if pause {
         rec.signal(libc::SIGSTOP);

@@ -18,6 +18,7 @@ mod exports;
 mod flamegraph;
 mod follow;
 mod golang;
+mod governor;
 mod helpers;
 mod html;
 mod inlined;

@@ -19,6 +19,8 @@ pub struct Attach {
     /// Wall time from spawning the profiler to its attached line.
     pub wall_ms: f64,
     pub attached: u64,
+    /// Probes (entries and exits) of the attached line.
+    pub probes: u64,
     /// functions_probed from functions.json, if the profiler got to write it.
     pub probed: Option<u64>,
     /// Time from SIGINT to exit; `None` if it took longer than STOP_WAIT.
@@ -31,6 +33,11 @@ pub struct Attach {
 /// grace period in the kernel, so a stop can take minutes, and a second
 /// attach would overlap the first one's teardown.
 pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
+    measure_n(bin, work, 5000)
+}
+
+/// As [`measure`], with `--max-funcs max_funcs`.
+pub fn measure_n(bin: &Path, work: &Path, max_funcs: usize) -> Result<Attach> {
     let target = Target::start(&mut Command::new(bin))?;
     let out = work.join("prof-attach");
     let _ = std::fs::remove_dir_all(&out);
@@ -42,7 +49,8 @@ pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
         "--func",
         "fn_*",
     ])
-    .args(["--max-funcs", "5000", "--out"])
+    .args(["--max-funcs", &max_funcs.to_string()])
+    .args(["--max-overhead", "0", "--out"])
     .arg(&out);
     let mut tracer = Tracer::start(&mut cmd, ReadyOn::Stderr, "attached")?;
     let wall_ms = tracer.ready_after.as_secs_f64() * 1000.0;
@@ -50,6 +58,13 @@ pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
         bail!("cannot parse the attached line: {}", tracer.ready_line);
     };
     eprintln!("bench: {} (wall {wall_ms:.0} ms)", tracer.ready_line);
+    let probes = tracer
+        .ready_line
+        .split(" probes)")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     // Let the loop call every function a few times, then stop.
     std::thread::sleep(Duration::from_millis(300));
     let stopping = Instant::now();
@@ -73,6 +88,7 @@ pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
         reported_ms,
         wall_ms,
         attached,
+        probes,
         probed,
         stop_ms,
     })

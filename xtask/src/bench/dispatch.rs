@@ -50,6 +50,7 @@ fn once(
             let mut cmd = Command::new(profiler_bin());
             cmd.args(["record", "--pid", &pid, "--dispatch", "dispatch_message"])
                 .args(["--func", "handle_fast", "--trace-events", "0"])
+                .args(["--max-overhead", "0"])
                 .args(["--dispatch-hz", &hz.to_string(), "--out"])
                 .arg(out);
             Some(Tracer::start(&mut cmd, ReadyOn::Stderr, "attached")?)

@@ -6,6 +6,7 @@ mod attach;
 mod datafile;
 mod dispatch;
 mod fixtures;
+mod governor;
 mod html;
 mod percall;
 mod rate;
@@ -37,6 +38,9 @@ pub struct Args {
     /// Rounds of the sampling fixture (bench_burn.c); 200,000 take about 1.8 s.
     #[arg(long, default_value_t = 200_000)]
     burn_rounds: u64,
+    /// GET requests per redis-benchmark run of the governor part.
+    #[arg(long, default_value_t = 100_000)]
+    redis_requests: u64,
     /// Run only these parts (repeatable); default: all.
     #[arg(long, value_enum)]
     only: Vec<Part>,
@@ -60,6 +64,10 @@ enum Part {
     Html,
     /// i: profile.data bytes per event (format 3 vs 2) and the cost of writing it.
     Datafile,
+    /// j: the overhead governor on redis-server and on its fixture.
+    Governor,
+    /// k: attach and detach time for 1,000, 10,000 and 50,000 functions.
+    Scale,
 }
 
 impl Args {
@@ -178,6 +186,12 @@ pub fn run(args: &Args) -> Result<()> {
             args.nop_iters, args.repeat
         ));
     }
+    if args.wants(Part::Governor) {
+        md.push_str(&governor_section(args, &work));
+    }
+    if args.wants(Part::Scale) {
+        md.push_str(&scale_section(&work));
+    }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",
         started.elapsed().as_secs_f64()
@@ -261,6 +275,75 @@ fn unwind_section(work: &std::path::Path) -> String {
          (utime + stime from /proc/PID/stat) is read over 20 s, while it refreshes the tables \
          every second and counts samples in the kernel. Map memory: the sum of `memlock` over \
          the agent's BPF map descriptors (/proc/PID/fdinfo), read during that run.\n",
+    );
+    md
+}
+
+fn governor_section(args: &Args, work: &std::path::Path) -> String {
+    let mut md = String::from("\n## j. Overhead governor\n\n### redis-server, default options\n\n");
+    match governor::redis(args.redis_requests, work) {
+        Ok(r) => md.push_str(&governor::redis_rows(&r, args.redis_requests)),
+        Err(e) => md.push_str(&format!("redis: failed: {e:#}\n")),
+    }
+    md.push_str(&format!(
+        "\n`redis-server --port 6391 --save '' --appendonly no` (Debian's), then \
+         `redis-benchmark -p 6391 -t get -c 20 -n {n} --csv`, 3 runs untraced; traced with \
+         `profiler record --pid P` and nothing else (every function of the executable up to \
+         `--max-funcs 2000`, `--max-overhead 10` by default), first a warm-up of {w} requests \
+         while the governor acts, then 3 measured runs; 3 runs untraced again after the profiler \
+         exits. The machine is shared with other work, so each phase shows its best run, and the \
+         ratio is best traced against best untraced.\n",
+        n = args.redis_requests,
+        w = args.redis_requests / 2
+    ));
+    md.push_str("\n### Fixture: a hot tiny function and a cold one\n\n");
+    match governor::fixture(work) {
+        Ok(f) => md.push_str(&governor::fixture_rows(&f)),
+        Err(e) => md.push_str(&format!("fixture: failed: {e:#}\n")),
+    }
+    md.push_str(
+        "\n`tests/fixtures/governor.c` (`-O2`): each unit of work is about 1 µs of arithmetic and \
+         one call of `gov_hot`; `gov_cold` runs every 10 ms. It measures its own progress in 100 ms \
+         windows: 2 s untraced, then 4 s under `profiler record --pid P --func 'gov_*' \
+         --max-overhead 5`. Rates are the 75th percentile of the windows (the machine is shared); \
+         \"after the detach\" counts windows from 1.3 s into the traced phase.\n",
+    );
+    md
+}
+
+fn scale_section(work: &std::path::Path) -> String {
+    let mut md = String::from(
+        "\n## k. Probes at scale: attach and detach time\n\n\
+         | functions | attached | probes | attach (reported) | spawn to attached | stop (detach + outputs) |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for n in [1_000usize, 10_000, 50_000] {
+        let bin = work.join(format!("many-funcs-{n}"));
+        let src = work.join(format!("many-funcs-{n}.c"));
+        let built = std::fs::write(&src, fixtures::many_funcs_source(n))
+            .map_err(anyhow::Error::from)
+            .and_then(|()| crate::util::gcc(&src, &bin, &["-O1"]));
+        let row = built.and_then(|()| attach::measure_n(&bin, work, n));
+        match row {
+            Ok(a) => md.push_str(&format!(
+                "| {n} | {} | {} | {:.0} ms | {:.0} ms | {} |\n",
+                a.attached,
+                a.probes,
+                a.reported_ms,
+                a.wall_ms,
+                a.stop_ms
+                    .map_or("> 60 s".to_string(), |ms| format!("{ms:.0} ms"))
+            )),
+            Err(e) => md.push_str(&format!("| {n} | failed: {e:#} | | | | |\n")),
+        }
+    }
+    md.push_str(
+        "\nA generated C program with N `noinline` functions `fn_0000`… (`gcc -O1`), each called \
+         every 100 ms; `profiler record --pid P --func 'fn_*' --max-funcs N --max-overhead 0`, then \
+         SIGINT after 300 ms. Attach (reported) is the `in X ms` of the attached line (uprobe_multi \
+         links: one per binary and kind of probe); spawn to attached adds loading the programs and \
+         reading the symbols and code; stop is SIGINT to exit, detaching every probe and writing \
+         the outputs.\n",
     );
     md
 }

@@ -88,7 +88,17 @@ pub fn run(bin: &Path, args: &[String], with: With) -> Result<Run> {
             let _ = std::fs::remove_dir_all(out);
             let mut cmd = Command::new(profiler_bin());
             cmd.args([
-                "record", "--pid", &pid, "--func", "leaf", "--func", "mid", "--out",
+                "record",
+                "--pid",
+                &pid,
+                "--func",
+                "leaf",
+                "--func",
+                "mid",
+                // Every hit is measured: no overhead governor.
+                "--max-overhead",
+                "0",
+                "--out",
             ])
             .arg(out)
             .args(*extra);

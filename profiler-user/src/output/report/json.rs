@@ -19,6 +19,9 @@ struct FunctionsJson<'a> {
     orphan_exits: u64,
     unfinished_frames: u64,
     unwound_frames: u64,
+    /// Returns of functions the governor detached, seen after their entry
+    /// probe was gone (not orphans).
+    exits_after_detach: u64,
     exit_rule: &'a str,
     /// One line per `--lib` never mapped during the session.
     libraries_never_mapped: &'a [String],
@@ -28,6 +31,8 @@ struct FunctionsJson<'a> {
     recording_damage: Option<&'a str>,
     /// Processes the targets made that were not traced (no `--follow`).
     untraced_children: u64,
+    /// What the overhead governor did; null when it was off.
+    governor: Option<&'a crate::analyze::overhead::GovernorReport>,
     functions: Vec<FunctionJson<'a>>,
     threads: Vec<ThreadJson>,
     /// One section per process, when several were traced (`--follow`,
@@ -95,6 +100,12 @@ struct FunctionJson<'a> {
     /// How returns were seen: `ret`, `uretprobe` or `entry` (no exit
     /// probe: `calls` counts entries and there are no durations).
     exit_probe: &'static str,
+    /// True when the overhead governor detached it: its counts stop at
+    /// `detached_at_ns`.
+    partial: bool,
+    /// When it was detached, in ns after the session's start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detached_at_ns: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -162,6 +173,8 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 unfinished: st.unfinished,
                 unwound: st.unwound,
                 exit_probe: f.exit.kind(),
+                partial: r.detached_at(i).is_some(),
+                detached_at_ns: r.detached_at(i),
             }
         })
         .collect()
@@ -233,10 +246,12 @@ pub fn render(r: &Report) -> String {
         orphan_exits: r.stacks.orphan_exits(),
         unfinished_frames: r.stacks.unfinished_frames(),
         unwound_frames: r.stacks.unwound_frames(),
+        exits_after_detach: r.stacks.exits_after_detach,
         exit_rule: &s.exit_rule,
         libraries_never_mapped: &s.never_mapped,
         recording_damage: s.damage.as_deref(),
         untraced_children: s.untraced_children,
+        governor: s.governor.as_ref(),
         functions,
         threads,
         processes: r

@@ -45,6 +45,8 @@ pub struct Session {
     pub untraced_children: u64,
     /// `--follow`.
     pub follow: bool,
+    /// What the overhead governor did (None: it was off).
+    pub governor: Option<crate::analyze::overhead::GovernorReport>,
 }
 
 /// The finished recording, ready to render.
@@ -79,6 +81,16 @@ impl Report<'_> {
             .get(&tid)
             .cloned()
             .unwrap_or_else(|| format!("tid-{tid}"))
+    }
+
+    /// When the overhead governor detached function `i`, in ns after the
+    /// session's start.
+    pub fn detached_at(&self, i: usize) -> Option<u64> {
+        let g = self.session.governor.as_ref()?;
+        g.detached
+            .iter()
+            .find(|d| d.func as usize == i)
+            .map(|d| d.at_ns)
     }
 
     /// Function indices with at least one call or unfinished frame, with

@@ -28,7 +28,7 @@ fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]
             fmt_ns(st.avg_ns()),
             fmt_ns(st.max_ns),
             r.funcs[*i].name,
-            notes(st, &r.funcs[*i]),
+            notes(st, &r.funcs[*i], r.detached_at(*i)),
         );
     }
     if rows.len() > TOP {
@@ -38,7 +38,7 @@ fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]
 
 /// What to say beside a function's row: frames without a return, and
 /// functions counted at entry only.
-fn notes(st: &FuncStats, f: &crate::target::select::Func) -> String {
+fn notes(st: &FuncStats, f: &crate::target::select::Func, detached_at: Option<u64>) -> String {
     let mut parts = Vec::new();
     if st.unfinished > 0 {
         parts.push(format!("{} unfinished", st.unfinished));
@@ -48,6 +48,9 @@ fn notes(st: &FuncStats, f: &crate::target::select::Func) -> String {
     }
     if let ExitProbe::EntryOnly(_) = f.exit {
         parts.push("entry only: no durations".to_string());
+    }
+    if let Some(at) = detached_at {
+        parts.push(format!("partial: detached after {:.2} s", at as f64 / 1e9));
     }
     if parts.is_empty() {
         String::new()
@@ -128,6 +131,60 @@ fn processes(out: &mut String, r: &Report, ps: &Processes) {
     }
 }
 
+/// The overhead governor's lines: its budget and calibration, and every
+/// function it detached, when and why.
+fn governor(out: &mut String, r: &Report) {
+    let Some(g) = &r.session.governor else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "overhead governor: --max-overhead {}%; a probe hit costs {:.1} µs here ({:.1} µs on a push, \
+         {:.2} µs on a 5-byte nop, {:.1} µs at a return site); highest estimate {:.1}% of a thread's time; {} functions detached",
+        g.max_overhead_pct,
+        g.cost.entry_ns / 1000.0,
+        g.cost.entry_push_ns / 1000.0,
+        g.cost.entry_nop_ns / 1000.0,
+        g.cost.ret_site_ns / 1000.0,
+        g.peak_pct,
+        g.detached.len()
+    );
+    for d in &g.detached {
+        let _ = writeln!(
+            out,
+            "  detached {} after {:.2} s: {} calls/s, est. {:.1}% of a thread's time (thread {} at {:.1}%); \
+             its counts stop there (partial)",
+            r.funcs[d.func as usize].name,
+            d.at_ns as f64 / 1e9,
+            crate::fmt::fmt_count(d.calls_per_s as u64),
+            d.overhead_pct,
+            d.tid,
+            d.thread_pct
+        );
+    }
+    line_if(
+        out,
+        r.stacks.exits_after_detach > 0,
+        format_args!(
+            "  {} returns of detached functions came after their entry probe was gone (calls entered \
+             while detaching; not counted as orphans)",
+            r.stacks.exits_after_detach
+        ),
+    );
+    if !g.protected_hot.is_empty() {
+        let names: Vec<&str> = g
+            .protected_hot
+            .iter()
+            .map(|&i| r.funcs[i as usize].name.as_str())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  kept though hot (needed for --dispatch, --stage or startup): {}",
+            names.join(", ")
+        );
+    }
+}
+
 /// Renders `report.txt`.
 pub fn render(r: &Report) -> String {
     let s = &r.session;
@@ -202,6 +259,7 @@ pub fn render(r: &Report) -> String {
     if let Some(ps) = r.processes {
         processes(&mut out, r, ps);
     }
+    governor(&mut out, r);
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
     table(&mut out, r, "Top functions by self time", &rows);

@@ -7,7 +7,7 @@
 //! raw. The state starts afresh in each block, so a block decodes alone.
 use std::collections::HashMap;
 
-use profiler_common::{FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT};
+use profiler_common::{FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT, LINK_GEN};
 
 use super::Entry;
 
@@ -96,7 +96,9 @@ impl Encoder {
                 if op & CALL_TID != 0 {
                     put_varint(&mut self.buf, u64::from(tid));
                 }
-                put_varint(&mut self.buf, u64::from(word & FUNC_MASK));
+                // The function index with its link generation bit: replay
+                // drops the copies two link generations reported.
+                put_varint(&mut self.buf, u64::from(word & (FUNC_MASK | LINK_GEN)));
                 put_varint(&mut self.buf, zigzag(ts.wrapping_sub(self.last_ts)));
                 put_varint(&mut self.buf, zigzag(sp.wrapping_sub(self.sp)));
                 self.last_ts = ts;
@@ -224,7 +226,7 @@ pub fn decode(content: &[u8], out: &mut Vec<Entry>) -> Result<(), Bad> {
                 }
                 let t = tid.ok_or_else(|| c.bad("event before any thread id"))?;
                 let func = c.u32()?;
-                if func > FUNC_MASK {
+                if func > (FUNC_MASK | LINK_GEN) {
                     return Err(c.bad("function index out of range"));
                 }
                 last_ts = last_ts.wrapping_add(unzigzag(c.varint()?));

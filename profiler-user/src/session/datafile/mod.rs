@@ -192,6 +192,9 @@ pub struct Trailer {
     /// Format 3: what the file holds.
     #[serde(default)]
     pub totals: Option<Totals>,
+    /// What the overhead governor did (None: it was off).
+    #[serde(default)]
+    pub governor: Option<crate::analyze::overhead::GovernorReport>,
 }
 
 /// One journal entry or record, in stream order.
