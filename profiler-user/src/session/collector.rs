@@ -9,8 +9,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{
-    decode, read, CommEvent, Event, GoEvent, RecordKind, StackEvent, KIND_ENTRY, MAX_KERNEL_FRAMES,
-    MAX_USER_FRAMES, SCHED_BLOCKED,
+    decode, read, CommEvent, Event, GoEvent, RecordKind, StackEvent, WakerEvent, KIND_ENTRY,
+    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, WAKER_KERNEL_THREAD,
 };
 use tokio::{
     io::{unix::AsyncFd, Interest},
@@ -18,7 +18,7 @@ use tokio::{
 };
 
 use crate::{
-    analyze::dispatch::Dispatcher,
+    analyze::dispatch::{wakers::WakeRec, Dispatcher},
     analyze::goroutines::Goroutines,
     analyze::stacks::Stacks,
     analyze::stages::StageTracker,
@@ -58,6 +58,24 @@ impl StopReason {
             StopReason::RunsComplete => "runs complete",
             StopReason::TargetExeced => "target exec'd another program",
         }
+    }
+}
+
+/// Most processes outside the target given unwind tables because they
+/// woke the watched thread (or are its children).
+const MAX_WAKER_PROCESSES: usize = 16;
+
+/// A [`WakerEvent`] as the dispatcher keeps it.
+fn waker_rec(w: &WakerEvent) -> WakeRec {
+    let comm = w.comm.split(|&b| b == 0).next().unwrap_or(&[]);
+    WakeRec {
+        ts_ns: w.event.ts_ns,
+        tid: w.waker_tid,
+        pid: w.waker_pid,
+        comm: String::from_utf8_lossy(comm).into_owned(),
+        kernel_thread: w.flags & WAKER_KERNEL_THREAD != 0,
+        user: w.user[..(w.user_len as usize).min(MAX_USER_FRAMES)].into(),
+        kernel: w.kernel[..(w.kernel_len as usize).min(MAX_KERNEL_FRAMES)].into(),
     }
 }
 
@@ -101,6 +119,8 @@ pub struct Sinks {
     execd: bool,
     ticks: u32,
     goroutines: Goroutines,
+    /// Other processes that woke the watched thread, given unwind tables.
+    waker_pids: std::collections::HashSet<u32>,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
     pub tables: Option<crate::symbolize::tables::Tables>,
@@ -211,6 +231,36 @@ impl Sinks {
                     d.on_wakeup(ev.ts_ns);
                 }
             }
+            RecordKind::Waker => {
+                let Some(d) = &mut self.dispatch else { return };
+                let Some(w) = read::<WakerEvent>(rec) else {
+                    self.stacks.invalid_events += 1;
+                    return;
+                };
+                let other = w.waker_pid != self.pid && w.waker_pid != 0;
+                if let (true, Some(t)) = (
+                    other && w.flags & WAKER_KERNEL_THREAD == 0,
+                    &mut self.tables,
+                ) {
+                    // Its next wake-ups are walked with its own tables.
+                    if self.waker_pids.len() < MAX_WAKER_PROCESSES
+                        && self.waker_pids.insert(w.waker_pid)
+                    {
+                        t.add_process(w.waker_pid);
+                    }
+                }
+                d.on_waker(waker_rec(&w));
+            }
+            RecordKind::PeerSample => {
+                let Some(d) = &mut self.dispatch else { return };
+                match read::<StackEvent>(rec) {
+                    Some(s) => {
+                        let user = &s.user[..(s.user_len as usize).min(MAX_USER_FRAMES)];
+                        d.on_peer_sample(ev.ts_ns, ev.tid, user);
+                    }
+                    None => self.stacks.invalid_events += 1,
+                }
+            }
             RecordKind::Dwarf => self.stacks.invalid_events += 1,
         }
     }
@@ -303,6 +353,7 @@ impl Sinks {
             execd: false,
             ticks: 0,
             goroutines: Goroutines::default(),
+            waker_pids: Default::default(),
             tables: None,
             libs: Default::default(),
         }
@@ -332,6 +383,14 @@ impl Sinks {
             }
             if let Some(t) = &mut self.tables {
                 t.add_process(self.pid);
+                if self.dispatch.is_some() {
+                    for child in crate::target::process::children(self.pid)
+                        .into_iter()
+                        .take(MAX_WAKER_PROCESSES)
+                    {
+                        t.add_process(child);
+                    }
+                }
             }
             // Exited threads' state folds into one aggregate per name.
             self.reap(false);

@@ -369,3 +369,16 @@ mod tests {
         );
     }
 }
+
+/// The child processes of `pid`'s main thread (`/proc/PID/task/PID/children`),
+/// empty when unknown. Cross-process waits are often on a child (a helper
+/// fed through a pipe): its stacks are walked with tables too.
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

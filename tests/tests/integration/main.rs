@@ -38,3 +38,4 @@ mod teardown;
 mod threads;
 mod tracing;
 mod unwinding;
+mod waker;
