@@ -61,8 +61,10 @@ impl StopReason {
     }
 }
 
-/// Most processes outside the target given unwind tables because they
-/// woke the watched thread (or are its children).
+/// Most children of the target given unwind tables (a cross-process wait
+/// is often on a child). Other processes' wake-up stacks are walked with
+/// frame pointers: building tables for whatever process an interrupt
+/// happened to land in would stall the agent.
 const MAX_WAKER_PROCESSES: usize = 16;
 
 /// A [`WakerEvent`] as the dispatcher keeps it.
@@ -119,8 +121,6 @@ pub struct Sinks {
     execd: bool,
     ticks: u32,
     goroutines: Goroutines,
-    /// Other processes that woke the watched thread, given unwind tables.
-    waker_pids: std::collections::HashSet<u32>,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
     pub tables: Option<crate::symbolize::tables::Tables>,
@@ -237,18 +237,6 @@ impl Sinks {
                     self.stacks.invalid_events += 1;
                     return;
                 };
-                let other = w.waker_pid != self.pid && w.waker_pid != 0;
-                if let (true, Some(t)) = (
-                    other && w.flags & WAKER_KERNEL_THREAD == 0,
-                    &mut self.tables,
-                ) {
-                    // Its next wake-ups are walked with its own tables.
-                    if self.waker_pids.len() < MAX_WAKER_PROCESSES
-                        && self.waker_pids.insert(w.waker_pid)
-                    {
-                        t.add_process(w.waker_pid);
-                    }
-                }
                 d.on_waker(waker_rec(&w));
             }
             RecordKind::PeerSample => {
@@ -353,7 +341,6 @@ impl Sinks {
             execd: false,
             ticks: 0,
             goroutines: Goroutines::default(),
-            waker_pids: Default::default(),
             tables: None,
             libs: Default::default(),
         }
