@@ -129,7 +129,10 @@ impl Run {
             (blocked + runnable).abs_diff(wait) * 20 <= wait,
             "{kind}: blocked {blocked} ns + runnable {runnable} ns, fixture waited {wait} ns"
         );
-        assert!(blocked <= wait, "{kind}: blocked {blocked} ns > waited {wait} ns");
+        assert!(
+            blocked <= wait,
+            "{kind}: blocked {blocked} ns > waited {wait} ns"
+        );
     }
 }
 
