@@ -11,7 +11,7 @@
 //                     plus compress_snapshot()                ~50 ms CPU
 //   tick % 90 == 70   load_thumbnail() blocked in nanosleep  ~250 ms off-CPU
 //   tick % 150 == 149 render_frame() of an animation frame  ~300 ms CPU
-//   tick % 100 == 50  apply_edit() waits for the document lock, which the
+//   tick % 60 == 20   apply_edit() waits for the document lock, which the
 //                     "autosave" thread holds while flush_to_disk() ->
 //                     compress_block() spins ~150 ms: the waker chain
 //
@@ -247,6 +247,13 @@ NOINLINE void dispatch_event(const struct event *ev)
 NOINLINE unsigned schedule_events(uint64_t tick, struct event *out)
 {
     unsigned n = 0;
+    if (tick % 60 == 20) {
+        // Between ticks, the autosave starts and holds the document; the
+        // edit is handled first.
+        sem_post(&autosave_go);
+        sem_wait(&autosave_locked);
+        out[n++] = (struct event){ EV_EDIT, tick, 0 };
+    }
     out[n++] = (struct event){ EV_INPUT, tick, (unsigned)(tick % 3) };
     if (tick % 5 == 0 || tick % 25 == 12)
         out[n++] = (struct event){ EV_NETWORK, tick, tick % 25 == 12 ? 48 * 1024 : 256 };
@@ -255,12 +262,6 @@ NOINLINE unsigned schedule_events(uint64_t tick, struct event *out)
         out[n++] = (struct event){ EV_SAVE, tick, 0 };
     if (tick % 90 == 70)
         out[n++] = (struct event){ EV_THUMBNAIL, tick, 250 };
-    if (tick % 100 == 50) {
-        // Between ticks, the autosave starts and holds the document.
-        sem_post(&autosave_go);
-        sem_wait(&autosave_locked);
-        out[n++] = (struct event){ EV_EDIT, tick, 0 };
-    }
     return n;
 }
 

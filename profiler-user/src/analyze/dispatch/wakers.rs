@@ -92,12 +92,17 @@ pub struct Waker {
 }
 
 impl Waker {
-    /// `worker-1 (tid 123)`, `process helper (pid 9)`, `a timer`.
+    /// `worker-1 (tid 123)`, `process helper (pid 9)`, `a timer interrupt`,
+    /// `an I/O completion interrupt`.
     pub fn who(&self) -> String {
         match self.kind {
             WakerKind::Thread => format!("{} (tid {})", self.comm, self.tid),
             WakerKind::Process => format!("process {} (pid {})", self.comm, self.pid),
-            WakerKind::Irq => format!("a {} interrupt", self.label.unwrap_or("device")),
+            WakerKind::Irq => match self.label.unwrap_or("interrupt") {
+                "interrupt" => "an interrupt".to_string(),
+                l if l.starts_with(['I', 'a', 'e', 'i', 'o', 'u']) => format!("an {l} interrupt"),
+                l => format!("a {l} interrupt"),
+            },
             WakerKind::Kernel => match self.label {
                 Some(l) => format!("{l} in kernel thread {}", self.comm),
                 None => format!("kernel thread {}", self.comm),
@@ -432,6 +437,22 @@ mod tests {
             (WakerKind::Kernel, Some("softirq"))
         );
         assert_eq!(syscall_of(&futex).as_deref(), Some("futex"));
+        let irq = |label| Waker {
+            kind: WakerKind::Irq,
+            label: Some(label),
+            tid: 0,
+            pid: 0,
+            comm: String::new(),
+            blocked_ns: 0,
+            stack: Vec::new(),
+            on_cpu_ns: 0,
+            function: label.into(),
+            hot: None,
+            wakes_ns: Vec::new(),
+        };
+        assert_eq!(irq("timer").who(), "a timer interrupt");
+        assert_eq!(irq("I/O completion").who(), "an I/O completion interrupt");
+        assert_eq!(irq("interrupt").who(), "an interrupt");
     }
 
     #[test]
