@@ -65,7 +65,7 @@ impl StopReason {
 /// is often on a child). Other processes' wake-up stacks are walked with
 /// frame pointers: building tables for whatever process an interrupt
 /// happened to land in would stall the agent.
-const MAX_WAKER_PROCESSES: usize = 16;
+const MAX_CHILD_TABLES: usize = 16;
 
 /// A [`WakerEvent`] as the dispatcher keeps it.
 fn waker_rec(w: &WakerEvent) -> WakeRec {
@@ -373,7 +373,7 @@ impl Sinks {
                 if self.dispatch.is_some() {
                     for child in crate::target::process::children(self.pid)
                         .into_iter()
-                        .take(MAX_WAKER_PROCESSES)
+                        .take(MAX_CHILD_TABLES)
                     {
                         t.add_process(child);
                     }
