@@ -19,8 +19,12 @@ pub const WATCH_DEPTH: u32 = 0;
 /// [`WATCH_MAP`] slot: the watched thread's `task_struct` pointer, learnt
 /// from its first probe hit; the scheduler programs compare against it.
 pub const WATCH_TASK: u32 = 1;
+/// [`WATCH_MAP`] slot: 1 while the watched thread is blocked inside an
+/// open dispatch (set at its switch-out, cleared when it is woken or runs
+/// again). The waker sampler samples the target's other threads only then.
+pub const WATCH_BLOCKED: u32 = 2;
 /// Number of slots in [`WATCH_MAP`].
-pub const WATCH_SLOTS: u32 = 2;
+pub const WATCH_SLOTS: u32 = 3;
 /// Bit of a probe cookie that marks a dispatch function.
 pub const COOKIE_DISPATCH: u64 = 1 << 32;
 /// Bit of a probe cookie that marks a Go function: its events are
@@ -105,8 +109,13 @@ pub const PROG_PROC_EXIT: &str = "prof_proc_exit";
 
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
-/// Name of the `sched_wakeup` raw tracepoint program.
+/// Name of the wake-up raw tracepoint program (attached to `sched_waking`,
+/// which runs in the waker's context).
 pub const PROG_SCHED_WAKEUP: &str = "prof_sched_wakeup";
+/// Name of the waker sampler: a `cpu-clock` perf event on every CPU that
+/// samples the target's other threads while the watched thread is blocked
+/// inside a dispatch ([`WATCH_BLOCKED`]).
+pub const PROG_PEER_SAMPLE: &str = "prof_peer_sample";
 /// Name of the CPU-profile sampling program (kernel-aggregated stacks).
 pub const PROG_CPU_SAMPLE: &str = "prof_cpu_sample";
 /// Stack-trace map of the CPU profile (stack id -> frames).
@@ -194,6 +203,16 @@ pub const PROC_EXEC: u32 = 1;
 /// [`ProcEvent`]: the process's last thread exited; `code` is the wait
 /// status (`exit_code` of the task: exit status << 8, or the signal).
 pub const PROC_EXIT: u32 = 2;
+/// Who woke the watched thread while it was blocked inside a dispatch: a
+/// [`WakerEvent`], written before the [`KIND_WAKEUP`] event of that wake-up.
+pub const KIND_WAKER: u32 = 12;
+/// A `cpu-clock` sample of another thread of the target, taken while the
+/// watched thread was blocked inside a dispatch: a [`StackEvent`] whose
+/// `tid` is the sampled thread.
+pub const KIND_PEER_SAMPLE: u32 = 13;
+/// [`WakerEvent::flags`] bit: the waker has no user-mode state (a kernel
+/// thread, or the idle task an interrupt arrived on).
+pub const WAKER_KERNEL_THREAD: u32 = 1;
 /// Bits of [`Event::word`] below the kind: the function index and the
 /// link generation bit.
 pub const FUNC_BITS: u32 = 28;
@@ -300,6 +319,35 @@ pub struct StackEvent {
     /// Header: [`KIND_SAMPLE`] or [`KIND_SCHED_OUT`]. Its `sp` carries why
     /// the table unwinder's walk of `user` ended (see [`StackEvent::user_end`]).
     pub event: Event,
+    /// Frames used in `user`.
+    pub user_len: u32,
+    /// Frames used in `kernel`.
+    pub kernel_len: u32,
+    /// User return addresses, innermost first.
+    pub user: [u64; MAX_USER_FRAMES],
+    /// Kernel return addresses, innermost first.
+    pub kernel: [u64; MAX_KERNEL_FRAMES],
+}
+
+/// Who woke the watched thread, read in the waker's context at
+/// `sched_waking`: the running task (in an interrupt, whatever task it
+/// interrupted; the kernel stack tells which), its name, and its user and
+/// kernel stacks, innermost first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakerEvent {
+    /// Header: [`KIND_WAKER`]; `tid` is the watched (woken) thread.
+    pub event: Event,
+    /// The waking task's thread id (0: the idle task).
+    pub waker_tid: u32,
+    /// Its process id.
+    pub waker_pid: u32,
+    /// `WAKER_*` bits.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+    /// `bpf_get_current_comm()`, NUL-padded.
+    pub comm: [u8; 16],
     /// Frames used in `user`.
     pub user_len: u32,
     /// Frames used in `kernel`.
@@ -518,6 +566,11 @@ pub enum RecordKind {
     /// Functions probed after an exec (an agent record): an [`Event`]
     /// header followed by JSON.
     Probed,
+    /// Who woke the watched thread inside a dispatch: a [`WakerEvent`].
+    Waker,
+    /// A sample of another thread while the watched one was blocked in a
+    /// dispatch: a [`StackEvent`].
+    PeerSample,
 }
 
 impl RecordKind {
@@ -536,6 +589,8 @@ impl RecordKind {
             KIND_GO_EXIT => RecordKind::GoExit,
             KIND_PROC => RecordKind::Proc,
             KIND_PROBED => RecordKind::Probed,
+            KIND_WAKER => RecordKind::Waker,
+            KIND_PEER_SAMPLE => RecordKind::PeerSample,
             _ => return None,
         })
     }
@@ -569,6 +624,8 @@ impl StackEvent {
 unsafe impl Record for ProcEvent {}
 // SAFETY: as above.
 unsafe impl Record for DwarfSample {}
+// SAFETY: as above.
+unsafe impl Record for WakerEvent {}
 
 /// The one decoder of ring records: the record's kind, and its header.
 /// None for a record too short for a header, or of an unknown kind.
@@ -612,6 +669,8 @@ unsafe impl aya::Pod for CommEvent {}
 unsafe impl aya::Pod for GoEvent {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for ProcEvent {}
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for WakerEvent {}
 
 #[cfg(test)]
 mod tests {
@@ -659,6 +718,15 @@ mod tests {
         assert_eq!(
             core::mem::size_of::<StackEvent>(),
             32 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)
+        );
+        assert_eq!(
+            core::mem::size_of::<WakerEvent>(),
+            64 + 8 * (MAX_USER_FRAMES + MAX_KERNEL_FRAMES)
+        );
+        assert_eq!(RecordKind::of(KIND_WAKER), Some(RecordKind::Waker));
+        assert_eq!(
+            RecordKind::of(KIND_PEER_SAMPLE),
+            Some(RecordKind::PeerSample)
         );
         let e = Event {
             ts_ns: 1,

@@ -6,9 +6,14 @@
 //!   index as the probe cookie (plus [`COOKIE_DISPATCH`] for dispatch
 //!   functions). Each hit writes a 24-byte [`Event`] to the `EVENTS` ring
 //!   buffer.
-//! - `prof_sched_switch` / `prof_sched_wakeup`: scheduler transitions of the
-//!   watched thread only, so the agent can split a dispatch's wall time into
-//!   on-CPU, blocked and runnable time exactly.
+//! - `prof_sched_switch` / `prof_sched_wakeup` (on `sched_waking`):
+//!   scheduler transitions of the watched thread only, so the agent can
+//!   split a dispatch's wall time into on-CPU, blocked and runnable time
+//!   exactly; a wake-up while it is blocked in a dispatch also names the
+//!   waker, with its stacks.
+//! - `prof_peer_sample`: a `cpu-clock` sampler on every CPU that samples
+//!   the target's other threads only while the watched thread is blocked in
+//!   a dispatch (what its waker was doing meanwhile).
 //! - `prof_sample`: a `cpu-clock` perf-event sampler on the watched thread;
 //!   it writes stacks only while a dispatch is open, so fast dispatches and
 //!   idle waits cost nothing.
@@ -49,15 +54,15 @@ use aya_ebpf::{
 };
 use profiler_common::{
     track, unwind_mode, CommEvent, DwarfSample, Event, GoEvent, OffCpuStart, ProcEvent, SampleKey,
-    StackEvent, COOKIE_DISPATCH, COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL,
+    StackEvent, WakerEvent, COOKIE_DISPATCH, COOKIE_GO, COUNTER_COUNT, COUNTER_CPU_COUNTS_FULL,
     COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN,
     COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_PROC, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS,
     COUNTER_TRACED_FULL, COUNTER_UNTRACED_CHILDREN, COUNTER_USER_STACKS_FULL, CPU_COUNTS_CAPACITY,
     CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM, KIND_DWARF, KIND_ENTRY,
-    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PROC, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT,
-    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, PROC_EXEC, PROC_EXIT, PROC_FORK,
-    SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY, WATCH_DEPTH,
-    WATCH_SLOTS, WATCH_TASK,
+    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE,
+    KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES,
+    PROC_EXEC, PROC_EXIT, PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY,
+    TRACED_CAPACITY, WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// A value the agent sets at load time (`.rodata`, through
@@ -272,6 +277,15 @@ fn watch_get(slot: u32) -> u64 {
 }
 
 #[inline(always)]
+fn watch_set(slot: u32, value: u64) {
+    if let Some(p) = WATCH.get_ptr_mut(slot) {
+        // SAFETY: a u64 slot of an array map; a racing writer on another
+        // CPU writes the same kind of value.
+        unsafe { *p = value };
+    }
+}
+
+#[inline(always)]
 fn watch_ptr(slot: u32) -> Option<*mut u64> {
     WATCH.get_ptr_mut(slot)
 }
@@ -304,6 +318,59 @@ fn emit_event(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, lost_counter:
     }
 }
 
+/// Fills `user` (MAX_USER_FRAMES slots) with the current user stack,
+/// innermost first; returns the frames used and why the table unwinder's
+/// walk ended (0 for the kernel's frame-pointer walk).
+#[inline(always)]
+unsafe fn fill_user<C: EbpfContext>(ctx: &C, user: *mut u64) -> (u32, u32) {
+    if tables() {
+        let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        let Some((stack, _)) = unwind::walk(pid) else {
+            bump(COUNTER_STACK_ERRORS);
+            return (0, 0);
+        };
+        let len = ((*stack).len as usize).min(MAX_USER_FRAMES);
+        for i in 0..MAX_USER_FRAMES {
+            if i >= len {
+                break;
+            }
+            *user.add(i) = (*stack).frames[i];
+        }
+        return (len as u32, (*stack).end);
+    }
+    let n = bpf_get_stack(
+        ctx.as_ptr(),
+        user.cast(),
+        (MAX_USER_FRAMES * 8) as u32,
+        BPF_F_USER_STACK as u64,
+    );
+    if n < 0 {
+        bump(COUNTER_STACK_ERRORS);
+    }
+    if n > 0 {
+        ((n / 8) as u32, 0)
+    } else {
+        (0, 0)
+    }
+}
+
+/// Fills `kernel` (MAX_KERNEL_FRAMES slots) with the current kernel stack,
+/// innermost first; returns the frames used.
+#[inline(always)]
+unsafe fn fill_kernel<C: EbpfContext>(ctx: &C, kernel: *mut u64) -> u32 {
+    let n = bpf_get_stack(
+        ctx.as_ptr(),
+        kernel.cast(),
+        (MAX_KERNEL_FRAMES * 8) as u32,
+        0,
+    );
+    if n > 0 {
+        (n / 8) as u32
+    } else {
+        0
+    }
+}
+
 /// Writes an event with the current user and kernel stacks.
 #[inline(always)]
 fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: u32) {
@@ -319,42 +386,44 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
             word: Event::pack(kind, state),
             sp: 0,
         };
-        if tables() {
-            let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-            (*ev).user_len = 0;
-            if let Some((stack, _)) = unwind::walk(pid) {
-                let len = ((*stack).len as usize).min(MAX_USER_FRAMES);
-                for i in 0..MAX_USER_FRAMES {
-                    if i >= len {
-                        break;
-                    }
-                    (*ev).user[i] = (*stack).frames[i];
-                }
-                (*ev).user_len = len as u32;
-                // Why the walk ended, for the sampler's quality figures.
-                (*ev).event.sp = u64::from((*stack).end);
-            } else {
-                bump(COUNTER_STACK_ERRORS);
-            }
+        let (len, end) = fill_user(ctx, (*ev).user.as_mut_ptr());
+        (*ev).user_len = len;
+        // Why the walk ended, for the sampler's quality figures.
+        (*ev).event.sp = u64::from(end);
+        (*ev).kernel_len = fill_kernel(ctx, (*ev).kernel.as_mut_ptr());
+    }
+    slot.submit(wakeup_flags());
+}
+
+/// Writes who is waking the watched thread (the current task, in
+/// `sched_waking`), with its stacks.
+#[inline(always)]
+fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
+    let Some(mut slot) = EVENTS.reserve::<WakerEvent>(0) else {
+        bump(COUNTER_LOST_SCHED);
+        return;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let ev = slot.as_mut_ptr();
+    unsafe {
+        (*ev).event = Event {
+            ts_ns,
+            tid,
+            word: Event::pack(KIND_WAKER, 0),
+            sp: 0,
+        };
+        (*ev).waker_tid = pid_tgid as u32;
+        (*ev).waker_pid = (pid_tgid >> 32) as u32;
+        (*ev).pad = 0;
+        (*ev).comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        if unwind::has_user_regs() {
+            (*ev).flags = 0;
+            (*ev).user_len = fill_user(ctx, (*ev).user.as_mut_ptr()).0;
         } else {
-            let user = bpf_get_stack(
-                ctx.as_ptr(),
-                (*ev).user.as_mut_ptr().cast(),
-                (MAX_USER_FRAMES * 8) as u32,
-                BPF_F_USER_STACK as u64,
-            );
-            if user < 0 {
-                bump(COUNTER_STACK_ERRORS);
-            }
-            (*ev).user_len = if user > 0 { (user / 8) as u32 } else { 0 };
+            (*ev).flags = WAKER_KERNEL_THREAD;
+            (*ev).user_len = 0;
         }
-        let kernel = bpf_get_stack(
-            ctx.as_ptr(),
-            (*ev).kernel.as_mut_ptr().cast(),
-            (MAX_KERNEL_FRAMES * 8) as u32,
-            0,
-        );
-        (*ev).kernel_len = if kernel > 0 { (kernel / 8) as u32 } else { 0 };
+        (*ev).kernel_len = fill_kernel(ctx, (*ev).kernel.as_mut_ptr());
     }
     slot.submit(wakeup_flags());
 }
@@ -614,6 +683,9 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if prev == task {
         if blocked && watch_get(WATCH_DEPTH) > 0 {
+            // Set first: a waker on another CPU may run before this
+            // switch has finished.
+            watch_set(WATCH_BLOCKED, 1);
             // Runs in the context of `prev`: these are its stacks.
             emit_stacks(&ctx, ts_ns, tid, KIND_SCHED_OUT, SCHED_BLOCKED);
         } else {
@@ -626,27 +698,48 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
         }
     }
     if next == task {
+        watch_set(WATCH_BLOCKED, 0);
         emit_event(ts_ns, tid, KIND_SCHED_IN, 0, 0, COUNTER_LOST_SCHED);
     }
     0
 }
 
-/// `sched_wakeup(task *p)`.
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
+/// `sched_waking(task *p)`, in the waker's context. Every wake-up in the
+/// system runs it: anything but the watched thread costs one map read and
+/// a compare. A wake-up of the watched thread while it is blocked inside a
+/// dispatch first writes who woke it ([`WakerEvent`]).
+#[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn prof_sched_wakeup(ctx: RawTracePointContext) -> i32 {
     let task = watch_get(WATCH_TASK);
     let p: u64 = ctx.arg(0);
     if task != 0 && p == task {
         let ts_ns = unsafe { bpf_ktime_get_ns() };
-        emit_event(
-            ts_ns,
-            WATCH_TID.load(),
-            KIND_WAKEUP,
-            0,
-            0,
-            COUNTER_LOST_SCHED,
-        );
+        let tid = WATCH_TID.load();
+        if watch_get(WATCH_BLOCKED) != 0 {
+            watch_set(WATCH_BLOCKED, 0);
+            emit_waker(&ctx, ts_ns, tid);
+        }
+        emit_event(ts_ns, tid, KIND_WAKEUP, 0, 0, COUNTER_LOST_SCHED);
     }
+    0
+}
+
+/// `cpu-clock` tick on some CPU (the waker sampler): while the watched
+/// thread is blocked inside a dispatch, samples the other threads of the
+/// target, so the agent can tell what the thread that woke it was doing
+/// meanwhile. Otherwise one map read.
+#[perf_event]
+pub fn prof_peer_sample(ctx: PerfEventContext) -> u32 {
+    if watch_get(WATCH_BLOCKED) == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    if (pid_tgid >> 32) as u32 != TARGET_TGID.load() || tid == WATCH_TID.load() {
+        return 0;
+    }
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    emit_stacks(&ctx, ts_ns, tid, KIND_PEER_SAMPLE, 0);
     0
 }
 

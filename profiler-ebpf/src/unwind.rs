@@ -98,6 +98,13 @@ fn user_regs() -> Option<(u64, u64, u64)> {
     }
 }
 
+/// True when the current task has user-mode state (not a kernel thread,
+/// nor the idle task).
+#[inline(always)]
+pub fn has_user_regs() -> bool {
+    user_regs().is_some()
+}
+
 /// Reads a u64 of user memory.
 #[inline(always)]
 fn read_user(addr: u64) -> Option<u64> {

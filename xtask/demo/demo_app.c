@@ -11,13 +11,18 @@
 //                     plus compress_snapshot()                ~50 ms CPU
 //   tick % 90 == 70   load_thumbnail() blocked in nanosleep  ~250 ms off-CPU
 //   tick % 150 == 149 render_frame() of an animation frame  ~300 ms CPU
+//   tick % 60 == 20   apply_edit() waits for the document lock, which the
+//                     "autosave" thread holds while flush_to_disk() ->
+//                     compress_block() spins ~150 ms: the waker chain
 //
 // It prints one line, "demo_app: pid=<pid> ready", then runs until killed.
-// Build: gcc -O1 -g -fno-omit-frame-pointer -o demo_app demo_app.c
+// Build: gcc -O1 -g -fno-omit-frame-pointer -pthread -o demo_app demo_app.c
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +35,7 @@
 
 #define NOINLINE __attribute__((noinline))
 
-enum event_kind { EV_INPUT, EV_NETWORK, EV_FRAME, EV_SAVE, EV_THUMBNAIL };
+enum event_kind { EV_INPUT, EV_NETWORK, EV_FRAME, EV_SAVE, EV_THUMBNAIL, EV_EDIT };
 
 struct event {
     enum event_kind kind;
@@ -177,6 +182,43 @@ NOINLINE void load_thumbnail(const struct event *ev)
     app.checksum += ev->size;
 }
 
+// The autosave thread: told to save, it takes the document lock and
+// compresses the document while holding it.
+static pthread_mutex_t doc_lock = PTHREAD_MUTEX_INITIALIZER;
+static sem_t autosave_go, autosave_locked;
+
+NOINLINE uint64_t compress_block(void)
+{
+    return burn_cpu(150 * 1000000ull, app.checksum);
+}
+
+NOINLINE void flush_to_disk(void)
+{
+    sink = compress_block();
+    pthread_mutex_unlock(&doc_lock);
+}
+
+static void *autosave_main(void *arg)
+{
+    (void)arg;
+    pthread_setname_np(pthread_self(), "autosave");
+    for (;;) {
+        sem_wait(&autosave_go);
+        pthread_mutex_lock(&doc_lock);
+        sem_post(&autosave_locked);
+        flush_to_disk();
+    }
+    return NULL;
+}
+
+NOINLINE void apply_edit(const struct event *ev)
+{
+    // Edits need the document: they wait while an autosave holds it.
+    pthread_mutex_lock(&doc_lock);
+    app.doc[ev->tick % sizeof app.doc] ^= 1;
+    pthread_mutex_unlock(&doc_lock);
+}
+
 NOINLINE void dispatch_event(const struct event *ev)
 {
     switch (ev->kind) {
@@ -195,6 +237,9 @@ NOINLINE void dispatch_event(const struct event *ev)
     case EV_THUMBNAIL:
         load_thumbnail(ev);
         break;
+    case EV_EDIT:
+        apply_edit(ev);
+        break;
     }
 }
 
@@ -202,6 +247,13 @@ NOINLINE void dispatch_event(const struct event *ev)
 NOINLINE unsigned schedule_events(uint64_t tick, struct event *out)
 {
     unsigned n = 0;
+    if (tick % 60 == 20) {
+        // Between ticks, the autosave starts and holds the document; the
+        // edit is handled first.
+        sem_post(&autosave_go);
+        sem_wait(&autosave_locked);
+        out[n++] = (struct event){ EV_EDIT, tick, 0 };
+    }
     out[n++] = (struct event){ EV_INPUT, tick, (unsigned)(tick % 3) };
     if (tick % 5 == 0 || tick % 25 == 12)
         out[n++] = (struct event){ EV_NETWORK, tick, tick % 25 == 12 ? 48 * 1024 : 256 };
@@ -248,6 +300,10 @@ int main(void)
 {
     for (unsigned i = 0; i < sizeof app.doc; i++)
         app.doc[i] = (char)('a' + i % 26);
+    sem_init(&autosave_go, 0, 0);
+    sem_init(&autosave_locked, 0, 0);
+    pthread_t saver;
+    pthread_create(&saver, NULL, autosave_main, NULL);
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     if (tfd < 0) {
         perror("demo_app: timerfd_create");

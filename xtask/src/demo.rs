@@ -41,6 +41,7 @@ const DEFAULT_FUNCS: &[&str] = &[
     "save_state",
     "compress_snapshot",
     "load_thumbnail",
+    "apply_edit",
 ];
 
 pub fn run(args: &Args) -> Result<()> {
@@ -50,7 +51,7 @@ pub fn run(args: &Args) -> Result<()> {
     gcc(
         &root.join("xtask/demo/demo_app.c"),
         &exe,
-        &["-O1", "-g", "-fno-omit-frame-pointer"],
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
     )?;
 
     let mut target = Target::start(&mut Command::new(&exe))?;

@@ -21,8 +21,8 @@ use aya::{
 use profiler_common::{
     unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
     COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, LINK_GEN, MAX_FUNCS,
-    PROG_ENTRY, PROG_EXIT, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP,
-    SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
+    PROG_ENTRY, PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH,
+    PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
@@ -461,11 +461,12 @@ impl Probes {
     }
 
     /// Follows the watched thread's scheduler transitions, and samples its
-    /// stacks at `hz` (0: off) while a dispatch is open.
+    /// stacks at `hz` (0: off) while a dispatch is open, and the target's
+    /// other threads (on every CPU) while it is blocked in one.
     pub fn attach_watch(&mut self, tid: u32, hz: u64) -> Result<()> {
         for (name, tp) in [
             (PROG_SCHED_SWITCH, "sched_switch"),
-            (PROG_SCHED_WAKEUP, "sched_wakeup"),
+            (PROG_SCHED_WAKEUP, "sched_waking"),
         ] {
             let prog: &mut RawTracePoint = self
                 .ebpf
@@ -495,6 +496,35 @@ impl Probes {
                 false,
             )
             .map_err(|e| Error::Load(format!("starting the cpu-clock sampler: {}", chain(&e))))?;
+            self.attach_peer_sampler(hz)?;
+        }
+        Ok(())
+    }
+
+    /// The waker sampler: `cpu-clock` at `hz` on every online CPU. It only
+    /// writes while the watched thread is blocked inside a dispatch.
+    fn attach_peer_sampler(&mut self, hz: u64) -> Result<()> {
+        let prog: &mut PerfEvent = self
+            .ebpf
+            .program_mut(PROG_PEER_SAMPLE)
+            .ok_or_else(|| Error::Load(format!("program {PROG_PEER_SAMPLE} missing")))?
+            .try_into()
+            .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+        prog.load().map_err(load_error)?;
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
+        for cpu in cpus {
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(hz),
+                false,
+            )
+            .map_err(|e| {
+                Error::Load(format!(
+                    "starting the waker sampler on CPU {cpu}: {}",
+                    chain(&e)
+                ))
+            })?;
         }
         Ok(())
     }

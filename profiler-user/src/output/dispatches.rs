@@ -7,6 +7,7 @@ use crate::analyze::dispatch::{
     quality::SampleQuality,
     stats::{quantile_of, Frames},
     tree::{FlatNode, Kind},
+    wakers::{Waker, WakerKind},
     Dispatcher,
 };
 use crate::fmt::fmt_ns;
@@ -27,6 +28,35 @@ struct BlockingJson<'a> {
 }
 
 #[derive(Serialize)]
+struct WakerJson<'a> {
+    tid: u32,
+    pid: u32,
+    comm: &'a str,
+    kind: WakerKind,
+    label: Option<&'a str>,
+    function: &'a str,
+    blocked_ns: u64,
+    stack: &'a [String],
+    waker_on_cpu_ns: u64,
+}
+
+impl<'a> WakerJson<'a> {
+    fn of(w: &'a Waker) -> Self {
+        WakerJson {
+            tid: w.tid,
+            pid: w.pid,
+            comm: &w.comm,
+            kind: w.kind,
+            label: w.label,
+            function: &w.function,
+            blocked_ns: w.blocked_ns,
+            stack: &w.stack,
+            waker_on_cpu_ns: w.on_cpu_ns,
+        }
+    }
+}
+
+#[derive(Serialize)]
 struct SlowJson<'a> {
     index: u64,
     start_ns: u64,
@@ -41,6 +71,7 @@ struct SlowJson<'a> {
     truncated: bool,
     tree: &'a [FlatNode],
     blocking_stacks: Vec<BlockingJson<'a>>,
+    wakers: Vec<WakerJson<'a>>,
 }
 
 /// The in-dispatch sampler's stack quality.
@@ -158,6 +189,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                     .iter()
                     .map(|(ns, stack)| BlockingJson { ns: *ns, stack })
                     .collect(),
+                wakers: s.wakers.iter().map(WakerJson::of).collect(),
             })
             .collect(),
         groups: groups
@@ -209,6 +241,7 @@ pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
             Kind::Traced => "",
             Kind::Sampled => "  [sampled]",
             Kind::Blocked => "  [blocked]",
+            Kind::Waker => "  [waker]",
         };
         let approx = if n.kind == Kind::Sampled { "~" } else { "" };
         let _ = writeln!(
@@ -223,6 +256,30 @@ pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
             fmt_ns(n.self_ns),
             marker
         );
+    }
+}
+
+/// `  woken by …` lines: who ended the blocked time, where, and what it
+/// did meanwhile.
+pub fn waker_lines(out: &mut String, wakers: &[Waker]) {
+    for w in wakers {
+        let _ = write!(out, "  woken by {}", w.who());
+        if matches!(w.kind, WakerKind::Thread | WakerKind::Process) {
+            let _ = write!(out, " in {}", w.function);
+        }
+        let _ = write!(out, ": blocked {}", fmt_ns(w.blocked_ns));
+        if w.kind == WakerKind::Thread {
+            let _ = write!(
+                out,
+                ", waker on-CPU ~{} ({}%)",
+                fmt_ns(w.on_cpu_ns),
+                (w.on_cpu_ns * 100).checked_div(w.blocked_ns).unwrap_or(0)
+            );
+            if let Some(h) = &w.hot {
+                let _ = write!(out, ", mostly in {h}");
+            }
+        }
+        let _ = writeln!(out);
     }
 }
 
@@ -272,6 +329,7 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
                 .unwrap_or_default()
         );
         let _ = writeln!(out, "  verdict: {}", g.verdict);
+        waker_lines(&mut out, &g.worst_wakers);
         let _ = writeln!(out, "  worst instance:");
         tree_lines(&mut out, &g.worst_tree);
     }

@@ -12,6 +12,9 @@ use crate::{
     output::export::trace::{json_name, TraceWriter},
 };
 
+/// Length of the slice marking a wake-up on the waker's track.
+const WAKE_SLICE_NS: u64 = 1_000;
+
 /// The streaming timeline of one session.
 pub struct Timeline {
     w: TraceWriter,
@@ -107,6 +110,55 @@ impl Timeline {
         self.keep(r);
     }
 
+    /// For each wake-up of a slow dispatch by a thread or a process: a
+    /// short slice on the waker's track and a flow arrow from it to the
+    /// woken dispatch. Wakers outside the target get their track named.
+    fn wake_flows(&mut self, d: &Dispatcher, threads: &[(u32, String)]) {
+        use crate::analyze::dispatch::wakers::WakerKind;
+        let mut id = 0u64;
+        let mut named: Vec<(u32, u32)> = Vec::new();
+        let main = d.cfg.thread_name.clone();
+        for s in &d.slow {
+            for w in &s.wakers {
+                if !matches!(w.kind, WakerKind::Thread | WakerKind::Process) {
+                    continue;
+                }
+                let known = w.pid == self.pid && threads.iter().any(|(t, _)| *t == w.tid);
+                if !known && !named.contains(&(w.pid, w.tid)) {
+                    named.push((w.pid, w.tid));
+                    if w.pid != self.pid {
+                        let r = self.w.process_name(w.pid, &w.comm);
+                        self.keep(r);
+                    }
+                    let r = self.w.thread_name(w.pid, w.tid, &w.comm);
+                    self.keep(r);
+                }
+                for &ts in &w.wakes_ns {
+                    id += 1;
+                    let args = [
+                        ("woke", format!("{main} ({})", d.cfg.tid)),
+                        ("in", w.function.clone()),
+                        ("dispatch", s.index.to_string()),
+                    ];
+                    let name = format!("wakes {main}");
+                    let start = ts.saturating_sub(WAKE_SLICE_NS);
+                    let r =
+                        self.w
+                            .complete(w.pid, w.tid, &name, "waker", start, WAKE_SLICE_NS, &args);
+                    self.keep(r);
+                    let r = self
+                        .w
+                        .flow(true, id, w.pid, w.tid, "wakeup", "waker", start);
+                    self.keep(r);
+                    let r = self
+                        .w
+                        .flow(false, id, self.pid, d.cfg.tid, "wakeup", "waker", ts);
+                    self.keep(r);
+                }
+            }
+        }
+    }
+
     /// Closes the file: process names (`processes`: pid and program, when
     /// several were traced), thread names, then slow dispatches and hangs.
     /// Returns the first write error, if any happened.
@@ -127,6 +179,7 @@ impl Timeline {
             self.keep(r);
         }
         if let Some(d) = dispatch {
+            self.wake_flows(d, threads);
             for s in &d.slow {
                 let args = [
                     ("key", s.key.clone()),

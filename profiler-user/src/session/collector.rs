@@ -9,8 +9,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use profiler_common::{
-    decode, read, CommEvent, Event, GoEvent, ProcEvent, RecordKind, StackEvent, KIND_ENTRY,
-    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED,
+    decode, read, CommEvent, Event, GoEvent, ProcEvent, RecordKind, StackEvent, WakerEvent,
+    KIND_ENTRY, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, WAKER_KERNEL_THREAD,
 };
 use tokio::{
     io::{unix::AsyncFd, Interest},
@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     analyze::dedup::LinkDedup,
-    analyze::dispatch::Dispatcher,
+    analyze::dispatch::{wakers::WakeRec, Dispatcher},
     analyze::goroutines::Goroutines,
     analyze::processes::{ProcChange, Processes},
     analyze::stacks::Stacks,
@@ -64,6 +64,26 @@ impl StopReason {
             StopReason::TargetExeced => "target exec'd another program",
             StopReason::AllExited => "every traced process exited",
         }
+    }
+}
+
+/// Most children of the target given unwind tables (a cross-process wait
+/// is often on a child). Other processes' wake-up stacks are walked with
+/// frame pointers: building tables for whatever process an interrupt
+/// happened to land in would stall the agent.
+const MAX_CHILD_TABLES: usize = 16;
+
+/// A [`WakerEvent`] as the dispatcher keeps it.
+fn waker_rec(w: &WakerEvent) -> WakeRec {
+    let comm = w.comm.split(|&b| b == 0).next().unwrap_or(&[]);
+    WakeRec {
+        ts_ns: w.event.ts_ns,
+        tid: w.waker_tid,
+        pid: w.waker_pid,
+        comm: String::from_utf8_lossy(comm).into_owned(),
+        kernel_thread: w.flags & WAKER_KERNEL_THREAD != 0,
+        user: w.user[..(w.user_len as usize).min(MAX_USER_FRAMES)].into(),
+        kernel: w.kernel[..(w.kernel_len as usize).min(MAX_KERNEL_FRAMES)].into(),
     }
 }
 
@@ -268,6 +288,24 @@ impl Sinks {
                     d.on_wakeup(ev.ts_ns);
                 }
             }
+            RecordKind::Waker => {
+                let Some(d) = &mut self.dispatch else { return };
+                let Some(w) = read::<WakerEvent>(rec) else {
+                    self.stacks.invalid_events += 1;
+                    return;
+                };
+                d.on_waker(waker_rec(&w));
+            }
+            RecordKind::PeerSample => {
+                let Some(d) = &mut self.dispatch else { return };
+                match read::<StackEvent>(rec) {
+                    Some(s) => {
+                        let user = &s.user[..(s.user_len as usize).min(MAX_USER_FRAMES)];
+                        d.on_peer_sample(ev.ts_ns, ev.tid, user);
+                    }
+                    None => self.stacks.invalid_events += 1,
+                }
+            }
             RecordKind::Dwarf => self.stacks.invalid_events += 1,
         }
     }
@@ -449,6 +487,14 @@ impl Sinks {
             }
             if let Some(t) = &mut self.tables {
                 t.add_process(self.pid);
+                if self.dispatch.is_some() {
+                    for child in crate::target::process::children(self.pid)
+                        .into_iter()
+                        .take(MAX_CHILD_TABLES)
+                    {
+                        t.add_process(child);
+                    }
+                }
             }
             // Exited threads' state folds into one aggregate per name.
             self.reap(false);

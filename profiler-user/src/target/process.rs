@@ -344,6 +344,19 @@ pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_string())
 }
 
+/// The child processes of `pid`'s main thread (`/proc/PID/task/PID/children`),
+/// empty when unknown. Cross-process waits are often on a child (a helper
+/// fed through a pipe): its stacks are walked with tables too.
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

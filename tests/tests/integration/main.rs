@@ -40,3 +40,4 @@ mod teardown;
 mod threads;
 mod tracing;
 mod unwinding;
+mod waker;

@@ -9,6 +9,7 @@ use profiler_common::KIND_ENTRY;
 use super::{
     sched::Split,
     tree::{Kind, Tree},
+    wakers::{self, Interval, PeerRec, WakeRec, Waker},
     Dispatcher, Open, Rec, Slow,
 };
 use crate::analyze::stacks::same_frame;
@@ -56,6 +57,10 @@ pub(super) fn explain(
     let mut tree: Option<Tree> = None;
     let mut stack: Vec<Frame> = Vec::new();
     let mut pending_block: Option<(usize, Vec<String>, Vec<String>, u64)> = None;
+    let mut pending_waker: Option<WakeRec> = None;
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut peers: Vec<PeerRec> = Vec::new();
+    let mut syscalls: HashMap<String, u64> = HashMap::new();
     let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
     for rec in recs {
         match rec {
@@ -112,25 +117,73 @@ pub(super) fn explain(
                 let mut full = d.symbolizer.kernel_stack(kernel);
                 full.extend(names);
                 pending_block = Some((top.node, chain, full, *ts));
+                pending_waker = None;
             }
+            Rec::Waker(w) => {
+                if pending_block.is_some() {
+                    pending_waker = Some((**w).clone());
+                }
+            }
+            Rec::Peer(p) => peers.push(p.clone()),
             Rec::Resume(ts) => {
                 let Some((node, chain, full, out_ns)) = pending_block.take() else {
                     continue;
                 };
                 let blocked = ts.saturating_sub(out_ns);
+                let mut leaf = node;
                 if let Some(t) = &mut tree {
                     if !chain.is_empty() {
-                        t.add_chain(node, &chain, Kind::Blocked, blocked);
+                        leaf = t.add_chain(node, &chain, Kind::Blocked, blocked);
                     }
                 }
+                if let Some(sc) = wakers::syscall_of(&full) {
+                    *syscalls.entry(sc).or_default() += blocked;
+                }
                 *blocking.entry(full).or_default() += blocked;
+                intervals.push(Interval {
+                    node: leaf,
+                    out_ns,
+                    end_ns: *ts,
+                    waker: pending_waker.take(),
+                });
             }
         }
     }
-    let tree = tree.unwrap_or_else(|| Tree::new("?"));
+    let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
     let key_node = tree.key_node();
-    let key = tree.signature(key_node);
-    let verdict = verdict(&tree, key_node, split, duration_ns);
+    let mut key = tree.signature(key_node);
+    let mut verdict = verdict(&tree, key_node, split, duration_ns);
+    let wakers = wakers::attach(
+        &mut d.symbolizer,
+        &mut tree,
+        &intervals,
+        &peers,
+        d.pid,
+        d.cfg.sample_period_ns,
+        d.session_start_ns,
+    );
+    if let Some(w) = blocked_mostly(split, &wakers) {
+        let syscall = syscalls
+            .into_iter()
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+            .map(|(s, _)| s);
+        if let Some(sc) = syscall {
+            verdict = verdict.replacen("% blocked in ", &format!("% blocked on {sc} in "), 1);
+        }
+        verdict.push_str(&wakers::chain_text(w, d.cfg.sample_period_ns > 0));
+        let blocked_frame = tree
+            .heaviest(key_node, Kind::Blocked)
+            .or_else(|| tree.heaviest(0, Kind::Blocked))
+            .map(|b| tree.nodes[b].name.clone());
+        if let Some(b) = blocked_frame {
+            key = format!(
+                "{b} <- {} | woken in {}",
+                tree.nodes[key_node].name, w.function
+            );
+        } else {
+            key = format!("{key} | woken in {}", w.function);
+        }
+    }
     let flat = if d.cfg.full_tree {
         tree.full()
     } else {
@@ -154,8 +207,23 @@ pub(super) fn explain(
             tree: flat,
             blocking_stacks,
             truncated: open.truncated,
+            wakers,
         },
     }
+}
+
+/// The waker to name in the verdict and key: the one that ended most of
+/// the blocked time, when blocked time dominates the dispatch.
+fn blocked_mostly(split: Split, wakers: &[Waker]) -> Option<&Waker> {
+    let Split {
+        on_cpu_ns,
+        blocked_ns,
+        runnable_ns,
+    } = split;
+    if blocked_ns < on_cpu_ns || blocked_ns < runnable_ns {
+        return None;
+    }
+    wakers.first().filter(|w| w.blocked_ns * 2 >= blocked_ns)
 }
 
 fn pct(part: u64, whole: u64) -> u64 {

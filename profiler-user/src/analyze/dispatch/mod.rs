@@ -12,6 +12,7 @@ pub mod quality;
 pub mod sched;
 pub mod stats;
 pub mod tree;
+pub mod wakers;
 
 use std::collections::HashMap;
 
@@ -65,6 +66,10 @@ pub enum Rec {
     Block(u64, Box<[u64]>, Box<[u64]>),
     /// Woken or switched back in.
     Resume(u64),
+    /// Who woke the thread (written just before its wake-up).
+    Waker(Box<wakers::WakeRec>),
+    /// A sample of another thread while this one was blocked.
+    Peer(wakers::PeerRec),
 }
 
 struct Open {
@@ -102,6 +107,8 @@ pub struct Slow {
     pub blocking_stacks: Vec<(u64, Vec<String>)>,
     /// True if the record buffer overflowed.
     pub truncated: bool,
+    /// Who woke it in its blocked intervals, most blocked time first.
+    pub wakers: Vec<wakers::Waker>,
 }
 
 /// Slow dispatches sharing a key.
@@ -117,6 +124,8 @@ pub struct Group {
     pub worst_tree: Vec<FlatNode>,
     /// Folded stacks of the worst instance (for its flame graph).
     pub worst_folded: Vec<String>,
+    /// Who woke the worst instance.
+    pub worst_wakers: Vec<wakers::Waker>,
 }
 
 impl Group {
@@ -351,6 +360,32 @@ impl Dispatcher {
         self.record(Rec::Sample(ts_ns, user.into()));
     }
 
+    /// Who woke the watched thread, while it was blocked in a dispatch.
+    /// Another process's mappings are remembered now, while it most
+    /// likely still runs.
+    pub fn on_waker(&mut self, w: wakers::WakeRec) {
+        if self.open.is_none() {
+            return;
+        }
+        if w.pid != 0 && w.pid != self.pid && !w.kernel_thread && !self.symbolizer.knows(w.pid) {
+            self.symbolizer.remember_maps(w.pid);
+        }
+        self.record(Rec::Waker(Box::new(w)));
+    }
+
+    /// A sample of another thread of the target while the watched thread
+    /// was blocked in a dispatch.
+    pub fn on_peer_sample(&mut self, ts_ns: u64, tid: u32, user: &[u64]) {
+        if self.open.is_none() {
+            return;
+        }
+        self.record(Rec::Peer(wakers::PeerRec {
+            ts_ns,
+            tid,
+            user: user.into(),
+        }));
+    }
+
     /// Checks for a hang at `now_ns` (CLOCK_MONOTONIC); a new one is
     /// recorded and queued as a [`Notice::Hang`].
     pub fn tick(&mut self, now_ns: u64) {
@@ -442,6 +477,7 @@ impl Dispatcher {
             g.verdict = slow.verdict.clone();
             g.worst_tree = slow.tree.clone();
             g.worst_folded = folded;
+            g.worst_wakers = slow.wakers.clone();
         }
         g.durations.push(slow.duration_ns);
         if self.slow.len() < MAX_SLOW {

@@ -24,6 +24,9 @@ pub enum Kind {
     Sampled,
     /// Off-CPU time in unprobed code, from the scheduler (exact durations).
     Blocked,
+    /// Who woke the blocked thread (`[waited for: …]`, weighted by the time
+    /// blocked) and, under it, that thread's sampled stacks meanwhile.
+    Waker,
 }
 
 /// One node of a dispatch's tree.
@@ -105,7 +108,8 @@ impl Tree {
 
     /// Adds an estimated chain `frames` (outermost first) of `kind` under
     /// `parent`, weighted by `ns`. Chains merge by name at each level.
-    pub fn add_chain(&mut self, parent: usize, frames: &[String], kind: Kind, ns: u64) {
+    /// Returns the node of the innermost frame (`parent` if none).
+    pub fn add_chain(&mut self, parent: usize, frames: &[String], kind: Kind, ns: u64) -> usize {
         let mut at = parent;
         for (i, f) in frames.iter().enumerate() {
             let found = self.nodes[at]
@@ -125,6 +129,7 @@ impl Tree {
             }
             at = id;
         }
+        at
     }
 
     fn push(&mut self, parent: usize, name: &str, kind: Kind) -> usize {
@@ -276,6 +281,7 @@ impl Tree {
                 Kind::Traced => frame,
                 Kind::Sampled => format!("{frame} [sampled]"),
                 Kind::Blocked => format!("{frame} [blocked]"),
+                Kind::Waker => format!("{frame} [waker]"),
             };
             let path = if prefix.is_empty() {
                 frame

@@ -173,6 +173,32 @@ impl TraceWriter {
         ))
     }
 
+    /// One end of a flow arrow (legacy flow events, which Perfetto and
+    /// chrome://tracing draw): `start` writes "s" (from the slice enclosing
+    /// `ts_ns` on that thread), otherwise "f" with `"bp":"e"` (to the slice
+    /// enclosing `ts_ns`). Both ends share `id`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flow(
+        &mut self,
+        start: bool,
+        id: u64,
+        pid: u32,
+        tid: u32,
+        name: &str,
+        cat: &str,
+        ts_ns: u64,
+    ) -> io::Result<()> {
+        let (name, cat, ts) = (json_str(name), json_str(cat), us(ts_ns));
+        let ph = if start {
+            r#""ph":"s""#
+        } else {
+            r#""ph":"f","bp":"e""#
+        };
+        self.event(format_args!(
+            r#""name":{name},"cat":{cat},{ph},"id":{id},"ts":{ts},"pid":{pid},"tid":{tid}"#
+        ))
+    }
+
     /// Closes the JSON and flushes it to the file.
     pub fn finish(mut self) -> io::Result<()> {
         self.close()

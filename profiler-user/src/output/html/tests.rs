@@ -118,6 +118,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             tree: tree.clone(),
             blocking_stacks: vec![(dur / 3, vec!["futex_wait".into(), name(i)])],
             truncated: false,
+            wakers: Vec::new(),
         });
         d.groups.insert(
             key.clone(),
@@ -127,6 +128,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
                 verdict: "50% on CPU".into(),
                 worst_tree: tree,
                 worst_folded: Vec::new(),
+                worst_wakers: Vec::new(),
             },
         );
     }
