@@ -159,8 +159,14 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             None,
         )
     };
+    // A target that exits while we set up makes some step fail (no
+    // mappings, perf_event_open: ESRCH...): say that it exited.
+    let gone = |e: Error| match child.is_none() && !target.alive() {
+        true => Error::TargetGone(target.pid),
+        false => e,
+    };
     let required = required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
-    let sel = select::select(&target, &args.select, &required)?;
+    let sel = select::select(&target, &args.select, &required).map_err(gone)?;
     if sel.capped > 0 {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
@@ -174,7 +180,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     for spec in &stage_cfg.stages {
         spec.resolve(|name| pipeline::index_of(&sel.funcs, name))?;
     }
-    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
+    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread).map_err(gone)?;
     probes::raise_fd_limit();
     let unwind = match args.unwind {
         crate::cli::UnwindMode::Copy => return Err(Error::Usage(
@@ -183,7 +189,8 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         )),
         u => u,
     };
-    let mut probes = Probes::load(target.pid, watch_tid, args.ring_size, false, unwind)?;
+    let mut probes =
+        Probes::load(target.pid, watch_tid, args.ring_size, false, unwind).map_err(gone)?;
     let mut tables = match unwind {
         crate::cli::UnwindMode::Tables => {
             let mut t = crate::symbolize::tables::Tables::take(
@@ -197,18 +204,20 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     };
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
-    probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
+    probes
+        .attach_watch(watch_tid, args.dispatch.dispatch_hz)
+        .map_err(gone)?;
     if let Some(hz) = args.sample {
-        samplers::start(probes.ebpf_mut(), hz)?;
+        samplers::start(probes.ebpf_mut(), hz).map_err(gone)?;
     }
     if args.off_cpu {
-        samplers::start_offcpu(probes.ebpf_mut())?;
+        samplers::start_offcpu(probes.ebpf_mut()).map_err(gone)?;
     }
     let cpu_maps = match args.sample.is_some() || args.off_cpu {
         true => Some(samplers::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
         false => None,
     };
-    let probed = probes.attach(&sel, target.pid)?;
+    let probed = probes.attach(&sel, target.pid).map_err(gone)?;
     if child.is_none() && !target.alive() {
         return Err(Error::TargetGone(target.pid));
     }
