@@ -44,6 +44,20 @@ fn leftovers() -> Result<Option<String>> {
         .flatten()
         .filter(|p| p["name"].as_str().is_some_and(|n| PROG_NAMES.contains(&n)))
         .collect();
+    // Programs held only by a running `profiler` belong to another session
+    // (another test run or benchmark on this machine), not to a test whose
+    // profiler has exited: those are not leftovers.
+    let all: Vec<u64> = ours.iter().filter_map(|p| p["id"].as_u64()).collect();
+    let holders = prog_holders(&all);
+    let others = |id: u64| {
+        holders
+            .get(&id)
+            .is_some_and(|pids| pids.iter().all(|p| is_profiler(*p)))
+    };
+    let ours: Vec<&Value> = ours
+        .into_iter()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| !others(id)))
+        .collect();
     let ids: HashSet<u64> = ours.iter().filter_map(|p| p["id"].as_u64()).collect();
     let links = bpftool("link")?;
     let our_links: Vec<&Value> = links
@@ -58,9 +72,11 @@ fn leftovers() -> Result<Option<String>> {
     Ok(Some(format!("programs: {ours:?}; links: {our_links:?}")))
 }
 
-/// Asserts that no `prof_entry`/`prof_exit` program or link is loaded. The
-/// kernel frees programs asynchronously after their last fd closes, so this
-/// polls for up to 3 s before failing.
+/// Asserts that no `prof_entry`/`prof_exit` program or link is loaded,
+/// other than those held by a running `profiler` (another session on this
+/// machine: call it once the test's own profiler has exited). The kernel
+/// frees programs asynchronously after their last fd closes, so this polls
+/// for up to 3 s before failing.
 pub fn assert_nothing_attached() {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {

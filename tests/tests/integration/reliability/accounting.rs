@@ -202,3 +202,29 @@ fn row04_missed_entry_is_an_orphan_exit_not_a_mispairing() {
     assert_eq!(o.get("unwound_frames"), 0);
     assert_eq!(o.get("unfinished_frames"), 0);
 }
+
+/// Row 21: two profilers record the same PID at once. Both count every
+/// call exactly, with the right durations; neither loses an event.
+#[test]
+fn row21_two_profilers_on_one_pid_both_exact() {
+    require_root!();
+    let (one, two) = (TempDir::new("row21a"), TempDir::new("row21b"));
+    let mut fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let teardown = Teardown::begin();
+    let first = Recording::start(fx.pid, one.path(), &["-f", "tree_*"]);
+    let second = Recording::start(fx.pid, two.path(), &["-f", "tree_*"]);
+    let truth = fx.run();
+    let pids = [first.pid(), second.pid()];
+    for rec in [first, second] {
+        let fin = rec.stop(libc::SIGINT);
+        assert!(fin.status.success(), "profiler failed: {fin:?}");
+    }
+    teardown.check(&pids, Some((fx.pid, &fx.exe)));
+    fx.release();
+    for dir in [&one, &two] {
+        let o = Outputs::load(dir.path());
+        o.assert_matches_truth(&truth, true);
+        assert_eq!(o.get("lost_events") + o.get("orphan_exits"), 0);
+        assert_eq!(o.get("events"), 2 * (20 + 40 + 120));
+    }
+}

@@ -424,3 +424,49 @@ fn row34_agent_stopped_then_killed() {
     teardown.check(&[agent], Some((fx.pid, &fx.exe)));
     fx.release();
 }
+
+/// Row 20: SIGINT, then SIGTERM, while two threads call a probed function
+/// at full speed: the profiler exits 0 within 5 s, with complete outputs
+/// (functions.json with the calls, report.txt, trace.folded, flame graphs
+/// that parse as XML); the target runs on and exits as untraced.
+#[test]
+fn row20_sigint_and_sigterm_under_load_end_within_5s_with_outputs() {
+    require_root!();
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let out = TempDir::new("row20");
+        let mut fx = Fixture::spawn(lifecycle_exe(), &["tburst", "2", "2500"]);
+        let teardown = Teardown::begin();
+        let rec = Recording::start(
+            fx.pid,
+            out.path(),
+            &["-f", "burst_work", "--sample", "--data-limit", "64M"],
+        );
+        fx.go();
+        std::thread::sleep(Duration::from_millis(1000));
+        let t0 = Instant::now();
+        let fin = rec.stop(signal);
+        let took = t0.elapsed();
+        assert!(fin.status.success(), "signal {signal}: {fin:?}");
+        assert!(took < Duration::from_secs(5), "signal {signal}: {took:?}");
+        teardown.check(&[], Some((fx.pid, &fx.exe)));
+        let truth = fx.truth();
+        fx.release();
+        let o = Outputs::load(out.path());
+        assert_eq!(o.json["stop_reason"], "signal");
+        let calls = o.sum("burst_work", "calls");
+        assert!(calls > 0 && calls < num(&truth, "burst_work"), "{calls}");
+        assert!(o.report.contains("burst_work"), "{}", o.report);
+        assert!(fin.stdout.contains("burst_work"), "printed report");
+        assert!(o.folded.contains("burst_work"), "{}", o.folded);
+        let opts = roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        };
+        for svg in ["flamegraph.svg", "cpu.svg"] {
+            let text = read(out.path(), svg);
+            roxmltree::Document::parse_with_options(&text, opts)
+                .unwrap_or_else(|e| panic!("{svg} after signal {signal}: {e}"));
+        }
+        eprintln!("row20: signal {signal} under load: exited in {took:?}");
+    }
+}
