@@ -57,13 +57,13 @@ impl Drop for Cgroup {
     }
 }
 
-/// Row 32: the agent in a cgroup with `memory.max` 96M (its 16 MiB ring
+/// Row 32: the agent in a cgroup with `memory.max` 128M (its 16 MiB ring
 /// included) while two threads emit events at full speed: it is not
 /// OOM-killed, drops are counted, the accounting holds.
 #[test]
 fn row32_agent_under_memory_max_is_not_oom_killed() {
     require_root!();
-    let cg = match Cgroup::with_memory_max("96M") {
+    let cg = match Cgroup::with_memory_max("128M") {
         Ok(cg) => cg,
         Err(why) => super::skip_row!(32, "{why}"),
     };
@@ -90,7 +90,7 @@ fn row32_agent_under_memory_max_is_not_oom_killed() {
     let o = Outputs::load(out.path());
     assert_accounting(&o, "burst_work", num(&truth, "burst_work"));
     eprintln!(
-        "row32: {} events, {} lost under memory.max 96M",
+        "row32: {} events, {} lost under memory.max 128M",
         o.get("events"),
         o.get("lost_events")
     );
