@@ -9,17 +9,25 @@ use std::time::Duration;
 struct Cgroup(PathBuf);
 
 impl Cgroup {
-    /// `/sys/fs/cgroup/profiler-test-PID` with `memory.max` = `max`, or why
-    /// not (no cgroup v2 with the memory controller here).
+    /// `profiler-test-PID` under the cgroup v2 mount, with `memory.max` =
+    /// `max`, or why not (no cgroup v2 with the memory controller here).
     fn with_memory_max(max: &str) -> Result<Cgroup, String> {
-        let root = Path::new("/sys/fs/cgroup");
-        let controllers =
-            std::fs::read_to_string(root.join("cgroup.controllers")).map_err(|_| {
-                "/sys/fs/cgroup is not cgroup v2 (this machine mounts cgroup v1 hierarchies)"
-                    .to_string()
-            })?;
+        // cgroup v2 alone, or beside v1 hierarchies (hybrid: `unified`).
+        let roots = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"].map(Path::new);
+        let Some(root) = roots
+            .into_iter()
+            .find(|r| r.join("cgroup.controllers").exists())
+        else {
+            return Err("no cgroup v2 mounted (/sys/fs/cgroup holds v1 hierarchies)".into());
+        };
+        let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
+            .map_err(|e| format!("{}/cgroup.controllers: {e}", root.display()))?;
         if !controllers.split_whitespace().any(|c| c == "memory") {
-            return Err("cgroup v2 has no memory controller here".into());
+            return Err(format!(
+                "the cgroup v2 at {} has no memory controller (it is bound to a v1 \
+                 hierarchy here), so there is no memory.max",
+                root.display()
+            ));
         }
         let subtree = root.join("cgroup.subtree_control");
         let enabled = std::fs::read_to_string(&subtree).unwrap_or_default();
