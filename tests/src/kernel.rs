@@ -194,13 +194,14 @@ fn prog_holders(ids: &[u64]) -> BTreeMap<u64, BTreeSet<u32>> {
     out
 }
 
-/// Whether `pid` runs a `profiler` binary (or a copy named `profiler-…`,
-/// as a benchmark comparing two builds makes).
+/// Whether `pid` runs a `profiler` binary: also a copy named `profiler-…`
+/// (a benchmark comparing two builds) and one rebuilt since it started
+/// (`/proc/PID/exe` then ends in ` (deleted)`).
 fn is_profiler(pid: u32) -> bool {
     std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| {
         e.file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n == "profiler" || n.starts_with("profiler-"))
+            .is_some_and(|n| n.starts_with("profiler"))
     })
 }
 
