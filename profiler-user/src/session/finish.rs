@@ -75,13 +75,7 @@ pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
     writers::spine(out, &report, &mut page)?;
     let duration_ns = f.session.duration_ns;
     if let Some(d) = &dispatch {
-        writers::dispatches(
-            out,
-            d,
-            duration_ns,
-            f.session.damage.as_deref(),
-            &mut page,
-        )?;
+        writers::dispatches(out, d, duration_ns, f.session.damage.as_deref(), &mut page)?;
     }
     if !stages.is_empty() {
         let results: Vec<_> = stages.into_iter().map(StageTracker::finish).collect();
