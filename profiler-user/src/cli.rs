@@ -105,7 +105,7 @@ pub struct SampleArgs {
     #[arg(long)]
     pub off_cpu: bool,
     /// Samples per second per CPU (default 997 with --pid, 99 with --all).
-    #[arg(long, value_name = "HZ")]
+    #[arg(long, value_name = "HZ", value_parser = parse_hz)]
     pub hz: Option<u64>,
     /// Stop after this long (e.g. 10s). Otherwise stop on Ctrl-C, SIGTERM or
     /// when the target exits.
@@ -257,7 +257,7 @@ pub struct RecordArgs {
     pub off_cpu: bool,
     /// Also sample all the target's threads' stacks with cpu-clock at HZ
     /// (default 997): writes cpu.folded and cpu.svg.
-    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997")]
+    #[arg(long, value_name = "HZ", num_args = 0..=1, default_missing_value = "997", value_parser = parse_hz)]
     pub sample: Option<u64>,
     /// How user stacks are walked by every sampler (`--sample`, the
     /// in-dispatch sampler, blocked and off-CPU stacks): `tables` (default)
@@ -338,9 +338,28 @@ pub struct ListArgs {
 fn parse_pid(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(0) | Err(_) => Err(format!("{s:?} is not a PID: give a positive integer")),
+        Ok(1) => Err(
+            "PID 1 is init: a fault in it takes the whole system down, so it is not traced; \
+             give the PID of an application"
+                .into(),
+        ),
+        Ok(pid) if pid == std::process::id() => Err(format!(
+            "PID {pid} is this profiler itself: give the PID of the process to trace"
+        )),
         Ok(pid) => Ok(pid),
     }
 }
+
+/// A sampling rate: 1 to 100000 Hz (0 would sample nothing).
+fn parse_hz(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(hz @ 1..=100_000) => Ok(hz),
+        _ => Err(format!("--hz {s} is out of range: use 1 to 100000")),
+    }
+}
+
+/// The longest duration accepted (a session, a threshold): 100 days.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 24 * 3600);
 
 /// Parses `500ms`, `10s`, `2m`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -369,7 +388,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs <= 0.0 {
         return Err(format!("bad duration {s:?}: must be positive"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero() && *d <= MAX_DURATION)
+        .ok_or_else(|| format!("bad duration {s:?}: use 1ns to 100 days"))
 }
 
 /// Parses a byte size with an optional K/M/G suffix.
@@ -433,6 +455,13 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("").is_err());
+        assert!(
+            parse_duration("1e30h").is_err(),
+            "huge: refused, not a panic"
+        );
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("0.1ns").is_err(), "rounds to zero");
+        assert_eq!(parse_duration("100d").ok(), None, "unknown unit");
     }
 
     #[test]
@@ -449,6 +478,14 @@ mod tests {
         assert!(parse_ring_size("5000").is_err());
         assert!(parse_ring_size("1K").is_err());
         assert!(parse_pid("0").is_err());
+        assert!(parse_pid("1").unwrap_err().contains("init"));
+        assert!(parse_pid(&std::process::id().to_string())
+            .unwrap_err()
+            .contains("profiler itself"));
+        assert_eq!(parse_pid("4321"), Ok(4321));
+        assert!(parse_hz("0").is_err());
+        assert!(parse_hz("100001").is_err());
+        assert_eq!(parse_hz("99"), Ok(99));
         assert!(parse_pid("abc").is_err());
     }
 }

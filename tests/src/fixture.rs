@@ -128,6 +128,35 @@ impl Fixture {
         }
     }
 
+    /// Sends the second line (`exit`) and waits (at most 30 s) for the
+    /// process to exit, returning its exit status and every line it printed
+    /// after the ones already read, without judging them: for fixtures whose
+    /// exit (an exec, a status other than 0) is what a test compares.
+    pub fn finish(&mut self) -> (ExitStatus, Vec<String>) {
+        if self.stdin.is_some() {
+            self.send("exit");
+        }
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait fixture") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fixture {} did not exit",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The reader thread ends at EOF, which may come after the exit.
+        let mut rest = Vec::new();
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            rest.push(line);
+        }
+        (status, rest)
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -3,7 +3,7 @@
 //! text equal to its ELF file.
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
@@ -35,16 +35,29 @@ fn bpftool(what: &str) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("bpftool {what} list JSON"))
 }
 
-/// Describes what of ours is still attached, or `None`.
-fn leftovers() -> Result<Option<String>> {
+/// The programs of ours still loaded (not held only by a running
+/// `profiler`, that is by another session on this machine), with a
+/// description of them and their links.
+fn leftovers() -> Result<(BTreeSet<u64>, String)> {
     let progs = bpftool("prog")?;
-    let ours: Vec<&Value> = progs
+    let named: Vec<&Value> = progs
         .as_array()
         .into_iter()
         .flatten()
         .filter(|p| p["name"].as_str().is_some_and(|n| PROG_NAMES.contains(&n)))
         .collect();
-    let ids: HashSet<u64> = ours.iter().filter_map(|p| p["id"].as_u64()).collect();
+    let all: Vec<u64> = named.iter().filter_map(|p| p["id"].as_u64()).collect();
+    let holders = prog_holders(&all);
+    let others = |id: u64| {
+        holders
+            .get(&id)
+            .is_some_and(|pids| pids.iter().all(|p| is_profiler(*p)))
+    };
+    let ours: Vec<&Value> = named
+        .into_iter()
+        .filter(|p| p["id"].as_u64().is_some_and(|id| !others(id)))
+        .collect();
+    let ids: BTreeSet<u64> = ours.iter().filter_map(|p| p["id"].as_u64()).collect();
     let links = bpftool("link")?;
     let our_links: Vec<&Value> = links
         .as_array()
@@ -52,23 +65,40 @@ fn leftovers() -> Result<Option<String>> {
         .flatten()
         .filter(|l| l["prog_id"].as_u64().is_some_and(|id| ids.contains(&id)))
         .collect();
-    if ours.is_empty() && our_links.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(format!("programs: {ours:?}; links: {our_links:?}")))
+    let held: Vec<String> = ids
+        .iter()
+        .map(|id| format!("{id} held by {:?}", holders.get(id)))
+        .collect();
+    Ok((
+        ids,
+        format!("programs: {held:?} {ours:?}; links: {our_links:?}"),
+    ))
 }
 
-/// Asserts that no `prof_entry`/`prof_exit` program or link is loaded. The
-/// kernel frees programs asynchronously after their last fd closes, so this
-/// polls for up to 3 s before failing.
+/// Asserts that no `prof_entry`/`prof_exit`/`prof_ret` program or link is
+/// loaded, other than those held by a running `profiler` (another session on
+/// this machine: call it once the test's own profiler has exited). The
+/// kernel frees programs asynchronously after their last fd closes, and
+/// other sessions starting and stopping load and free programs all the
+/// time, so this polls for up to 3 s and fails only on programs that stayed
+/// loaded, unheld by any other profiler, the whole time.
 pub fn assert_nothing_attached() {
     let deadline = Instant::now() + Duration::from_secs(3);
+    let mut stayed: Option<BTreeSet<u64>> = None;
     loop {
-        match leftovers().expect("query bpftool") {
-            None => return,
-            Some(what) if Instant::now() > deadline => panic!("left attached: {what}"),
-            Some(_) => std::thread::sleep(Duration::from_millis(100)),
+        let (now, what) = leftovers().expect("query bpftool");
+        let still: BTreeSet<u64> = match &stayed {
+            None => now,
+            Some(before) => before.intersection(&now).copied().collect(),
+        };
+        if still.is_empty() {
+            return;
         }
+        if Instant::now() > deadline {
+            panic!("left attached: {still:?}: {what}");
+        }
+        stayed = Some(still);
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -164,10 +194,15 @@ fn prog_holders(ids: &[u64]) -> BTreeMap<u64, BTreeSet<u32>> {
     out
 }
 
-/// Whether `pid` runs a `profiler` binary.
+/// Whether `pid` runs a `profiler` binary: also a copy named `profiler-…`
+/// (a benchmark comparing two builds) and one rebuilt since it started
+/// (`/proc/PID/exe` then ends in ` (deleted)`).
 fn is_profiler(pid: u32) -> bool {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .is_ok_and(|e| e.file_name().is_some_and(|n| n == "profiler"))
+    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| {
+        e.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("profiler"))
+    })
 }
 
 /// Like `assert_nothing_attached`, but only about programs loaded since
@@ -179,8 +214,14 @@ fn is_profiler(pid: u32) -> bool {
 /// programs asynchronously.
 pub fn assert_none_left_since(before: &BTreeSet<u64>, ours: &[u32]) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    // Only programs that stay left for the whole wait count: another
+    // session's programs pass through "held by nobody" as it exits.
+    let mut stayed: Option<BTreeSet<u64>> = None;
     loop {
-        let new: Vec<u64> = prof_prog_ids().difference(before).copied().collect();
+        let mut new: Vec<u64> = prof_prog_ids().difference(before).copied().collect();
+        if let Some(s) = &stayed {
+            new.retain(|id| s.contains(id));
+        }
         let holders = prog_holders(&new);
         let left: Vec<String> = new
             .iter()
@@ -193,6 +234,11 @@ pub fn assert_none_left_since(before: &BTreeSet<u64>, ours: &[u32]) {
         if left.is_empty() {
             return;
         }
+        stayed = Some(
+            left.iter()
+                .filter_map(|l| l.split(' ').next()?.parse().ok())
+                .collect(),
+        );
         assert!(
             std::time::Instant::now() < deadline,
             "BPF programs loaded by this test's profiler are still loaded: {left:?}: \

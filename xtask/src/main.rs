@@ -7,8 +7,10 @@ mod bench;
 mod browser;
 mod demo;
 mod layers;
+mod libtest;
 mod lint;
 mod proc;
+mod reliability;
 mod screenshot;
 mod setup;
 mod test;
@@ -42,6 +44,9 @@ enum Cmd {
     Bench(bench::Args),
     /// Run the demo, then screenshot its report.html into docs/report.png.
     Screenshot(screenshot::Args),
+    /// Run the tests of every row of the failure-mode matrix (root) and
+    /// write RELIABILITY.md.
+    Reliability(reliability::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +59,7 @@ fn main() -> ExitCode {
         Cmd::Lint => lint::run(),
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Screenshot(args) => screenshot::run(&args),
+        Cmd::Reliability(args) => reliability::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

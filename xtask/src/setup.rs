@@ -20,7 +20,10 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     // The Go fixture (tests/fixtures/gostack.go).
     ("go", "golang-go"),
     ("bpftool", "bpftool"),
+    // setpriv; `script` runs the profiler on a terminal (reliability row 2).
     ("setpriv", "util-linux"),
+    // A target held by a debugger at attach (reliability row 24).
+    ("gdb", "gdb"),
     ("capsh", "libcap2-bin"),
     ("pkg-config", "pkg-config"),
     // The GLib preset test builds a real GMainLoop program.

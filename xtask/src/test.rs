@@ -9,40 +9,13 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context as _, Result};
 
+use crate::libtest::Parser;
 use crate::util::{build_profiler, cargo, display, is_root, profiler_bin};
 
-/// Test counts summed over the `test result:` lines of cargo test.
-#[derive(Default)]
-struct Counts {
-    passed: u64,
-    failed: u64,
-    ignored: u64,
-}
-
-impl Counts {
-    /// Add the counts of one `test result: ok. 3 passed; 0 failed; 1 ignored; ...` line.
-    fn add_line(&mut self, line: &str) {
-        let Some(rest) = line.strip_prefix("test result: ") else {
-            return;
-        };
-        for part in rest.split(';') {
-            let mut words = part.split_whitespace().rev();
-            let (Some(what), Some(n)) = (words.next(), words.next()) else {
-                continue;
-            };
-            let Ok(n) = n.parse::<u64>() else { continue };
-            match what {
-                "passed" => self.passed += n,
-                "failed" => self.failed += n,
-                "ignored" => self.ignored += n,
-                _ => {}
-            }
-        }
-    }
-}
-
-/// Run a `cargo test` command, passing its output through and counting tests.
-fn cargo_test(cmd: &mut Command, counts: &mut Counts) -> Result<()> {
+/// Run a `cargo test` command (its test binaries given `--show-output`),
+/// passing its output through, except the captured output of passing tests
+/// but for their `SKIP` lines, and reading the results into `parser`.
+pub fn cargo_test(cmd: &mut Command, parser: &mut Parser) -> Result<()> {
     eprintln!("$ {}", display(cmd));
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -51,8 +24,9 @@ fn cargo_test(cmd: &mut Command, counts: &mut Counts) -> Result<()> {
     let out = child.stdout.take().expect("stdout is piped");
     for line in BufReader::new(out).lines() {
         let line = line?;
-        println!("{line}");
-        counts.add_line(&line);
+        if parser.feed(&line) {
+            println!("{line}");
+        }
     }
     let status = child.wait()?;
     if !status.success() {
@@ -64,7 +38,7 @@ fn cargo_test(cmd: &mut Command, counts: &mut Counts) -> Result<()> {
 pub fn run() -> Result<()> {
     crate::setup::run(&crate::setup::Args::default())?;
     let mut failed = Vec::new();
-    let mut counts = Counts::default();
+    let mut counts = Parser::default();
     let mut step = |name: &str, r: Result<()>| {
         if let Err(e) = r {
             eprintln!("test: {name} FAILED: {e:#}");
@@ -77,16 +51,18 @@ pub fn run() -> Result<()> {
     step(
         "unit tests",
         cargo_test(
-            cargo().args([
-                "test",
-                "--no-fail-fast",
-                "-p",
-                "profiler-common",
-                "-p",
-                "profiler-user",
-                "-p",
-                "xtask",
-            ]),
+            cargo()
+                .args([
+                    "test",
+                    "--no-fail-fast",
+                    "-p",
+                    "profiler-common",
+                    "-p",
+                    "profiler-user",
+                    "-p",
+                    "xtask",
+                ])
+                .args(["--", "--show-output"]),
             &mut counts,
         ),
     );
@@ -109,35 +85,28 @@ pub fn run() -> Result<()> {
                         "-p",
                         "profiler-tests",
                     ])
-                    .args(["--", "--test-threads=1"])
+                    .args(["--", "--test-threads=1", "--show-output"])
                     .env("PROFILER_BIN", profiler_bin()),
                 &mut counts,
             ),
         );
     }
-    // One plain closing line for whoever reads the log's end.
+    // One plain closing line for whoever reads the log's end, after the
+    // reasons of the skips.
+    for line in &counts.skip_lines {
+        println!("xtask: {line}");
+    }
+    let c = &counts.counts;
     println!(
-        "xtask: {} passed, {} failed, {} skipped",
-        counts.passed, counts.failed, counts.ignored
+        "xtask: {} passed, {} failed, {} ignored, {} skipped (passed without running; \
+         the SKIP lines above say why)",
+        c.passed - c.skipped,
+        c.failed,
+        c.ignored,
+        c.skipped
     );
     if !failed.is_empty() {
         bail!("failed: {}", failed.join(", "));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sums_result_lines() {
-        let mut c = Counts::default();
-        c.add_line("test result: ok. 72 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.56s");
-        c.add_line(
-            "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out",
-        );
-        c.add_line("test foo ... ok");
-        assert_eq!((c.passed, c.failed, c.ignored), (75, 2, 1));
-    }
 }

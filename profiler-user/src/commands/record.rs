@@ -222,13 +222,19 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     } else {
         (Target::open(pids[0])?, None)
     };
+    // A target that exits while we set up makes some step fail (no
+    // mappings, perf_event_open: ESRCH...): say that it exited.
+    let gone = |e: Error| match child.is_none() && !target.alive() {
+        true => Error::TargetGone(target.pid),
+        false => e,
+    };
     let others = pids
         .iter()
         .skip(1)
         .map(|&pid| Target::open(pid))
         .collect::<Result<Vec<_>>>()?;
     let required = required(&stage_cfg.functions(), launch, args.stages.ready.as_deref());
-    let mut sel = select::select(&target, &args.select, &required)?;
+    let mut sel = select::select(&target, &args.select, &required).map_err(gone)?;
     let mut probed_set = Probed::of(&sel);
     for other in &others {
         let more = select::select(other, &args.select, &[])?;
@@ -248,7 +254,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     for spec in &stage_cfg.stages {
         spec.resolve(|name| pipeline::index_of(&sel.funcs, name))?;
     }
-    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread)?;
+    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread).map_err(gone)?;
     probes::raise_fd_limit();
     let unwind = match args.unwind {
         crate::cli::UnwindMode::Copy => return Err(Error::Usage(
@@ -264,7 +270,8 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         false,
         unwind,
         tracking,
-    )?;
+    )
+    .map_err(gone)?;
     let all_pids: Vec<u32> = std::iter::once(target.pid)
         .chain(others.iter().map(|t| t.pid))
         .collect();
@@ -310,19 +317,21 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     });
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
-    probes.attach_watch(watch_tid, args.dispatch.dispatch_hz)?;
+    probes
+        .attach_watch(watch_tid, args.dispatch.dispatch_hz)
+        .map_err(gone)?;
     if let Some(hz) = args.sample {
-        samplers::start(probes.ebpf_mut(), hz)?;
+        samplers::start(probes.ebpf_mut(), hz).map_err(gone)?;
     }
     if args.off_cpu {
-        samplers::start_offcpu(probes.ebpf_mut())?;
+        samplers::start_offcpu(probes.ebpf_mut()).map_err(gone)?;
     }
     let cpu_maps = match args.sample.is_some() || args.off_cpu {
         true => Some(samplers::CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?),
         false => None,
     };
     let scope = if tracking.by_map() { 0 } else { target.pid };
-    let probed = probes.attach(&sel, scope)?;
+    let probed = probes.attach(&sel, scope).map_err(gone)?;
     if child.is_none() && !target.alive() {
         return Err(Error::TargetGone(target.pid));
     }

@@ -31,6 +31,18 @@ impl Mapping {
     }
 }
 
+/// The name of `pid` if it is a kernel thread (`PF_KTHREAD` in the flags
+/// of /proc/PID/stat), else `None`.
+fn kernel_thread_name(pid: u32) -> Option<String> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1;
+    // After the name: state, ppid, pgrp, session, tty_nr, tpgid, flags.
+    let flags: u64 = rest.split_whitespace().nth(6)?.parse().ok()?;
+    (flags & PF_KTHREAD != 0).then(|| name.to_string())
+}
+
 /// A live process we are tracing.
 #[derive(Debug)]
 pub struct Target {
@@ -98,13 +110,12 @@ impl Target {
         // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         let exe = fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| match e.kind() {
-            // A live process without an executable is a kernel thread.
-            std::io::ErrorKind::NotFound => match fs::read_to_string(format!("/proc/{pid}/comm")) {
-                Ok(name) => Error::KernelThread {
-                    pid,
-                    name: name.trim_end().to_string(),
-                },
-                Err(_) => Error::NoSuchProcess(pid),
+            // No executable: a kernel thread, or a process that is exiting
+            // (its memory already released) or a zombie.
+            std::io::ErrorKind::NotFound => match kernel_thread_name(pid) {
+                Some(name) => Error::KernelThread { pid, name },
+                None if fs::metadata(format!("/proc/{pid}")).is_ok() => Error::TargetGone(pid),
+                None => Error::NoSuchProcess(pid),
             },
             _ => Error::io(
                 format!("reading /proc/{pid}/exe (is it a kernel thread?)"),
@@ -360,6 +371,13 @@ pub fn children(pid: u32) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_threads_are_told_from_processes() {
+        // PID 2 is kthreadd on Linux; this test process is a user process.
+        assert_eq!(kernel_thread_name(2).as_deref(), Some("kthreadd"));
+        assert_eq!(kernel_thread_name(std::process::id()), None);
+    }
 
     #[test]
     fn parses_file_mappings_once_each() {

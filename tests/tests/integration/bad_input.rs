@@ -262,7 +262,7 @@ fn kernel_thread_is_named_as_such() {
 
 #[test]
 fn zero_max_funcs_is_refused_by_name() {
-    let fin = profiler(&["record", "--pid", "1", "--max-funcs", "0"]);
+    let fin = profiler(&["record", "--pid", "2", "--max-funcs", "0"]);
     assert_eq!(fin.status.code(), Some(2), "{fin:?}");
     assert_eq!(fin.stderr.len(), 1, "{fin:?}");
     assert!(

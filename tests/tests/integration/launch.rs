@@ -170,7 +170,7 @@ fn pid_and_command_conflict() {
     require_root!();
     let out = TempDir::new("launch-conflict");
     let o = out.path().to_str().unwrap();
-    let fin = profiler(&["record", "--pid", "1", "--out", o, "--", "ls"]);
+    let fin = profiler(&["record", "--pid", "2", "--out", o, "--", "ls"]);
     assert_error(&fin, "give one or the other", true);
     let fin = profiler(&["record", "--pid-of", "init", "--out", o, "--", "ls"]);
     assert_error(&fin, "give one or the other", true);

@@ -32,6 +32,7 @@ mod presets;
 mod reaping;
 mod recording_damage;
 mod recursion;
+mod reliability;
 mod replay;
 mod sampling;
 mod stages;

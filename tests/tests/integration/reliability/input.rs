@@ -1,0 +1,113 @@
+//! Input (rows 15, 30): bad values refused before anything is attached;
+//! a verifier rejection, which cannot be provoked here.
+use super::*;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::process::Command;
+
+/// Runs the profiler with `args` and asserts a one-line `profiler: error:`
+/// naming `needle`, a non-zero exit, and nothing loaded.
+fn refused(args: &[OsString], needle: &str) {
+    let teardown = Teardown::begin();
+    let out = Command::new(profiler_bin())
+        .args(args)
+        .output()
+        .expect("run profiler");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(!out.status.success(), "{args:?} accepted: {stderr}");
+    assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+    assert!(
+        lines[0].starts_with("profiler: error: ") && lines[0].contains(needle),
+        "{args:?}: {:?} should name {needle:?}",
+        lines[0]
+    );
+    teardown.check(&[], None);
+}
+
+fn os(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+/// Row 30: zero, negative and huge numbers, `--hz 0`, a non-UTF-8 pattern,
+/// the agent's own PID, PID 1 and a kernel thread: one error line each,
+/// before anything is attached.
+#[test]
+fn row30_bad_values_are_refused_before_attaching() {
+    require_root!();
+    let fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let pid = fx.pid.to_string();
+    let tmp = TempDir::new("row30");
+    let o = tmp.path().to_str().unwrap();
+    let rec = |extra: &[&str]| {
+        let mut v = vec!["record", "--pid", &pid, "-f", "tree_*", "--out", o];
+        v.extend_from_slice(extra);
+        os(&v)
+    };
+    let cases: Vec<(Vec<OsString>, &str)> = vec![
+        (os(&["record", "--pid", "0", "--out", o]), "not a PID"),
+        (os(&["record", "--pid=-5", "--out", o]), "not a PID"),
+        (
+            os(&["record", "--pid", "99999999999", "--out", o]),
+            "not a PID",
+        ),
+        (os(&["record", "--pid", "1", "--out", o]), "PID 1 is init"),
+        (os(&["record", "--pid", "2", "--out", o]), "kernel thread"),
+        (rec(&["--duration", "0"]), "duration"),
+        (rec(&["--duration=-1s"]), "duration"),
+        (rec(&["--duration", "99999999999999999999h"]), "duration"),
+        (rec(&["--threshold", "99999999999999999999h"]), "duration"),
+        (rec(&["--ring-size", "0"]), "power of two"),
+        (rec(&["--ring-size", "64G"]), "power of two"),
+        (rec(&["--data-limit", "99999999999G"]), "size"),
+        (rec(&["--max-funcs", "0"]), "--max-funcs 0"),
+        (rec(&["--sample", "0"]), "--hz 0"),
+        (
+            os(&["sample", "--pid", &pid, "--hz", "0", "--out", o]),
+            "--hz 0",
+        ),
+        (
+            os(&["sample", "--pid", &pid, "--hz", "1000000000", "--out", o]),
+            "out of range",
+        ),
+    ];
+    for (args, needle) in &cases {
+        refused(args, needle);
+    }
+    // A pattern that is not UTF-8.
+    let mut bad = rec(&[]);
+    bad.extend([
+        OsString::from("-f"),
+        OsString::from_vec(b"tree_\xff*".to_vec()),
+    ]);
+    refused(&bad, "UTF-8");
+    // The agent's own PID: the shell's PID becomes the profiler's at exec.
+    let teardown = Teardown::begin();
+    let line = format!(
+        "exec {} record --pid $$ -f '*' --out {o} --duration 1s",
+        profiler_bin().display()
+    );
+    let own = Command::new("sh").args(["-c", &line]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&own.stderr);
+    assert!(!own.status.success(), "own PID accepted: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("this profiler itself"), "{stderr}");
+    teardown.check(&[], None);
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "nothing written to --out"
+    );
+}
+
+/// Row 15: a verifier rejection shows the verifier log. The shipped
+/// programs pass the verifier of this kernel, and the loader has no hook to
+/// load a broken one, so there is nothing to provoke.
+#[test]
+fn row15_verifier_rejection_shows_the_log() {
+    super::skip_row!(
+        15,
+        "the shipped eBPF programs pass this kernel's verifier and the loader has no test hook \
+         to load a rejected one (the log is appended by attach/probes.rs and \
+         attach/uprobe_multi.rs on a load error)"
+    );
+}
