@@ -25,7 +25,8 @@ fn calls(json: &Value, name: &str) -> u64 {
 fn record_burst(n: &str, extra: &[&str]) -> (Value, TempDir) {
     let out = TempDir::new("damage-rec");
     let mut fx = Fixture::spawn(calls_exe(), &["burst", n]);
-    let mut args = vec!["--func", "burst_tiny"];
+    // Every call is recorded: no overhead governor.
+    let mut args = vec!["--func", "burst_tiny", "--max-overhead", "0"];
     args.extend_from_slice(extra);
     let rec = Recording::start(fx.pid, out.path(), &args);
     let truth = fx.run();
@@ -115,7 +116,11 @@ fn sigkill_cut_is_readable() {
     let before = prof_prog_ids();
     let out = TempDir::new("damage-kill");
     let mut fx = Fixture::spawn(calls_exe(), &["burst", "20000000"]);
-    let rec = Recording::start(fx.pid, out.path(), &["--func", "burst_tiny"]);
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &["--func", "burst_tiny", "--max-overhead", "0"],
+    );
     let agent = rec.pid();
     fx.go();
     std::thread::sleep(Duration::from_secs(3));
@@ -198,7 +203,14 @@ fn mutations_never_silently_wrong() {
         let r = Recording::start(
             fx.pid,
             out.path(),
-            &["--func", "thr_*", "--trace-events", "0"],
+            &[
+                "--func",
+                "thr_*",
+                "--trace-events",
+                "0",
+                "--max-overhead",
+                "0",
+            ],
         );
         let truth = fx.run();
         let fin = r.stop(libc::SIGINT);
@@ -337,7 +349,14 @@ fn full_disk_tmpfs() {
     let rec = Recording::start(
         fx.pid,
         &out,
-        &["--func", "burst_tiny", "--trace-events", "0"],
+        &[
+            "--func",
+            "burst_tiny",
+            "--trace-events",
+            "0",
+            "--max-overhead",
+            "0",
+        ],
     );
     let agent = rec.pid();
     fx.go();
@@ -381,7 +400,15 @@ fn replay_byte_for_byte() {
     let rec = Recording::start(
         fx.pid,
         live.path(),
-        &["--func", "thr_*", "--threshold", "1ms", "--sample"],
+        &[
+            "--func",
+            "thr_*",
+            "--threshold",
+            "1ms",
+            "--sample",
+            "--max-overhead",
+            "0",
+        ],
     );
     fx.run();
     let fin = rec.stop(libc::SIGINT);

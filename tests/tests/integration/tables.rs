@@ -257,7 +257,7 @@ fn debian_python_in_dispatch_samples_reach_the_root() {
         "--dispatch",
         "PyEval_EvalCode",
         "--threshold",
-        "3ms",
+        "1ms",
         "--duration",
         "3s",
         "--out",

@@ -37,18 +37,18 @@ use crate::{Error, Result};
 /// File magic.
 pub const MAGIC: &[u8; 8] = b"PROFDATA";
 /// Format version written; files with a newer one are refused.
-/// 4: as 3, with waker records (`WakerEvent`, kind `KIND_WAKER`) and samples
-/// of the target's other threads while the watched one is blocked in a
-/// dispatch (`StackEvent`, kind `KIND_PEER_SAMPLE`) among the raw records.
 /// 3: checksummed, compressed blocks, a trailer with totals; process
 /// records (`ProcEvent`: fork, exec, exit of traced processes), agent records
 /// of functions probed after an exec (`KIND_PROBED`), the thread's tgid in
 /// `CommEvent`, the header's `processes` and `follow`, the trailer's
-/// `untraced_children` (`--follow`, several targets).
+/// `untraced_children` (`--follow`, several targets); waker records
+/// (`WakerEvent`, kind `KIND_WAKER`) and samples of the target's other
+/// threads while the watched one is blocked in a dispatch (`StackEvent`,
+/// kind `KIND_PEER_SAMPLE`) among the raw records; the trailer's governor.
 /// 2: Go entry/exit records (`GoEvent`), each function's exit mechanism
 /// (`FuncInfo::exit`) and the header's `exit_rule`. Versions 1 and 2 still
 /// read (the new fields default to empty).
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 3;
 
 /// A probed function.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -306,7 +306,7 @@ pub fn parse(bytes: &[u8]) -> std::result::Result<Data, String> {
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     match version {
         1 | 2 => legacy::parse(bytes, version),
-        3 | VERSION => parse_blocks(bytes),
+        VERSION => parse_blocks(bytes),
         0 => Err("bad format version 0 at byte 8: the file is damaged".into()),
         v => Err(format!(
             "written by a newer profiler (format {v} at byte 8; this one reads up to {VERSION}): upgrade profiler"

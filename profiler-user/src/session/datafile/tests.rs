@@ -104,7 +104,7 @@ fn round_trip_with_totals() {
     let e = entries(3000);
     let (bytes, done) = write(&e, 1 << 30, Some(2000));
     let d = parse(&bytes).unwrap();
-    assert_eq!(d.version, 3);
+    assert_eq!(d.version, super::VERSION);
     assert_eq!(d.header, header());
     assert_eq!(d.entries, e);
     assert!(d.has_trailer && d.damage.is_none() && d.trailing.is_none());

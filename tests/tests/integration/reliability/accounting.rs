@@ -26,7 +26,7 @@ fn row02_many_threads_full_speed_drops_shown_live_and_in_report() {
     let mut fx = Fixture::spawn(lifecycle_exe(), &["tburst", "4", "1000"]);
     let teardown = Teardown::begin();
     let line = format!(
-        "{} record --pid {} --out {} -f burst_work --ring-size 4096 --duration 4s",
+        "{} record --pid {} --out {} -f burst_work --ring-size 4096 --duration 4s --max-overhead 0",
         profiler_bin().display(),
         fx.pid,
         out.path().display()
@@ -123,6 +123,9 @@ fn row03_agent_stopped_5s_under_load_counts_losses() {
             "64K",
             "--data-limit",
             "64M",
+            // Every hit is needed to overflow the ring: no governor.
+            "--max-overhead",
+            "0",
         ],
     );
     let agent = rec.pid();

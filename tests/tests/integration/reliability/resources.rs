@@ -144,7 +144,14 @@ fn row33_agent_starved_of_cpu_counts_losses_and_finishes() {
         .arg(profiler_bin())
         .args(["record", "--pid", &fx.pid.to_string(), "--out"])
         .arg(out.path())
-        .args(["-f", "burst_work", "--ring-size", "64K"]);
+        .args([
+            "-f",
+            "burst_work",
+            "--ring-size",
+            "64K",
+            "--max-overhead",
+            "0",
+        ]);
     let rec = Recording::spawn(cmd);
     let agent = rec.pid();
     let truth = fx.run();
