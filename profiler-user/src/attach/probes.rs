@@ -47,6 +47,20 @@ fn load_error(e: ProgramError) -> Error {
     }
 }
 
+/// Loads raw tracepoint program `name` and attaches it to `tp`; a
+/// verifier rejection carries the verifier's log.
+pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+    prog.load().map_err(load_error)?;
+    prog.attach(tp)
+        .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+    Ok(())
+}
+
 /// The counters the kernel side keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -468,15 +482,7 @@ impl Probes {
             (PROG_SCHED_SWITCH, "sched_switch"),
             (PROG_SCHED_WAKEUP, "sched_waking"),
         ] {
-            let prog: &mut RawTracePoint = self
-                .ebpf
-                .program_mut(name)
-                .ok_or_else(|| Error::Load(format!("program {name} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-            prog.load().map_err(load_error)?;
-            prog.attach(tp)
-                .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+            attach_raw_tp(&mut self.ebpf, name, tp)?;
         }
         if hz > 0 {
             let prog: &mut PerfEvent = self
@@ -559,15 +565,7 @@ impl Probes {
             progs.push((profiler_common::PROG_PROC_EXIT, "sched_process_exit"));
         }
         for (name, tp) in progs {
-            let prog: &mut RawTracePoint = self
-                .ebpf
-                .program_mut(name)
-                .ok_or_else(|| Error::Load(format!("program {name} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-            prog.load().map_err(load_error)?;
-            prog.attach(tp)
-                .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+            attach_raw_tp(&mut self.ebpf, name, tp)?;
         }
         Ok(true)
     }

@@ -6,7 +6,7 @@ use aya::{
     maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError, RawTracePoint,
+        PerfEvent, ProgramError,
     },
     Ebpf,
 };
@@ -111,13 +111,5 @@ impl CpuMaps {
 
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.
 pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(PROG_OFFCPU)
-        .ok_or_else(|| Error::Load(format!("program {PROG_OFFCPU} missing")))?
-        .try_into()
-        .map_err(|e: ProgramError| Error::ebpf(e))?;
-    prog.load().map_err(Error::ebpf)?;
-    prog.attach("sched_switch")
-        .map_err(|e| Error::ebpf_in("attaching sched_switch", e))?;
-    Ok(())
+    super::probes::attach_raw_tp(ebpf, PROG_OFFCPU, "sched_switch")
 }
