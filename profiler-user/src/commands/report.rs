@@ -11,12 +11,12 @@ use crate::{
     cli::ReportArgs,
     output::OutDir,
     output::{report::Session, writers},
-    session::{datafile, finish, pipeline},
-    symbolize::Symbolizer,
-    target::{
-        exits::ExitProbe,
-        select::{Binary, Func},
+    session::{
+        datafile::{self, replayed_binary, FuncInfo},
+        finish, pipeline,
     },
+    symbolize::Symbolizer,
+    target::select::{Binary, Func},
     Result,
 };
 
@@ -45,28 +45,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .unwrap_or_else(|| ".".into());
     let out = OutDir::prepare(&dir, writers::RECORD_FILES)?;
     let (h, t) = (&data.header, &data.trailer);
-    let funcs: Vec<Func> = h
-        .funcs
-        .iter()
-        .map(|f| Func {
-            name: f.name.clone(),
-            binary: f.binary,
-            offset: f.offset,
-            dispatch: f.dispatch,
-            exit: ExitProbe::from_kind(&f.exit),
-            unprobed: None,
-        })
-        .collect();
-    let binaries: Vec<Binary> = h
-        .binaries
-        .iter()
-        .map(|p| Binary {
-            path: p.into(),
-            open_path: p.into(),
-            go: false,
-            unmapped: None,
-        })
-        .collect();
+    let funcs: Vec<Func> = h.funcs.iter().map(FuncInfo::to_func).collect();
+    let binaries: Vec<Binary> = h.binaries.iter().map(|p| replayed_binary(p)).collect();
     let ns = |d: Option<std::time::Duration>, dflt: u64| d.map_or(dflt, |d| d.as_nanos() as u64);
     let trace_events = args.trace_events.unwrap_or(h.trace_events);
     let stage_cfg = StagesConfig::parse(&h.stages, &h.scenarios, h.runs)?;

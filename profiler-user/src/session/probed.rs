@@ -7,11 +7,8 @@ use profiler_common::{Event, KIND_PROBED};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    session::datafile::FuncInfo,
-    target::{
-        exits::ExitProbe,
-        select::{Binary, Func},
-    },
+    session::datafile::{replayed_binary, FuncInfo},
+    target::select::{Binary, Func},
 };
 
 /// Functions probed after an exec.
@@ -78,30 +75,12 @@ impl ProbedRecord {
 
     /// The functions, as the pipeline describes them.
     pub fn funcs(&self) -> Vec<Func> {
-        self.funcs
-            .iter()
-            .map(|f| Func {
-                name: f.name.clone(),
-                binary: f.binary,
-                offset: f.offset,
-                dispatch: f.dispatch,
-                exit: ExitProbe::from_kind(&f.exit),
-                unprobed: None,
-            })
-            .collect()
+        self.funcs.iter().map(FuncInfo::to_func).collect()
     }
 
     /// The binaries, as the pipeline describes them.
     pub fn binaries(&self) -> Vec<Binary> {
-        self.binaries
-            .iter()
-            .map(|p| Binary {
-                path: p.into(),
-                open_path: p.into(),
-                go: false,
-                unmapped: None,
-            })
-            .collect()
+        self.binaries.iter().map(|p| replayed_binary(p)).collect()
     }
 
     /// Adds a later record's functions and binaries to these.

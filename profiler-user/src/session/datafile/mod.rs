@@ -66,6 +66,30 @@ pub struct FuncInfo {
     pub exit: String,
 }
 
+impl FuncInfo {
+    /// The function as the pipeline describes it, for a replay.
+    pub fn to_func(&self) -> crate::target::select::Func {
+        crate::target::select::Func {
+            name: self.name.clone(),
+            binary: self.binary,
+            offset: self.offset,
+            dispatch: self.dispatch,
+            exit: crate::target::exits::ExitProbe::from_kind(&self.exit),
+            unprobed: None,
+        }
+    }
+}
+
+/// A recorded binary path as the pipeline describes it, for a replay.
+pub fn replayed_binary(path: &str) -> crate::target::select::Binary {
+    crate::target::select::Binary {
+        path: path.into(),
+        open_path: path.into(),
+        go: false,
+        unmapped: None,
+    }
+}
+
 /// What is known when recording starts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Header {
