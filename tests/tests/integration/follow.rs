@@ -321,6 +321,37 @@ fn pid_of_matching_nothing_is_one_line() {
     assert_none_left_since(&before, &[]);
 }
 
+/// The governor and the exec prober both change the probes while a session
+/// runs: asking for the governor with `--follow` is one line, before
+/// anything is attached, and the target runs on as without the profiler.
+#[test]
+fn max_overhead_with_follow_is_one_line() {
+    require_root!();
+    let out = TempDir::new("follow-governor");
+    let before = prof_prog_ids();
+    let mut fx = Fixture::spawn(server_exe(), &["solo", "5"]);
+    let pid = fx.pid.to_string();
+    let o = out.path().to_str().unwrap();
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &pid,
+        "--follow",
+        "--max-overhead",
+        "5",
+        "--func",
+        "handle",
+        "--out",
+        o,
+    ]);
+    assert_error(&fin, "--max-overhead does not work with --follow", true);
+    assert_none_left_since(&before, &[]);
+    let truth = fx.run();
+    assert_eq!(num(&truth, "handle"), 5, "{truth}");
+    assert_text_unchanged(fx.pid, &fx.exe);
+    fx.release();
+}
+
 #[test]
 fn follow_teardown_leaves_the_target_text_unchanged() {
     require_root!();
