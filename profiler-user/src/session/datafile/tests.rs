@@ -70,6 +70,21 @@ fn trailer() -> Trailer {
         duration_ns: 99,
         stop_reason: "signal".into(),
         complete: true,
+        // Floats whose shortest form has 17 digits must come back equal, or
+        // a replay's reports differ from the recording's (serde_json's
+        // `float_roundtrip`).
+        governor: Some(crate::analyze::overhead::GovernorReport {
+            max_overhead_pct: 10.0,
+            cost: crate::attach::calibrate::HitCost {
+                entry_ns: 6143.290000000001,
+                entry_push_ns: 1419.9099999999999,
+                entry_nop_ns: 1101.7,
+                ret_site_ns: 5999.999999999999,
+                uretprobe_ns: 0.1 + 0.2,
+            },
+            peak_pct: 2.0 / 3.0,
+            ..Default::default()
+        }),
         ..Trailer::default()
     }
 }
