@@ -12,6 +12,9 @@ pub const TARGET_TGID_GLOBAL: &str = "TARGET_TGID";
 /// Global (`.rodata`) holding the watched thread's tid (0: none), whose
 /// dispatches are timed, sampled and explained.
 pub const WATCH_TID_GLOBAL: &str = "WATCH_TID";
+/// Global: 1 to record who wakes the watched thread inside a dispatch
+/// (`WakerEvent`s and the waker sampler), 0 for `record --no-wakers`.
+pub const WAKERS_GLOBAL: &str = "WAKERS";
 /// Array of `u64` state about the watched thread, indexed by `WATCH_*`.
 pub const WATCH_MAP: &str = "WATCH";
 /// [`WATCH_MAP`] slot: open dispatch frames on the watched thread.

@@ -108,6 +108,13 @@ static TASK_EXIT_CODE_OFFSET: Setting<u32> = Setting::new(0);
 #[unsafe(no_mangle)]
 static WATCH_TID: Setting<u32> = Setting::new(0);
 
+/// Set by the agent at load time: name who wakes the watched thread while
+/// it is blocked in a dispatch (1), or not (0, `record --no-wakers`): then
+/// `WATCH_BLOCKED` is never set, so no waker record is written and the
+/// waker sampler (not attached either) would have nothing to do.
+#[unsafe(no_mangle)]
+static WAKERS: Setting<u32> = Setting::new(1);
+
 /// Set by the agent at load time: wake the agent only once this many bytes
 /// are pending, so a busy target does not pay for a wake-up per event. The
 /// agent also drains the ring on a short timer, so quiet periods are not
@@ -685,7 +692,9 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
         if blocked && watch_get(WATCH_DEPTH) > 0 {
             // Set first: a waker on another CPU may run before this
             // switch has finished.
-            watch_set(WATCH_BLOCKED, 1);
+            if WAKERS.load() != 0 {
+                watch_set(WATCH_BLOCKED, 1);
+            }
             // Runs in the context of `prev`: these are its stacks.
             emit_stacks(&ctx, ts_ns, tid, KIND_SCHED_OUT, SCHED_BLOCKED);
         } else {
@@ -698,7 +707,9 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
         }
     }
     if next == task {
-        watch_set(WATCH_BLOCKED, 0);
+        if WAKERS.load() != 0 {
+            watch_set(WATCH_BLOCKED, 0);
+        }
         emit_event(ts_ns, tid, KIND_SCHED_IN, 0, 0, COUNTER_LOST_SCHED);
     }
     0

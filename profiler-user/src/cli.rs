@@ -322,6 +322,11 @@ pub struct DispatchArgs {
     /// (0 turns sampling off).
     #[arg(long, default_value_t = 997, value_name = "HZ")]
     pub dispatch_hz: u64,
+    /// Do not record who wakes the watched thread in a dispatch: no waker
+    /// stacks (of any process on the machine), no sampling of the target's
+    /// other threads on every CPU.
+    #[arg(long)]
+    pub no_wakers: bool,
 }
 
 /// `profiler list`.

@@ -23,7 +23,7 @@ use profiler_common::{
     COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, LINK_GEN, MAX_FUNCS,
     PROG_ENTRY, PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH,
     PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
-    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    WAKERS_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
 use super::{task_btf::TaskOffsets, uprobe_multi as multi};
@@ -86,6 +86,16 @@ pub struct Counters {
     pub traced_full: u64,
     /// Process events (fork, exec, exit) dropped (ring full).
     pub lost_proc: u64,
+}
+
+/// The thread whose dispatches are watched, and what is recorded about it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Watch {
+    /// Its TID (0: none).
+    pub tid: u32,
+    /// Name who wakes it while it is blocked in a dispatch, and sample the
+    /// target's other threads meanwhile (off with `record --no-wakers`).
+    pub wakers: bool,
 }
 
 /// Which processes the probes count ([`profiler_common::track`]).
@@ -186,6 +196,8 @@ pub struct Probes {
     /// program and link.
     per_probe: Vec<(usize, &'static str, UProbeLinkId)>,
     ebpf: Ebpf,
+    /// The watched thread, as loaded.
+    watch: Watch,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -197,22 +209,20 @@ impl Probes {
     /// bytes, walking user stacks as `unwind` says.
     pub fn load(
         tgid: u32,
-        watch_tid: u32,
+        watch: Watch,
         ring_size: u32,
         sample_all: bool,
         unwind: UnwindMode,
         tracking: Tracking,
     ) -> Result<Self> {
-        Self::load_in_cgroup(
-            tgid, watch_tid, ring_size, sample_all, unwind, None, tracking,
-        )
+        Self::load_in_cgroup(tgid, watch, ring_size, sample_all, unwind, None, tracking)
     }
 
     /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
     /// (`sample --all --cgroup`).
     pub fn load_in_cgroup(
         tgid: u32,
-        watch_tid: u32,
+        watch: Watch,
         ring_size: u32,
         sample_all: bool,
         unwind: UnwindMode,
@@ -241,7 +251,8 @@ impl Probes {
         let wakeup_bytes = u64::from(ring_size / 4);
         let mut ebpf = EbpfLoader::new()
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
-            .override_global(WATCH_TID_GLOBAL, &watch_tid, true)
+            .override_global(WATCH_TID_GLOBAL, &watch.tid, true)
+            .override_global(WAKERS_GLOBAL, &u32::from(watch.wakers), true)
             .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
@@ -276,6 +287,7 @@ impl Probes {
             multi,
             per_probe: Vec::new(),
             ebpf,
+            watch,
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -475,9 +487,11 @@ impl Probes {
     }
 
     /// Follows the watched thread's scheduler transitions, and samples its
-    /// stacks at `hz` (0: off) while a dispatch is open, and the target's
-    /// other threads (on every CPU) while it is blocked in one.
-    pub fn attach_watch(&mut self, tid: u32, hz: u64) -> Result<()> {
+    /// stacks at `hz` (0: off) while a dispatch is open, and (unless
+    /// `--no-wakers`) the target's other threads, on every CPU, while it is
+    /// blocked in one.
+    pub fn attach_watch(&mut self, hz: u64) -> Result<()> {
+        let Watch { tid, wakers } = self.watch;
         for (name, tp) in [
             (PROG_SCHED_SWITCH, "sched_switch"),
             (PROG_SCHED_WAKEUP, "sched_waking"),
@@ -502,7 +516,9 @@ impl Probes {
                 false,
             )
             .map_err(|e| Error::Load(format!("starting the cpu-clock sampler: {}", chain(&e))))?;
-            self.attach_peer_sampler(hz)?;
+            if wakers {
+                self.attach_peer_sampler(hz)?;
+            }
         }
         Ok(())
     }

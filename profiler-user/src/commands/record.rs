@@ -265,7 +265,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     };
     let mut probes = Probes::load(
         target.pid,
-        watch_tid,
+        probes::Watch {
+            tid: watch_tid,
+            wakers: !args.dispatch.no_wakers,
+        },
         args.ring_size,
         false,
         unwind,
@@ -318,7 +321,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let mut ring = probes.take_ring()?;
     let counters = probes.take_counters()?;
     probes
-        .attach_watch(watch_tid, args.dispatch.dispatch_hz)
+        .attach_watch(args.dispatch.dispatch_hz)
         .map_err(gone)?;
     if let Some(hz) = args.sample {
         samplers::start(probes.ebpf_mut(), hz).map_err(gone)?;
@@ -396,6 +399,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             frame_interval_ns: d.frame_interval.as_nanos() as u64,
             full_tree: d.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(d.dispatch_hz).unwrap_or(0),
+            wakers: !d.no_wakers,
         },
         session_start_ns,
         trace_events: args.trace_events,
@@ -488,6 +492,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             session_start_ns,
             start_unix_ns,
             dispatch_hz: args.dispatch.dispatch_hz,
+            no_wakers: args.dispatch.no_wakers,
             exec_ns: child.as_ref().map(|_| exec_ns),
             launch: child.is_some(),
             stages: args.stages.stages.clone(),

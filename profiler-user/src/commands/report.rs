@@ -65,6 +65,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             frame_interval_ns: ns(args.frame_interval, h.frame_interval_ns),
             full_tree: args.full_tree || h.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
+            wakers: !h.no_wakers,
         },
         session_start_ns: h.session_start_ns,
         trace_events,

@@ -115,7 +115,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let ring_size = if copy { 64 << 20 } else { 4096 };
     let mut probes = Probes::load_in_cgroup(
         pid,
-        0,
+        Default::default(),
         ring_size,
         args.all,
         unwind,

@@ -71,7 +71,9 @@ struct SlowJson<'a> {
     truncated: bool,
     tree: &'a [FlatNode],
     blocking_stacks: Vec<BlockingJson<'a>>,
-    wakers: Vec<WakerJson<'a>>,
+    /// Absent with `--no-wakers` (not recorded, rather than none found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wakers: Option<Vec<WakerJson<'a>>>,
 }
 
 /// The in-dispatch sampler's stack quality.
@@ -118,6 +120,8 @@ struct DispatchesJson<'a> {
     threshold_ns: u64,
     hang_ns: u64,
     frame_interval_ns: u64,
+    /// Who woke the thread was recorded (false with `--no-wakers`).
+    wakers_recorded: bool,
     dispatches: u64,
     dispatches_per_sec: f64,
     p50_ns: u64,
@@ -156,6 +160,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         threshold_ns: d.cfg.threshold_ns,
         hang_ns: d.cfg.hang_ns,
         frame_interval_ns: d.cfg.frame_interval_ns,
+        wakers_recorded: d.cfg.wakers,
         dispatches: d.stats.count,
         dispatches_per_sec: d.stats.count as f64 / (duration_ns.max(1) as f64 / 1e9),
         p50_ns: d.stats.quantile(0.50),
@@ -189,7 +194,10 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                     .iter()
                     .map(|(ns, stack)| BlockingJson { ns: *ns, stack })
                     .collect(),
-                wakers: s.wakers.iter().map(WakerJson::of).collect(),
+                wakers: d
+                    .cfg
+                    .wakers
+                    .then(|| s.wakers.iter().map(WakerJson::of).collect()),
             })
             .collect(),
         groups: groups
@@ -308,6 +316,9 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
     );
     if d.cfg.sample_period_ns > 0 {
         let _ = writeln!(out, "{}", sampler_line(&d.quality));
+    }
+    if !d.cfg.wakers {
+        let _ = writeln!(out, "wakers: not recorded (--no-wakers)");
     }
     let groups = d.sorted_groups();
     let _ = writeln!(out, "\nSlow dispatch groups, by total time");

@@ -5,6 +5,7 @@
 //! sleep (a timer), and a read from a pipe written by the child process
 //! `helper` in `write_reply` after 120 ms. One recording, shared by the
 //! checks below; `profiler report` replays it to the same `dispatches.json`.
+//! A second one, with `--no-wakers`, has the same dispatches and no wakers.
 use std::sync::OnceLock;
 
 use profiler_tests::*;
@@ -21,46 +22,81 @@ const ARGS: [&str; 6] = [
 
 struct Run {
     truth: Value,
+    /// The profiler's BPF links while it recorded.
+    links: usize,
     d: Value,
     txt: String,
     trace: Value,
     replayed: Value,
 }
 
+/// Open BPF links of process `pid` (a perf-event program's link holds
+/// its perf event).
+fn bpf_links(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the profiler's fds")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+        .count()
+}
+
+/// Online CPUs (`/sys/devices/system/cpu/online`, e.g. `0-3,6`).
+fn online_cpus() -> usize {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    list.trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
 fn run() -> &'static Run {
     static RUN: OnceLock<Run> = OnceLock::new();
-    RUN.get_or_init(|| {
-        let exe = build_c(
-            "waker.c",
-            "waker",
-            &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
-        );
-        let out = TempDir::new("waker");
-        let before = prof_prog_ids();
-        let mut fx = Fixture::spawn(&exe, &[]);
-        let rec = Recording::start(fx.pid, out.path(), &ARGS);
-        let ours = rec.pid();
-        let truth = fx.run();
-        let fin = rec.stop(libc::SIGINT);
-        assert!(fin.status.success(), "profiler failed: {fin:?}");
-        assert_none_left_since(&before, &[ours]);
-        fx.release();
-        let again = TempDir::new("waker-replay");
-        let rep = profiler(&[
-            "report",
-            out.path().to_str().unwrap(),
-            "--out",
-            again.path().to_str().unwrap(),
-        ]);
-        assert!(rep.status.success(), "replay failed: {rep:?}");
-        Run {
-            truth,
-            d: read_json(out.path(), "dispatches.json"),
-            txt: read(out.path(), "dispatches.txt"),
-            trace: read_json(out.path(), "trace.json"),
-            replayed: read_json(again.path(), "dispatches.json"),
-        }
-    })
+    RUN.get_or_init(|| record(&[]))
+}
+
+fn run_without_wakers() -> &'static Run {
+    static RUN: OnceLock<Run> = OnceLock::new();
+    RUN.get_or_init(|| record(&["--no-wakers"]))
+}
+
+/// Records the fixture's schedule with [`ARGS`] and `extra`, and replays it.
+fn record(extra: &[&str]) -> Run {
+    let exe = build_c(
+        "waker.c",
+        "waker",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    );
+    let out = TempDir::new("waker");
+    let before = prof_prog_ids();
+    let mut fx = Fixture::spawn(&exe, &[]);
+    let args: Vec<&str> = ARGS.iter().chain(extra).copied().collect();
+    let rec = Recording::start(fx.pid, out.path(), &args);
+    let ours = rec.pid();
+    let links = bpf_links(ours);
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_none_left_since(&before, &[ours]);
+    fx.release();
+    let again = TempDir::new("waker-replay");
+    let rep = profiler(&[
+        "report",
+        out.path().to_str().unwrap(),
+        "--out",
+        again.path().to_str().unwrap(),
+    ]);
+    assert!(rep.status.success(), "replay failed: {rep:?}");
+    Run {
+        truth,
+        links,
+        d: read_json(out.path(), "dispatches.json"),
+        txt: read(out.path(), "dispatches.txt"),
+        trace: read_json(out.path(), "trace.json"),
+        replayed: read_json(again.path(), "dispatches.json"),
+    }
 }
 
 impl Run {
@@ -322,4 +358,53 @@ fn text_and_timeline_show_the_chain_and_replay_matches() {
         );
     }
     assert_eq!(r.replayed, r.d, "profile.data replays the wakers");
+}
+
+#[test]
+fn no_wakers_records_the_same_dispatches_without_wakers() {
+    require_root!();
+    let (on, off) = (run(), run_without_wakers());
+    assert_eq!(on.d["wakers_recorded"], true);
+    assert_eq!(off.d["wakers_recorded"], false);
+    // The waker sampler (cpu-clock on every CPU) is not attached.
+    assert_eq!(
+        on.links - off.links,
+        online_cpus(),
+        "BPF links with wakers {} and without {}",
+        on.links,
+        off.links
+    );
+    for kind in ["mutex", "cond", "sleep", "pipe"] {
+        let s = off.slow(kind);
+        assert!(
+            s.get("wakers").is_none(),
+            "{kind}: no wakers key (not recorded, rather than none found): {s}"
+        );
+        assert!(on.slow(kind)["wakers"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1));
+        // The blocked time is still split exactly.
+        let (_, wait) = off.truth_of(kind);
+        let blocked = num(s, "blocked_ns") + num(s, "runnable_ns");
+        assert!(
+            blocked.abs_diff(wait) * 20 <= wait,
+            "{kind}: blocked + runnable {blocked} ns, fixture waited {wait} ns"
+        );
+        let verdict = s["verdict"].as_str().unwrap();
+        assert!(!verdict.contains("woken by"), "{kind}: {verdict}");
+    }
+    assert!(
+        off.txt.contains("wakers: not recorded (--no-wakers)") && !off.txt.contains("woken by"),
+        "dispatches.txt:\n{}",
+        off.txt
+    );
+    assert!(
+        !off.trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ph"] == "s" || e["cat"] == "waker"),
+        "no waker slices or flows in trace.json"
+    );
+    assert_eq!(off.replayed, off.d, "profile.data replays --no-wakers");
 }

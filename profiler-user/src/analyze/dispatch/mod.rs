@@ -50,6 +50,8 @@ pub struct Config {
     pub full_tree: bool,
     /// Time one sample stands for (0: sampling off).
     pub sample_period_ns: u64,
+    /// Wakers were recorded (not `--no-wakers`).
+    pub wakers: bool,
 }
 
 /// One buffered record of an open dispatch.
@@ -556,6 +558,7 @@ mod tests {
             frame_interval_ns: 16,
             full_tree: false,
             sample_period_ns: 0,
+            wakers: true,
         };
         let names = vec!["run".to_string(), "work".to_string()];
         let mut d = Dispatcher::new(cfg, 0, names, vec![true, false], 0);

@@ -73,6 +73,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
         frame_interval_ns: 16_666_666,
         full_tree: false,
         sample_period_ns: 1_003_009,
+        wakers: true,
     };
     let duration_ns = 600_000_000_000u64;
     let mut d = Dispatcher::new(cfg, 0, vec!["dispatch_event".into()], vec![true], 0);

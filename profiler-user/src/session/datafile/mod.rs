@@ -118,6 +118,9 @@ pub struct Header {
     pub start_unix_ns: i64,
     /// In-dispatch sampling rate.
     pub dispatch_hz: u64,
+    /// `--no-wakers`: who woke the watched thread was not recorded.
+    #[serde(default)]
+    pub no_wakers: bool,
     /// Launch mode: CLOCK_MONOTONIC at exec.
     pub exec_ns: Option<u64>,
     /// Launch mode.

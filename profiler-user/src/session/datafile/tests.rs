@@ -24,6 +24,7 @@ fn header() -> Header {
         session_start_ns: 5,
         start_unix_ns: 9,
         dispatch_hz: 997,
+        no_wakers: false,
         exec_ns: None,
         launch: false,
         stages: vec![],
