@@ -41,6 +41,10 @@ pub struct Args {
     /// GET requests per redis-benchmark run of the governor part.
     #[arg(long, default_value_t = 100_000)]
     redis_requests: u64,
+    /// Part e also measures this profiler binary (one built before waker
+    /// tracking, say) in the same rounds.
+    #[arg(long, value_name = "PATH")]
+    base_profiler: Option<std::path::PathBuf>,
     /// Run only these parts (repeatable); default: all.
     #[arg(long, value_enum)]
     only: Vec<Part>,
@@ -54,7 +58,7 @@ enum Part {
     Rate,
     /// d: time to attach 1,000 functions.
     Attach,
-    /// e: cost per dispatch (sampler off / on) and agent memory.
+    /// e: cost per dispatch (sampler off / on; waker tracking on / off) and agent memory.
     Dispatch,
     /// f: sampling overhead against perf, blazesym time, top frames vs perf report.
     Sampling,
@@ -140,16 +144,7 @@ pub fn run(args: &Args) -> Result<()> {
         md.push_str("\nOne attach, then SIGINT; the stop includes detaching every probe.\n");
     }
     if args.wants(Part::Dispatch) {
-        let rows = dispatch::measure(&fx.dispatch, args.repeat, &work);
-        md.push_str("\n## e. Dispatch tracking: cost per dispatch and agent memory\n\n");
-        md.push_str(&dispatch::rows(&rows));
-        md.push_str(
-            "\nFixture `xtask/bench/bench_dispatch.c` (nop build): each dispatch is `dispatch_message` calling \
-             `handle_fast`, both probed (`--dispatch dispatch_message --func handle_fast --trace-events 0`). \
-             Added cost = traced − untraced ns per dispatch (2 probed calls, dispatch tracking, and with \
-             the sampler on, cpu-clock samples of the watched thread during dispatches). Agent peak RSS \
-             (VmHWM) after 100,000 and 1,000,000 dispatches: flat means fast dispatches leave nothing behind.\n",
-        );
+        md.push_str(&dispatch_section(&fx.dispatch, args, &work)?);
     }
     if args.wants(Part::Sampling) {
         md.push_str(&sampling_section(&fx.burn, args, &work));
@@ -202,6 +197,71 @@ pub fn run(args: &Args) -> Result<()> {
     println!("{md}");
     eprintln!("bench: wrote {}", path.display());
     Ok(())
+}
+
+fn dispatch_section(
+    fixture: &std::path::Path,
+    args: &Args,
+    work: &std::path::Path,
+) -> Result<String> {
+    const FAST: u64 = 500_000;
+    const PIPE: u64 = 50_000;
+    let base = match &args.base_profiler {
+        Some(p) => Some(
+            std::fs::canonicalize(p).with_context(|| format!("--base-profiler {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let profs = dispatch::Profilers {
+        new: crate::util::profiler_bin(),
+        base,
+    };
+    let cfgs = dispatch::configs(FAST, PIPE, profs.base.is_some());
+    let rows = dispatch::measure(fixture, &profs, &cfgs, args.repeat, work);
+    let mut md = String::from(
+        "\n## e. Dispatch tracking: cost per dispatch, waker tracking, agent memory\n\n",
+    );
+    md.push_str("### CPU time of the fixture (all its threads), ns per dispatch\n\n");
+    md.push_str(&dispatch::comparison(
+        &rows,
+        FAST,
+        PIPE,
+        dispatch::Metric::Cpu,
+    ));
+    md.push_str("\n### Wall time, ns per dispatch\n\n");
+    md.push_str(&dispatch::comparison(
+        &rows,
+        FAST,
+        PIPE,
+        dispatch::Metric::Wall,
+    ));
+    md.push_str(&format!(
+        "\nFixture `xtask/bench/bench_dispatch.c` (nop build). Each dispatch is `dispatch_message` calling \
+         one handler, both probed: `profiler record --pid P --dispatch dispatch_message --func 'handle_*' \
+         --trace-events 0 --max-overhead 0 --dispatch-hz HZ`, with waker tracking on (the default), with \
+         `--no-wakers`, and{} with the profiler built before waker tracking (`--base-profiler`). \
+         *Fast* dispatches call `handle_fast` and never block. *Blocked on a pipe*: `handle_pipe` writes a \
+         byte to a worker thread and reads its reply, so the watched thread blocks inside every dispatch and \
+         is woken by the worker (a waker record with the worker's stacks, and the worker sampled while it \
+         runs). *Round trips in another process*: the same fixture in pipe mode, untraced, while the \
+         profiler records an idle process (waiting on stdin): two wake-ups per round trip, none of them in a \
+         traced dispatch. Every configuration runs once per round, {} rounds interleaved; the median is \
+         shown with the rounds' range. Added = traced − untraced median; the ratios compare added costs. \
+         CPU time (`CLOCK_PROCESS_CPUTIME_ID` of the fixture, or of the process doing the round trips) \
+         holds the probes, the scheduler programs its threads run, the waker records written by its \
+         worker and samples taken while its threads run, but not the time other load preempted it: \
+         on a shared machine it is the figure to compare; wall time also counts the agent's work \
+         competing for the two CPUs.\n",
+        if profs.base.is_some() { "" } else { " (not measured in this run)" },
+        args.repeat
+    ));
+    md.push_str("\n### Agent memory\n\n");
+    md.push_str(&dispatch::memory(&rows));
+    md.push_str(
+        "\nAgent peak RSS (VmHWM), polled while the fixture runs: flat between run sizes means fast \
+         dispatches leave nothing behind.\n",
+    );
+    Ok(md)
 }
 
 fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path) -> String {
