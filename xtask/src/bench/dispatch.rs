@@ -218,7 +218,7 @@ fn once(fixture: &Path, profs: &Profilers, cfg: &Config, out: &Path) -> Result<S
 }
 
 /// The configurations, in the order of one round.
-pub fn configs(fast_n: u64, pipe_n: u64, base: bool) -> Vec<Config> {
+pub fn configs(fast_n: u64, pipe_n: u64, storm_n: u64, base: bool) -> Vec<Config> {
     let mut v = Vec::new();
     let tracers: &[By] = if base {
         &[By::Wakers, By::NoWakers, By::Base]
@@ -241,7 +241,7 @@ pub fn configs(fast_n: u64, pipe_n: u64, base: bool) -> Vec<Config> {
     add(Load::Fast, fast_n, 0, true);
     add(Load::Fast, fast_n, 997, false);
     add(Load::Pipe, pipe_n, 997, true);
-    add(Load::Storm, pipe_n, 997, true);
+    add(Load::Storm, storm_n, 997, true);
     // Agent memory after fewer dispatches (flat: fast ones leave nothing).
     for hz in [0, 997] {
         v.push(Config {
@@ -340,7 +340,7 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
 
 /// The comparison table: per load and sampler rate, the added cost with
 /// waker tracking on against `--no-wakers` and the older build.
-pub fn comparison(rows: &[Row], fast_n: u64, pipe_n: u64, m: Metric) -> String {
+pub fn comparison(rows: &[Row], fast_n: u64, pipe_n: u64, storm_n: u64, m: Metric) -> String {
     let has_base = rows.iter().any(|r| r.cfg.by == By::Base);
     let mut s = String::from(
         "| load | sampler | untraced ns | wakers on: ns (min–max) | added | `--no-wakers`: ns | added |",
@@ -361,7 +361,7 @@ pub fn comparison(rows: &[Row], fast_n: u64, pipe_n: u64, m: Metric) -> String {
         (Load::Fast, fast_n, 0),
         (Load::Fast, fast_n, 997),
         (Load::Pipe, pipe_n, 997),
-        (Load::Storm, pipe_n, 997),
+        (Load::Storm, storm_n, 997),
     ] {
         let untraced = find(rows, load, n, hz, By::Nobody);
         let u = untraced.and_then(|r| r.median(m));

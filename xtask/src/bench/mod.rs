@@ -206,6 +206,7 @@ fn dispatch_section(
 ) -> Result<String> {
     const FAST: u64 = 500_000;
     const PIPE: u64 = 50_000;
+    const STORM: u64 = 200_000;
     let base = match &args.base_profiler {
         Some(p) => Some(
             std::fs::canonicalize(p).with_context(|| format!("--base-profiler {}", p.display()))?,
@@ -216,7 +217,7 @@ fn dispatch_section(
         new: crate::util::profiler_bin(),
         base,
     };
-    let cfgs = dispatch::configs(FAST, PIPE, profs.base.is_some());
+    let cfgs = dispatch::configs(FAST, PIPE, STORM, profs.base.is_some());
     let rows = dispatch::measure(fixture, &profs, &cfgs, args.repeat, work);
     let mut md = String::from(
         "\n## e. Dispatch tracking: cost per dispatch, waker tracking, agent memory\n\n",
@@ -226,6 +227,7 @@ fn dispatch_section(
         &rows,
         FAST,
         PIPE,
+        STORM,
         dispatch::Metric::Cpu,
     ));
     md.push_str("\n### Wall time, ns per dispatch\n\n");
@@ -233,6 +235,7 @@ fn dispatch_section(
         &rows,
         FAST,
         PIPE,
+        STORM,
         dispatch::Metric::Wall,
     ));
     md.push_str(&format!(
@@ -241,7 +244,7 @@ fn dispatch_section(
          --trace-events 0 --max-overhead 0 --dispatch-hz HZ`, with waker tracking on (the default), with \
          `--no-wakers`, and{} with the profiler built before waker tracking (`--base-profiler`). \
          *Fast* dispatches call `handle_fast` and never block. *Blocked on a pipe*: `handle_pipe` writes a \
-         byte to a worker thread and reads its reply, so the watched thread blocks inside every dispatch and \
+         byte to a worker thread and reads its reply (both threads pinned to one CPU), so the watched thread blocks inside every dispatch and \
          is woken by the worker (a waker record with the worker's stacks, and the worker sampled while it \
          runs). *Round trips in another process*: the same fixture in pipe mode, untraced, while the \
          profiler records an idle process (waiting on stdin): two wake-ups per round trip, none of them in a \
