@@ -5,11 +5,17 @@
 //!
 //! Each function's events cost its calibrated hit cost (entry: int3 or
 //! 5-byte nop; exit: return site or return uprobe). Each thread's probe
-//! time is its events times the dearest hit cost in use, against the
-//! window's wall time. When the worst thread is over the budget, the
-//! functions that cost most in that window are detached until the excess is
-//! covered (as if every hit of theirs were on that thread; if they were
-//! not, the next window detaches more).
+//! time is its events times the window's mean cost per event (over every
+//! function's events in the window), against the thread's own CPU time in
+//! the window: probe hits run on the thread's CPU time, so a share `p` of
+//! it in probes makes each request cost `1 / (1 - p)` times its CPU, and a
+//! saturated thread serves `1 - p` of its untraced rate. A thread idle most
+//! of the window is held against [`BUSY_FLOOR`] of the wall time instead,
+//! so that a few hits on an idle thread do not count as a large share. When
+//! the worst thread is over the budget, the functions that cost most in that
+//! window are detached until the excess is covered (as if every hit of
+//! theirs were on that thread; if they were not, the next window detaches
+//! more).
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +68,10 @@ pub struct Detached {
     pub thread_pct: f64,
 }
 
+/// A thread idle for most of a window is held against this share of the
+/// window's wall time rather than its CPU time.
+pub const BUSY_FLOOR: f64 = 0.05;
+
 /// What the governor did in a session, for the reports.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GovernorReport {
@@ -73,6 +83,10 @@ pub struct GovernorReport {
     pub detached: Vec<Detached>,
     /// The highest per-thread estimate seen in any window, in %.
     pub peak_pct: f64,
+    /// Since the last detach (or attach): the busiest thread's estimated
+    /// probe time over its CPU time, summed over windows, in %.
+    #[serde(default)]
+    pub settled_pct: f64,
     /// Over budget, but every remaining hot function is protected.
     pub protected_hot: Vec<u32>,
 }
@@ -84,8 +98,18 @@ pub struct Decision {
     pub funcs: Vec<(u32, f64, f64)>,
     /// The worst thread and its estimate in %.
     pub tid: u32,
-    /// Its estimated probe time, in % of its wall time.
+    /// Its estimated probe time, in % of its CPU time.
     pub thread_pct: f64,
+}
+
+/// One live thread at an evaluation: cumulative counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadSample {
+    pub tid: u32,
+    /// Its events so far.
+    pub events: u64,
+    /// Its CPU time so far in ns, if known (else the wall time is used).
+    pub cpu_ns: Option<u64>,
 }
 
 /// Hit counts between evaluations, and the budget.
@@ -99,10 +123,12 @@ pub struct Estimator {
     protected: Vec<bool>,
     detached: Vec<bool>,
     prev_funcs: Vec<u64>,
-    prev_threads: HashMap<u32, u64>,
+    prev_threads: HashMap<u32, (u64, Option<u64>)>,
     prev_ns: Option<u64>,
     /// The highest per-thread estimate seen, in %.
     pub peak_pct: f64,
+    /// Since the last detach: the worst thread's probe ns and CPU ns.
+    settled: (f64, f64),
     /// Hot functions that could not be detached (protected).
     pub protected_hot: Vec<u32>,
 }
@@ -135,7 +161,17 @@ impl Estimator {
             prev_threads: HashMap::new(),
             prev_ns: None,
             peak_pct: 0.0,
+            settled: (0.0, 0.0),
             protected_hot: Vec::new(),
+        }
+    }
+
+    /// Since the last detach: the worst thread's estimated probe time over
+    /// its CPU time, in % (0 before any window with hits).
+    pub fn settled_pct(&self) -> f64 {
+        match self.settled {
+            (_, d) if d <= 0.0 => 0.0,
+            (p, d) => p / d * 100.0,
         }
     }
 
@@ -156,9 +192,9 @@ impl Estimator {
         &mut self,
         now_ns: u64,
         func_events: &[u64],
-        threads: impl Iterator<Item = (u32, u64)>,
+        threads: impl Iterator<Item = ThreadSample>,
     ) -> Option<Decision> {
-        let threads: Vec<(u32, u64)> = threads.collect();
+        let threads: Vec<ThreadSample> = threads.collect();
         let prev_ns = self.prev_ns.replace(now_ns);
         let deltas: Vec<u64> = func_events
             .iter()
@@ -167,34 +203,54 @@ impl Estimator {
             .collect();
         self.prev_funcs = func_events.to_vec();
         // Events of functions already detached cost nothing from now on.
-        let gone: u64 = deltas
-            .iter()
-            .zip(&self.detached)
-            .filter(|(_, d)| **d)
-            .map(|(n, _)| n)
-            .sum();
-        let mut worst = (0u32, 0u64);
-        let mut seen = HashMap::with_capacity(threads.len());
-        for (tid, events) in threads {
-            let d = events
-                .saturating_sub(self.prev_threads.get(&tid).copied().unwrap_or(0))
-                .saturating_sub(gone);
-            if d > worst.1 {
-                worst = (tid, d);
+        let (mut gone, mut live, mut live_ns) = (0u64, 0u64, 0.0);
+        for (i, &d) in deltas.iter().enumerate() {
+            match self.detached[i] {
+                true => gone += d,
+                false => {
+                    live += d;
+                    live_ns += d as f64 * self.per_event[i];
+                }
             }
-            seen.insert(tid, events);
+        }
+        let per_event = match live {
+            0 => self.thread_hit_ns(),
+            n => live_ns / n as f64,
+        };
+        let window = prev_ns.map_or(0, |p| now_ns.saturating_sub(p)) as f64;
+        // (tid, probe ns, the time it is held against)
+        let mut worst = (0u32, 0.0, 1.0);
+        let mut seen = HashMap::with_capacity(threads.len());
+        for t in threads {
+            let (events, cpu) = self.prev_threads.get(&t.tid).copied().unwrap_or((0, None));
+            let d = t.events.saturating_sub(events).saturating_sub(gone);
+            let cpu_ns = match (t.cpu_ns, cpu) {
+                (Some(now), Some(then)) => now.saturating_sub(then) as f64,
+                _ => window,
+            };
+            let probe_ns = d as f64 * per_event;
+            let held = cpu_ns.min(window).max(BUSY_FLOOR * window);
+            if probe_ns / held > worst.1 / worst.2 {
+                worst = (t.tid, probe_ns, held);
+            }
+            seen.insert(t.tid, (t.events, t.cpu_ns));
         }
         self.prev_threads = seen;
-        let window = now_ns.saturating_sub(prev_ns?) as f64;
         if window <= 0.0 {
             return None;
         }
-        let thread_pct = worst.1 as f64 * self.thread_hit_ns() / window * 100.0;
+        let (tid, probe_ns, held) = worst;
+        self.settled.0 += probe_ns;
+        self.settled.1 += held;
+        let thread_pct = probe_ns / held * 100.0;
         self.peak_pct = self.peak_pct.max(thread_pct);
         if thread_pct <= self.max_pct {
             return None;
         }
-        let mut excess = (thread_pct - self.max_pct) / 100.0 * window;
+        // Detaching R ns of probes takes R off the CPU time too:
+        // (P - R) <= b (C - R) when R >= (P - b C) / (1 - b).
+        let b = (self.max_pct / 100.0).min(0.99);
+        let mut excess = (probe_ns - b * held) / (1.0 - b);
         let mut hot: Vec<(usize, f64)> = deltas
             .iter()
             .enumerate()
@@ -216,11 +272,15 @@ impl Estimator {
             self.detached[i] = true;
             excess -= cost;
             let calls_per_s = deltas[i] as f64 / self.per_call[i] / window * 1e9;
-            funcs.push((i as u32, calls_per_s, cost / window * 100.0));
+            funcs.push((i as u32, calls_per_s, cost / held * 100.0));
         }
-        (!funcs.is_empty()).then_some(Decision {
+        if funcs.is_empty() {
+            return None;
+        }
+        self.settled = (0.0, 0.0);
+        Some(Decision {
             funcs,
-            tid: worst.0,
+            tid,
             thread_pct,
         })
     }
@@ -238,6 +298,24 @@ mod tests {
         uretprobe_ns: 2000.0,
     };
 
+    /// Threads whose CPU time is unknown: held against the wall time.
+    fn wall(t: &[(u32, u64)]) -> impl Iterator<Item = ThreadSample> + '_ {
+        t.iter().map(|&(tid, events)| ThreadSample {
+            tid,
+            events,
+            cpu_ns: None,
+        })
+    }
+
+    /// Threads with their CPU time so far.
+    fn cpu(t: &[(u32, u64, u64)]) -> impl Iterator<Item = ThreadSample> + '_ {
+        t.iter().map(|&(tid, events, cpu_ns)| ThreadSample {
+            tid,
+            events,
+            cpu_ns: Some(cpu_ns),
+        })
+    }
+
     fn func(exit: ExitKind) -> FuncCost {
         FuncCost {
             entry: EntryKind::Step,
@@ -250,10 +328,10 @@ mod tests {
     fn the_hottest_function_goes_first_and_only_as_many_as_needed() {
         let funcs = [func(ExitKind::Sites); 3];
         let mut e = Estimator::new(5.0, COST, &funcs);
-        assert_eq!(e.evaluate(0, &[0, 0, 0], [(1, 0)].into_iter()), None);
+        assert_eq!(e.evaluate(0, &[0, 0, 0], wall(&[(1, 0)])), None);
         // 250 ms: f0 50,000 events (200 ms of probes), f1 100 (0.4 ms), f2 none.
         let d = e
-            .evaluate(250_000_000, &[50_000, 100, 0], [(1, 50_100)].into_iter())
+            .evaluate(250_000_000, &[50_000, 100, 0], wall(&[(1, 50_100)]))
             .expect("over budget");
         assert_eq!(d.funcs.len(), 1);
         assert_eq!(d.funcs[0].0, 0);
@@ -264,7 +342,7 @@ mod tests {
         // Next window: f0's last events before its probes went, and f1's:
         // f0 no longer counts, f1 is 0.16% < 5%: nothing more.
         assert_eq!(
-            e.evaluate(500_000_000, &[80_000, 200, 0], [(1, 80_200)].into_iter()),
+            e.evaluate(500_000_000, &[80_000, 200, 0], wall(&[(1, 80_200)])),
             None
         );
         assert!((e.peak_pct - 80.16).abs() < 0.01);
@@ -280,7 +358,7 @@ mod tests {
             .evaluate(
                 1_000_000_000,
                 &[100_000, 50_000],
-                [(7, 150_000)].into_iter(),
+                wall(&[(7, 150_000)]),
             )
             .expect("over budget");
         assert_eq!(d.funcs.iter().map(|f| f.0).collect::<Vec<_>>(), vec![1]);
@@ -306,5 +384,106 @@ mod tests {
         assert_eq!(e.per_event, vec![1150.0, 4000.0, 2500.0]);
         assert_eq!(e.per_call, vec![2.0, 1.0, 2.0]);
         assert_eq!(e.thread_hit_ns(), 4000.0);
+    }
+
+    #[test]
+    fn a_thread_busy_a_fifth_of_the_time_is_held_against_its_cpu_time() {
+        // A server thread on the CPU 20% of the time (200 ms of each
+        // second), 10,000 probe events/s at 4 µs: 40 ms of probes, 4% of
+        // the wall time but 20% of its CPU time: over a 10% budget.
+        let funcs = [func(ExitKind::Sites); 2];
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0, 0], cpu(&[(3, 0, 0)]));
+        let d = e
+            .evaluate(
+                1_000_000_000,
+                &[8_000, 2_000],
+                cpu(&[(3, 10_000, 200_000_000)]),
+            )
+            .expect("20% of its CPU time");
+        assert!((d.thread_pct - 20.0).abs() < 1e-9, "{d:?}");
+        // R >= (40 - 0.1 * 200) / 0.9 = 22.2 ms: f0 (32 ms) covers it.
+        assert_eq!(d.funcs.iter().map(|f| f.0).collect::<Vec<_>>(), vec![0]);
+        assert!((d.funcs[0].2 - 16.0).abs() < 1e-9, "{d:?}");
+        // The same hits held against the wall time: 4%, under budget.
+        let mut w = Estimator::new(10.0, COST, &funcs);
+        w.evaluate(0, &[0, 0], wall(&[(3, 0)]));
+        assert_eq!(
+            w.evaluate(1_000_000_000, &[8_000, 2_000], wall(&[(3, 10_000)])),
+            None
+        );
+    }
+
+    #[test]
+    fn detaching_counts_the_cpu_time_it_gives_back() {
+        // Ten functions of 2 ms each in a 100 ms window of CPU: 20 ms of
+        // probes, 20%. Under 10% needs (P - R) <= 0.1 (C - R): R >= 11.1 ms,
+        // six functions, not the five that 10 ms of excess would suggest.
+        let funcs = [func(ExitKind::None); 10];
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0; 10], cpu(&[(1, 0, 0)]));
+        let d = e
+            .evaluate(500_000_000, &[500; 10], cpu(&[(1, 5_000, 100_000_000)]))
+            .expect("over budget");
+        assert!((d.thread_pct - 20.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(d.funcs.len(), 6, "{d:?}");
+    }
+
+    #[test]
+    fn an_idle_thread_is_held_against_a_floor_of_the_wall_time() {
+        // 1 s window, the thread on the CPU 1 ms; 100 events at 4 µs:
+        // 0.4 ms, 40% of its CPU but 0.8% of the 50 ms floor.
+        let funcs = [func(ExitKind::Sites)];
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0], cpu(&[(1, 0, 0)]));
+        assert_eq!(
+            e.evaluate(1_000_000_000, &[100], cpu(&[(1, 100, 1_000_000)])),
+            None
+        );
+        assert!((e.peak_pct - 0.8).abs() < 1e-9, "{}", e.peak_pct);
+    }
+
+    #[test]
+    fn a_thread_costs_the_mean_of_the_hits_in_the_window_not_the_dearest() {
+        // 90,000 nop-entry events (uretprobe exits: 1,150 ns each) and
+        // 10,000 int3 events (4,000 ns) on one thread in 1 s of CPU:
+        // 103.5 ms + 40 ms = 14.35%, where the dearest cost would say 40%.
+        let funcs = [
+            FuncCost {
+                entry: EntryKind::Nop,
+                exit: ExitKind::Uretprobe,
+                protected: false,
+            },
+            func(ExitKind::Sites),
+        ];
+        let mut e = Estimator::new(20.0, COST, &funcs);
+        e.evaluate(0, &[0, 0], cpu(&[(1, 0, 0)]));
+        assert_eq!(
+            e.evaluate(
+                1_000_000_000,
+                &[90_000, 10_000],
+                cpu(&[(1, 100_000, 1_000_000_000)])
+            ),
+            None
+        );
+        assert!((e.peak_pct - 14.35).abs() < 1e-9, "{}", e.peak_pct);
+    }
+
+    #[test]
+    fn the_settled_estimate_restarts_at_each_detach() {
+        let funcs = [func(ExitKind::None); 2];
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0, 0], cpu(&[(1, 0, 0)]));
+        // 50% of 100 ms CPU: f0 goes.
+        assert!(e
+            .evaluate(100_000_000, &[12_500, 0], cpu(&[(1, 12_500, 100_000_000)]))
+            .is_some());
+        assert_eq!(e.settled_pct(), 0.0);
+        // Then f1: 2 ms in 100 ms, then 4 ms in 100 ms: 3% since.
+        for (t, f1) in [(200_000_000, 500), (300_000_000, 1_500)] {
+            let ev = 12_500 + f1;
+            assert_eq!(e.evaluate(t, &[12_500, f1], cpu(&[(1, ev, t)])), None);
+        }
+        assert!((e.settled_pct() - 3.0).abs() < 1e-9, "{}", e.settled_pct());
     }
 }

@@ -369,7 +369,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         eprintln!(
             "profiler: overhead governor: a probe hit costs {:.1} µs here ({:.1} µs on a push, \
              {:.2} µs on a 5-byte nop, {:.1} µs at a return site); functions are detached when a thread spends over {max_overhead}% \
-             of its time in probes (--max-overhead; 0 turns this off)",
+             of its CPU time in probes (--max-overhead; 0 turns this off)",
             c.entry_ns / 1000.0,
             c.entry_push_ns / 1000.0,
             c.entry_nop_ns / 1000.0,

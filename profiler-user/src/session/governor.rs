@@ -1,18 +1,19 @@
-//! The overhead governor at work: every [`EVERY`] it asks the estimator
+//! The overhead governor at work: every [`EVERY`] it reads the CPU time of
+//! each thread with hits (/proc/PID/task/TID/schedstat), asks the estimator
 //! (`analyze/overhead.rs`) whether some thread spends more than
-//! `--max-overhead` of its time in probes, and detaches the functions it
+//! `--max-overhead` of its CPU time in probes, and detaches the functions it
 //! names (`Probes::detach_funcs`), saying so on stderr and in the reports.
 use std::time::{Duration, Instant};
 
 use crate::{
-    analyze::overhead::{Detached, Estimator, ExitKind, FuncCost, GovernorReport},
+    analyze::overhead::{Detached, Estimator, ExitKind, FuncCost, GovernorReport, ThreadSample},
     attach::{
         calibrate::{self, EntryKind, HitCost},
         probes::Probes,
     },
     clock::monotonic_ns,
     fmt::fmt_count,
-    target::{exits::ExitProbe, select::Selection},
+    target::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
     Result,
 };
 
@@ -73,6 +74,7 @@ impl<'a> Governor<'a> {
             .collect();
         let mut est = Estimator::new(max_pct, cost, &funcs);
         est.evaluate(monotonic_ns(), &vec![0; funcs.len()], std::iter::empty());
+
         Governor {
             probes,
             sel,
@@ -100,9 +102,16 @@ impl<'a> Governor<'a> {
             return Ok(&[]);
         }
         self.last = Instant::now();
+        let pid = self.pid;
+        let threads = threads.map(|(tid, events)| ThreadSample {
+            tid,
+            events,
+            cpu_ns: thread_cpu_ns(pid, tid),
+        });
         let decided_ns = monotonic_ns();
         let decision = self.est.evaluate(decided_ns, func_events, threads);
         self.report.peak_pct = self.est.peak_pct;
+        self.report.settled_pct = self.est.settled_pct();
         self.report.protected_hot = self.est.protected_hot.clone();
         let Some(d) = decision else { return Ok(&[]) };
         let gone: Vec<usize> = d.funcs.iter().map(|f| f.0 as usize).collect();
@@ -127,7 +136,7 @@ impl<'a> Governor<'a> {
         };
         eprintln!(
             "profiler: overhead governor: detached {} after {:.2} s, thread {} spending an estimated \
-             {:.1}% of its time in probes (--max-overhead {}%): {}{more}; their counts stop here",
+             {:.1}% of its CPU time in probes (--max-overhead {}%): {}{more}; their counts stop here",
             if d.funcs.len() == 1 {
                 name(d.funcs[0].0).to_string()
             } else {

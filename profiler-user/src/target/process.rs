@@ -31,6 +31,18 @@ impl Mapping {
     }
 }
 
+/// Nanoseconds thread `tid` of `pid` has run on a CPU (the first field of
+/// /proc/PID/task/TID/schedstat: the scheduler's own accounting, probe
+/// handling included); `None` if it is gone or the kernel has no schedstat.
+pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The name of `pid` if it is a kernel thread (`PF_KTHREAD` in the flags
 /// of /proc/PID/stat), else `None`.
 fn kernel_thread_name(pid: u32) -> Option<String> {

@@ -10,6 +10,7 @@ mod governor;
 mod html;
 mod percall;
 mod rate;
+mod redis;
 mod run;
 mod sampling;
 mod unwind;
@@ -38,13 +39,16 @@ pub struct Args {
     /// Rounds of the sampling fixture (bench_burn.c); 200,000 take about 1.8 s.
     #[arg(long, default_value_t = 200_000)]
     burn_rounds: u64,
-    /// GET requests per redis-benchmark run of the governor part.
-    #[arg(long, default_value_t = 100_000)]
+    /// Requests of each test (SET, GET) per redis-benchmark run of the redis row.
+    #[arg(long, default_value_t = 20_000)]
     redis_requests: u64,
     /// Part e also measures this profiler binary (one built before waker
     /// tracking, say) in the same rounds.
     #[arg(long, value_name = "PATH")]
     base_profiler: Option<std::path::PathBuf>,
+    /// Rounds of the redis row with the profiler attached (each runs both servers).
+    #[arg(long, default_value_t = 12)]
+    redis_rounds: usize,
     /// Run only these parts (repeatable); default: all.
     #[arg(long, value_enum)]
     only: Vec<Part>,
@@ -70,6 +74,8 @@ enum Part {
     Datafile,
     /// j: the overhead governor on redis-server and on its fixture.
     Governor,
+    /// j, redis-server row only.
+    Redis,
     /// k: attach and detach time for 1,000, 10,000 and 50,000 functions.
     Scale,
 }
@@ -181,7 +187,7 @@ pub fn run(args: &Args) -> Result<()> {
             args.nop_iters, args.repeat
         ));
     }
-    if args.wants(Part::Governor) {
+    if args.wants(Part::Governor) || args.wants(Part::Redis) {
         md.push_str(&governor_section(args, &work));
     }
     if args.wants(Part::Scale) {
@@ -344,21 +350,27 @@ fn unwind_section(work: &std::path::Path) -> String {
 
 fn governor_section(args: &Args, work: &std::path::Path) -> String {
     let mut md = String::from("\n## j. Overhead governor\n\n### redis-server, default options\n\n");
-    match governor::redis(args.redis_requests, work) {
-        Ok(r) => md.push_str(&governor::redis_rows(&r, args.redis_requests)),
+    match redis::redis(args.redis_requests, args.redis_rounds, work) {
+        Ok(r) => md.push_str(&redis::rows(&r)),
         Err(e) => md.push_str(&format!("redis: failed: {e:#}\n")),
     }
     md.push_str(&format!(
-        "\n`redis-server --port 6391 --save '' --appendonly no` (Debian's), then \
-         `redis-benchmark -p 6391 -t get -c 20 -n {n} --csv`, 3 runs untraced; traced with \
-         `profiler record --pid P` and nothing else (every function of the executable up to \
-         `--max-funcs 2000`, `--max-overhead 10` by default), first a warm-up of {w} requests \
-         while the governor acts, then 3 measured runs; 3 runs untraced again after the profiler \
-         exits. The machine is shared with other work, so each phase shows its best run, and the \
-         ratio is best traced against best untraced.\n",
+        "\nTwo copies of Debian's `redis-server --save '' --appendonly no`, A on port 6391 and B \
+         on 6392, both pinned to CPU 0; `redis-benchmark -p PORT -t get,set -c 20 -n {n} --csv` \
+         pinned to CPU 1, against A and B in turn (the order alternates by round). {c} control \
+         rounds with neither traced, then `profiler record --pid B` and nothing else (every \
+         function of the executable up to `--max-funcs 2000`, `--max-overhead 10` by default) \
+         for {r} rounds. Steady state: the rounds that start over 0.5 s after the governor's last \
+         detach. Per-round B/A is requests/s over the run's SET and GET; \"all requests\" is \
+         total requests over total time of the phase on each server, so the whole run includes \
+         the governor's warm-up.\n",
         n = args.redis_requests,
-        w = args.redis_requests / 2
+        c = 3,
+        r = args.redis_rounds,
     ));
+    if args.only.contains(&Part::Redis) && !args.only.contains(&Part::Governor) {
+        return md;
+    }
     md.push_str("\n### Fixture: a hot tiny function and a cold one\n\n");
     match governor::fixture(work) {
         Ok(f) => md.push_str(&governor::fixture_rows(&f)),

@@ -140,19 +140,20 @@ fn governor(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "overhead governor: --max-overhead {}%; a probe hit costs {:.1} µs here ({:.1} µs on a push, \
-         {:.2} µs on a 5-byte nop, {:.1} µs at a return site); highest estimate {:.1}% of a thread's time; {} functions detached",
+         {:.2} µs on a 5-byte nop, {:.1} µs at a return site); highest estimate {:.1}% of a thread's CPU time, {:.1}% since the last detach; {} functions detached",
         g.max_overhead_pct,
         g.cost.entry_ns / 1000.0,
         g.cost.entry_push_ns / 1000.0,
         g.cost.entry_nop_ns / 1000.0,
         g.cost.ret_site_ns / 1000.0,
         g.peak_pct,
+        g.settled_pct,
         g.detached.len()
     );
     for d in &g.detached {
         let _ = writeln!(
             out,
-            "  detached {} after {:.2} s: {} calls/s, est. {:.1}% of a thread's time (thread {} at {:.1}%); \
+            "  detached {} after {:.2} s: {} calls/s, est. {:.1}% of a thread's CPU time (thread {} at {:.1}%); \
              its counts stop there (partial)",
             r.funcs[d.func as usize].name,
             d.at_ns as f64 / 1e9,
