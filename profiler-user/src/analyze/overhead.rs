@@ -355,11 +355,7 @@ mod tests {
         let mut e = Estimator::new(10.0, COST, &funcs);
         e.evaluate(0, &[0, 0], std::iter::empty());
         let d = e
-            .evaluate(
-                1_000_000_000,
-                &[100_000, 50_000],
-                wall(&[(7, 150_000)]),
-            )
+            .evaluate(1_000_000_000, &[100_000, 50_000], wall(&[(7, 150_000)]))
             .expect("over budget");
         assert_eq!(d.funcs.iter().map(|f| f.0).collect::<Vec<_>>(), vec![1]);
         assert_eq!(e.protected_hot, vec![0]);

@@ -300,20 +300,20 @@ fn summary(md: &mut String, what: &str, rs: &[Round]) {
         return;
     }
     let med = |f: fn(&Run) -> f64, b: bool| {
-        median(
-            rs.iter()
-                .map(|r| f(if b { &r.b } else { &r.a }))
-                .collect(),
-        )
+        median(rs.iter().map(|r| f(if b { &r.b } else { &r.a })).collect())
     };
     let ratios = median(rs.iter().map(Round::ratio).collect());
     let lo = rs.iter().map(Round::ratio).fold(f64::INFINITY, f64::min);
     let hi = rs.iter().map(Round::ratio).fold(0.0, f64::max);
     let whole = aggregate(rs.iter().map(|r| r.b)) / aggregate(rs.iter().map(|r| r.a));
     let cpu = median(rs.iter().map(Round::cpu_ratio).collect());
-    let cpu_lo = rs.iter().map(Round::cpu_ratio).fold(f64::INFINITY, f64::min);
+    let cpu_lo = rs
+        .iter()
+        .map(Round::cpu_ratio)
+        .fold(f64::INFINITY, f64::min);
     let cpu_hi = rs.iter().map(Round::cpu_ratio).fold(0.0, f64::max);
-    let cpu_all = rs.iter().map(|r| r.b.cpu_us).sum::<f64>() / rs.iter().map(|r| r.a.cpu_us).sum::<f64>();
+    let cpu_all =
+        rs.iter().map(|r| r.b.cpu_us).sum::<f64>() / rs.iter().map(|r| r.a.cpu_us).sum::<f64>();
     let _ = writeln!(
         md,
         "| {what} | {} | {:.0} / {:.0} | {:.0} / {:.0} | {:.2}× / {:.2}× | **{ratios:.2}×** ({lo:.2}–{hi:.2}) | {whole:.2}× | {:.1} / {:.1} µs | **{cpu:.2}×** ({cpu_lo:.2}–{cpu_hi:.2}), all {cpu_all:.2}× | {:.3} / {:.3} ms |",
