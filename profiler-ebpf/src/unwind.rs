@@ -6,7 +6,9 @@
 //! binary without CFI) it follows frame pointers.
 //!
 //! One frame per `bpf_loop` iteration, so the verifier checks the step once;
-//! inside it, two bounded binary searches (the mapping, then the row).
+//! inside it, two bounded binary searches (the mapping, then the row); the
+//! mapping of the previous frame is tried first, and a process without
+//! tables goes straight to frame pointers.
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -73,6 +75,15 @@ struct Walk {
     end: u32,
     /// 1 when the process has no tables at all.
     no_tables: u32,
+    /// The mapping the last frame was found in (`[map_start, map_end)`,
+    /// its bias and table): most callers are in the same binary as their
+    /// callee, so the next frame usually needs neither the process's hash
+    /// lookup nor the search over its mappings.
+    map_start: u64,
+    map_end: u64,
+    map_bias: u64,
+    table_start: u32,
+    table_len: u32,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -112,10 +123,11 @@ fn read_user(addr: u64) -> Option<u64> {
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
 }
 
-/// The mapping of `pid` holding `pc`: (bias, first row, rows), or None when
-/// the process has no tables or `pc` is in no known file mapping.
+/// The mapping of `pid` holding `pc`: (start, end, bias, first row, rows),
+/// or None when the process has no tables or `pc` is in no known file
+/// mapping.
 #[inline(always)]
-fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u32, u32)> {
+fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u64, u64, u32, u32)> {
     // SAFETY: the value is only read.
     let procs = unsafe { UNWIND_PROCS.get(pid) }?;
     let bounds = SEARCH.get_ptr_mut(0)?;
@@ -141,7 +153,7 @@ fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u32, u32)> {
         return None;
     }
     let m = &procs.maps[(lo - 1) as usize & (MAX_MAPPINGS - 1)];
-    (pc < m.end).then_some((m.bias, m.table_start, m.table_len))
+    (pc < m.end).then_some((m.start, m.end, m.bias, m.table_start, m.table_len))
 }
 
 /// The last row of the table at `start` (`len` rows) whose pc is at or
@@ -219,9 +231,28 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     }
     // A return address points after the call: look up the call itself.
     let lookup = if n == 0 { w.pc } else { w.pc - 1 };
-    let row = match find_mapping(w.pid, lookup) {
-        Some((bias, start, len)) if len > 0 => find_row(start, len, lookup.wrapping_sub(bias)),
-        _ => None,
+    if w.no_tables != 0 {
+        return fp_step(w);
+    }
+    if lookup < w.map_start || lookup >= w.map_end {
+        match find_mapping(w.pid, lookup) {
+            Some((start, end, bias, table_start, table_len)) => {
+                w.map_start = start;
+                w.map_end = end;
+                w.map_bias = bias;
+                w.table_start = table_start;
+                w.table_len = table_len;
+            }
+            None => {
+                w.map_start = 0;
+                w.map_end = 0;
+                w.table_len = 0;
+            }
+        }
+    }
+    let row = match w.table_len {
+        0 => None,
+        len => find_row(w.table_start, len, lookup.wrapping_sub(w.map_bias)),
     };
     let Some(row) = row else {
         return fp_step(w);
@@ -284,6 +315,11 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
             n: 0,
             end: 0,
             no_tables,
+            map_start: 0,
+            map_end: 0,
+            map_bias: 0,
+            table_start: 0,
+            table_len: 0,
         };
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,

@@ -70,6 +70,61 @@ impl CpuMaps {
     }
 }
 
+/// What `sample --all`'s periodic tick has already seen of the samplers'
+/// maps, so that each tick does work only for what changed: a process
+/// that exited is not looked up again every second, and a process whose
+/// stacks are all known needs no new look at its mappings.
+#[derive(Debug, Default)]
+pub struct Seen {
+    keys: std::collections::HashSet<SampleKey>,
+    pids: std::collections::HashSet<u32>,
+}
+
+/// What changed since the last [`CpuMaps::scan`].
+#[derive(Debug, Default, PartialEq)]
+pub struct Scan {
+    /// Processes sampled for the first time.
+    pub new: Vec<u32>,
+    /// Processes with a stack not seen before (new ones included): their
+    /// mappings may have changed (exec, `dlopen`).
+    pub changed: Vec<u32>,
+}
+
+impl Seen {
+    /// Adds `keys` (those in the maps now) and says what is new.
+    pub fn update(&mut self, keys: impl IntoIterator<Item = SampleKey>) -> Scan {
+        let mut scan = Scan::default();
+        for k in keys {
+            if !self.keys.insert(k) {
+                continue;
+            }
+            if self.pids.insert(k.pid) {
+                scan.new.push(k.pid);
+            }
+            if !scan.changed.contains(&k.pid) {
+                scan.changed.push(k.pid);
+            }
+        }
+        scan
+    }
+}
+
+impl CpuMaps {
+    /// The keys added to the maps since the last scan, by process; the
+    /// mappings of processes seen for the first time are remembered (once:
+    /// one that has exited already is not looked for again).
+    pub fn scan(&self, seen: &mut Seen, sym: &mut Symbolizer) -> Scan {
+        let off = self.offcpu.iter().flat_map(|m| m.keys());
+        let scan = seen.update(self.counts.keys().chain(off).filter_map(|k| k.ok()));
+        for &pid in &scan.new {
+            if !sym.knows(pid) {
+                sym.remember_maps(pid);
+            }
+        }
+        scan
+    }
+}
+
 /// Leaves whose `file:line` is looked up.
 const TOP_LOCATIONS: usize = 20;
 
@@ -321,4 +376,34 @@ fn fold(
         }
     }
     prof
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32, user_hash: u64) -> SampleKey {
+        SampleKey {
+            pid,
+            tid: pid,
+            user_stack: -1,
+            kernel_stack: -1,
+            user_hash,
+        }
+    }
+
+    /// A tick looks again only at what changed: new processes once, and
+    /// processes with a new stack; an exited process is not looked for
+    /// again.
+    #[test]
+    fn seen_reports_only_changes() {
+        let mut seen = Seen::default();
+        let scan = seen.update([key(1, 10), key(1, 11), key(2, 20)]);
+        assert_eq!(scan.new, vec![1, 2]);
+        assert_eq!(scan.changed, vec![1, 2]);
+        assert_eq!(seen.update([key(1, 10), key(2, 20)]), Scan::default());
+        let scan = seen.update([key(1, 10), key(2, 21), key(3, 30)]);
+        assert_eq!(scan.new, vec![3]);
+        assert_eq!(scan.changed, vec![2, 3]);
+    }
 }

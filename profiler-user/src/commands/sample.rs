@@ -129,10 +129,12 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // The processes whose stacks get tables: the target; with --all, those
     // on a CPU now and, from then on, those sampled (so that busy
     // processes get the table memory first).
+    // Processes a tick's time budget did not reach, for the next one.
+    let mut pending: Vec<u32> = Vec::new();
     if let Some(t) = &mut tables {
         match args.all {
             false => t.add_process(pid),
-            true => t.sync(&running(cgroup.as_ref()), false, TABLES_BUDGET),
+            true => pending = t.sync(&running(cgroup.as_ref()), false, TABLES_BUDGET),
         }
     }
     let event = samplers::start(probes.ebpf_mut(), hz)?;
@@ -172,31 +174,37 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let mut ticks = 0u32;
     // System-wide: each sampled process's cgroup, read while it runs.
     let mut cgroups: std::collections::BTreeMap<u32, String> = Default::default();
+    let mut seen = cpu_profile::Seen::default();
     let tick = || {
         ticks = ticks.wrapping_add(1);
         if let Some(d) = &mut dwarf {
             d.drain(pid);
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
-            let sampled = maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
-            if args.all {
-                for &p in &sampled {
-                    if let (std::collections::btree_map::Entry::Vacant(e), Some(cg)) =
-                        (cgroups.entry(p), cgroup::of_process(p))
-                    {
-                        e.insert(cg);
+            if !args.all {
+                maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
+                if let Some(t) = &mut tables {
+                    t.add_process(pid);
+                }
+            } else {
+                // Only what changed since the last tick: processes sampled
+                // for the first time (their cgroup, their mappings), and
+                // those with a new stack (exec, dlopen) or on a CPU now get
+                // their tables refreshed. An exited process is not looked
+                // for again.
+                let scan = maps.scan(&mut seen, &mut sym);
+                for &p in &scan.new {
+                    if let Some(cg) = cgroup::of_process(p) {
+                        cgroups.entry(p).or_insert(cg);
                     }
                 }
-            }
-            if let Some(t) = &mut tables {
-                match args.all {
-                    false => t.add_process(pid),
-                    true => {
-                        // Busy now first, then everything sampled so far.
-                        let mut pids = running(cgroup.as_ref());
-                        pids.extend(sampled);
-                        t.sync(&pids, false, TABLES_BUDGET);
-                    }
+                if let Some(t) = &mut tables {
+                    // Busy now first, then those with new stacks, then
+                    // those the last tick's budget did not reach.
+                    let mut pids = running(cgroup.as_ref());
+                    pids.extend(scan.changed);
+                    pids.append(&mut pending);
+                    pending = t.sync(&pids, false, TABLES_BUDGET);
                 }
             }
             if let Some(d) = &mut dwarf {

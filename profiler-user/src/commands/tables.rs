@@ -41,7 +41,7 @@ pub fn run(args: &TablesArgs) -> Result<()> {
         let mut table = None;
         for _ in 0..args.repeat.max(1) {
             let t = Instant::now();
-            let built = unwind_table::build(&elf).map_err(|e| {
+            let built = unwind_table::build(&elf[..]).map_err(|e| {
                 Error::Usage(format!("{}: {e}; give an x86-64 ELF file", path.display()))
             })?;
             times.push(t.elapsed().as_secs_f64() * 1e3);

@@ -41,6 +41,9 @@ pub fn capacity(all: bool) -> u32 {
     }
 }
 
+/// Rows of evicted tables the agent keeps (32 MiB).
+const SPARE_ROWS: usize = 2 << 20;
+
 /// Processes on a CPU or waiting for one now (state `R`).
 pub fn running_pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -85,6 +88,10 @@ pub struct TablesStats {
     pub capacity: u64,
     /// Tables compiled (cache misses), and the time it took.
     pub built: u64,
+    /// Tables evicted from the kernel and put back from the agent's copy
+    /// instead of being compiled again.
+    #[serde(default)]
+    pub reloaded: u64,
     /// Milliseconds spent compiling tables.
     pub build_ms: u64,
     /// FDEs (functions described) in the tables compiled.
@@ -113,6 +120,13 @@ pub struct Tables {
     /// mapped again soon (a compiler run by a build, a short-lived helper
     /// under `--all`) is not compiled again.
     idle: VecDeque<CacheKey>,
+    /// Tables evicted from the kernel, kept here (oldest first, up to
+    /// [`SPARE_ROWS`] rows) so that a binary that comes back (a compiler
+    /// a build runs again and again, once the rows array is full) costs a
+    /// copy, not a new compile.
+    spare: HashMap<CacheKey, Vec<UnwindRow>>,
+    spare_order: VecDeque<CacheKey>,
+    spare_rows: usize,
     /// Each binary seen, by file identity, so it is read once.
     files: HashMap<unwind_table::FileKey, FileInfo>,
     /// Each process's tables, and its executable mappings' text.
@@ -172,6 +186,9 @@ impl Tables {
             space: RowSpace::new(capacity),
             loaded: HashMap::new(),
             idle: VecDeque::new(),
+            spare: HashMap::new(),
+            spare_order: VecDeque::new(),
+            spare_rows: 0,
             files: HashMap::new(),
             per_pid: HashMap::new(),
             stats: TablesStats {
@@ -193,14 +210,49 @@ impl Tables {
         }
     }
 
-    /// Frees an idle table's rows and forgets its files.
+    /// Frees an idle table's rows (kept in `spare`) and forgets its files.
     fn evict(&mut self, key: &CacheKey) {
         if let Some(l) = self.loaded.remove(key) {
+            // SAFETY: [start, start + len) is inside the mapping and ours.
+            let rows = unsafe {
+                std::slice::from_raw_parts(self.rows.add(l.start as usize), l.len as usize)
+            };
+            self.keep_spare(key.clone(), rows.to_vec());
             self.space.free(l.start, l.len);
             self.stats.rows -= u64::from(l.len);
             self.files.retain(|_, f| f.key.as_ref() != Some(key));
         }
         self.stats.tables = self.loaded.len();
+    }
+
+    /// Keeps an evicted table's rows, dropping the oldest kept ones past
+    /// [`SPARE_ROWS`].
+    fn keep_spare(&mut self, key: CacheKey, rows: Vec<UnwindRow>) {
+        if rows.len() > SPARE_ROWS {
+            return;
+        }
+        self.spare_rows += rows.len();
+        if let Some(old) = self.spare.insert(key.clone(), rows) {
+            self.spare_rows -= old.len();
+            self.spare_order.retain(|k| k != &key);
+        }
+        self.spare_order.push_back(key);
+        while self.spare_rows > SPARE_ROWS {
+            let Some(k) = self.spare_order.pop_front() else {
+                break;
+            };
+            if let Some(old) = self.spare.remove(&k) {
+                self.spare_rows -= old.len();
+            }
+        }
+    }
+
+    /// An evicted table's rows, if still kept.
+    fn take_spare(&mut self, key: &CacheKey) -> Option<Vec<UnwindRow>> {
+        let rows = self.spare.remove(key)?;
+        self.spare_rows -= rows.len();
+        self.spare_order.retain(|k| k != key);
+        Some(rows)
     }
 
     /// The table of the binary at `path` (opened from here as `open`),
@@ -238,10 +290,15 @@ impl Tables {
         Some((key, bias, l.start, l.len))
     }
 
-    /// Reads one binary, and compiles and uploads its table if new.
+    /// Reads one binary, and compiles and uploads its table if new. Only
+    /// what is needed is read (`pread` through [`object::ReadCache`]): the
+    /// headers and the build-id note, then the CFI sections if the table is
+    /// not loaded yet. A 150 MB compiler library whose table is cached
+    /// costs a few kilobytes, not a copy of the file.
     fn load(&mut self, path: &str, open: &str, meta: &std::fs::Metadata) -> Option<FileInfo> {
-        let data = std::fs::read(open).ok()?;
-        let segments = object::File::parse(&*data)
+        let file = std::fs::File::open(open).ok()?;
+        let data = object::ReadCache::new(file);
+        let segments = object::File::parse(&data)
             .ok()?
             .segments()
             .map(|s| {
@@ -254,28 +311,42 @@ impl Tables {
     }
 
     /// Compiles and uploads the table of `data`, unless already there.
-    fn upload(&mut self, path: &str, data: &[u8], meta: &std::fs::Metadata) -> Option<CacheKey> {
+    fn upload(
+        &mut self,
+        path: &str,
+        data: &object::ReadCache<std::fs::File>,
+        meta: &std::fs::Metadata,
+    ) -> Option<CacheKey> {
         let key = CacheKey::new(data, meta);
         if self.loaded.contains_key(&key) {
             return Some(key);
         }
-        let t0 = Instant::now();
-        let table = match unwind_table::build(data) {
-            Ok(t) if !t.rows.is_empty() => t,
-            Ok(_) => {
-                self.method(path, "frame pointers (no CFI)");
-                return None;
+        let rows = match self.take_spare(&key) {
+            Some(rows) => {
+                self.stats.reloaded += 1;
+                rows
             }
-            Err(e) => {
-                self.method(path, &format!("frame pointers ({e})"));
-                return None;
+            None => {
+                let t0 = Instant::now();
+                let table = match unwind_table::build(data) {
+                    Ok(t) if !t.rows.is_empty() => t,
+                    Ok(_) => {
+                        self.method(path, "frame pointers (no CFI)");
+                        return None;
+                    }
+                    Err(e) => {
+                        self.method(path, &format!("frame pointers ({e})"));
+                        return None;
+                    }
+                };
+                self.stats.build_ms += t0.elapsed().as_millis() as u64;
+                self.stats.built += 1;
+                self.stats.fdes += table.stats.fdes() as u64;
+                self.stats.unsupported_rows += table.stats.unsupported() as u64;
+                table.rows
             }
         };
-        self.stats.build_ms += t0.elapsed().as_millis() as u64;
-        self.stats.built += 1;
-        self.stats.fdes += table.stats.fdes() as u64;
-        self.stats.unsupported_rows += table.stats.unsupported() as u64;
-        let len = u32::try_from(table.rows.len()).ok()?;
+        let len = u32::try_from(rows.len()).ok()?;
         let Some(start) = self.alloc(len) else {
             self.method(path, "frame pointers (unwind table memory full)");
             return None;
@@ -283,7 +354,7 @@ impl Tables {
         // SAFETY: [start, start + len) is inside the mapping and ours.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                table.rows.as_ptr(),
+                rows.as_ptr(),
                 self.rows.add(start as usize),
                 len as usize,
             );
@@ -392,8 +463,8 @@ impl Tables {
     /// Adds or refreshes the tables of the processes `pids`, in that order,
     /// until `budget` is spent (the rest wait for the next call); with
     /// `exact`, also drops those of every other process. Processes that
-    /// exited lose theirs either way.
-    pub fn sync(&mut self, pids: &[u32], exact: bool, budget: std::time::Duration) {
+    /// exited lose theirs either way. Returns the processes not reached.
+    pub fn sync(&mut self, pids: &[u32], exact: bool, budget: std::time::Duration) -> Vec<u32> {
         let start = Instant::now();
         let want: HashSet<u32> = pids.iter().copied().collect();
         let gone: Vec<u32> = self
@@ -409,14 +480,18 @@ impl Tables {
             self.remove_process(pid);
         }
         let mut done = HashSet::new();
+        let mut left = Vec::new();
         for &pid in pids {
-            if start.elapsed() > budget {
-                break;
+            if !done.insert(pid) {
+                continue;
             }
-            if done.insert(pid) {
+            if start.elapsed() > budget {
+                left.push(pid);
+            } else {
                 self.add_process(pid);
             }
         }
+        left
     }
 }
 

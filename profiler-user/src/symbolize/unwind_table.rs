@@ -195,8 +195,10 @@ impl TableStats {
 
 /// Compiles the unwind table of an x86-64 ELF image (the file's bytes).
 /// Errors only when the bytes are not a 64-bit little-endian x86-64 ELF; a
-/// binary without CFI gives an empty table.
-pub fn build(elf: &[u8]) -> Result<Table, String> {
+/// binary without CFI gives an empty table. `elf` is the bytes, or an
+/// [`object::ReadCache`] over the file: then only the headers and the CFI
+/// sections are read, not the whole file (`symbolize/tables.rs`).
+pub fn build<'a, R: object::ReadRef<'a>>(elf: R) -> Result<Table, String> {
     let file = object::File::parse(elf).map_err(|e| format!("not an ELF file: {e}"))?;
     if file.format() != object::BinaryFormat::Elf
         || file.architecture() != object::Architecture::X86_64
@@ -240,7 +242,7 @@ pub fn build(elf: &[u8]) -> Result<Table, String> {
 }
 
 /// The address ranges of the executable `PT_LOAD` segments.
-fn exec_segments(file: &object::File) -> Vec<Range<u64>> {
+fn exec_segments<'a, R: object::ReadRef<'a>>(file: &object::File<'a, R>) -> Vec<Range<u64>> {
     file.segments()
         .filter(|s| match s.flags() {
             object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
@@ -252,7 +254,9 @@ fn exec_segments(file: &object::File) -> Vec<Range<u64>> {
 
 /// A section's bytes, inflated if it is zlib-compressed; `None` if it is
 /// compressed otherwise.
-fn section_bytes<'a>(s: &object::Section<'a, '_>) -> Option<std::borrow::Cow<'a, [u8]>> {
+fn section_bytes<'a, R: object::ReadRef<'a>>(
+    s: &object::Section<'a, '_, R>,
+) -> Option<std::borrow::Cow<'a, [u8]>> {
     use std::io::Read;
     let c = s.compressed_data().ok()?;
     match c.format {
@@ -268,8 +272,9 @@ fn section_bytes<'a>(s: &object::Section<'a, '_>) -> Option<std::borrow::Cow<'a,
     }
 }
 
-/// The GNU build-id of an ELF image, if it has one.
-pub fn build_id(elf: &[u8]) -> Option<Vec<u8>> {
+/// The GNU build-id of an ELF image (bytes, or a [`object::ReadCache`]
+/// over the file: then only its headers and notes are read), if it has one.
+pub fn build_id<'a, R: object::ReadRef<'a>>(elf: R) -> Option<Vec<u8>> {
     let file = object::File::parse(elf).ok()?;
     file.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
@@ -311,7 +316,7 @@ pub enum CacheKey {
 
 impl CacheKey {
     /// The cache key of `elf`, read from a file with metadata `meta`.
-    pub fn new(elf: &[u8], meta: &std::fs::Metadata) -> Self {
+    pub fn new<'a, R: object::ReadRef<'a>>(elf: R, meta: &std::fs::Metadata) -> Self {
         match build_id(elf) {
             Some(id) if !id.is_empty() => CacheKey::BuildId(id),
             _ => CacheKey::File(FileKey::new(meta)),
@@ -868,8 +873,8 @@ mod tests {
 
     #[test]
     fn build_rejects_what_is_not_an_x86_64_elf() {
-        assert!(build(b"not an elf").is_err());
-        assert!(build(&[]).is_err());
+        assert!(build(&b"not an elf"[..]).is_err());
+        assert!(build(&[][..]).is_err());
     }
 
     #[test]
@@ -877,14 +882,33 @@ mod tests {
         let Ok(libc) = std::fs::read(LIBC) else {
             return;
         };
-        let id = build_id(&libc).expect("libc has a build-id");
+        let id = build_id(&libc[..]).expect("libc has a build-id");
         assert_eq!(id.len(), 20);
         let meta = std::fs::metadata(LIBC).unwrap();
-        assert_eq!(CacheKey::new(&libc, &meta), CacheKey::BuildId(id));
+        assert_eq!(CacheKey::new(&libc[..], &meta), CacheKey::BuildId(id));
         let key = FileKey::new(&meta);
         assert_eq!(key, FileKey::new(&std::fs::metadata(LIBC).unwrap()));
         assert!(key.ino != 0 && key.mtime_ns > 0);
-        assert_eq!(build_id(b"junk"), None);
+        assert_eq!(build_id(&b"junk"[..]), None);
+    }
+
+    /// Read through `object::ReadCache` (only the headers, notes and CFI
+    /// sections, as the agent reads binaries), a table and a key are the
+    /// same as from the whole file's bytes.
+    #[test]
+    fn partial_reads_give_the_same_table() {
+        let Ok(libc) = std::fs::read(LIBC) else {
+            return;
+        };
+        let meta = std::fs::metadata(LIBC).unwrap();
+        let cache = object::ReadCache::new(std::fs::File::open(LIBC).unwrap());
+        assert_eq!(
+            CacheKey::new(&cache, &meta),
+            CacheKey::new(&libc[..], &meta)
+        );
+        let (a, b) = (build(&cache).unwrap(), build(&libc[..]).unwrap());
+        assert!(a.rows.len() > 1000);
+        assert!(a.rows == b.rows, "tables differ");
     }
 
     /// A framehop unwinder with one module: `elf` loaded at its link-time
@@ -1030,7 +1054,7 @@ mod tests {
 
     fn check_binary(path: &str) {
         let elf = std::fs::read(path).unwrap();
-        let table = build(&elf).unwrap();
+        let table = build(&elf[..]).unwrap();
         let a = cross_check(&elf, &table);
         println!("{path}: {:?}", table.stats);
         println!(
@@ -1123,7 +1147,7 @@ mod tests {
             eprintln!("no cc or objcopy: skipped");
             return;
         };
-        let table = build(&plain).unwrap();
+        let table = build(&plain[..]).unwrap();
         let s = &table.stats;
         assert!(!s.has_eh_frame && s.has_debug_frame, "{s:?}");
         assert!(s.fdes_debug_frame >= 120 && s.fdes_eh_frame == 0, "{s:?}");
@@ -1134,7 +1158,7 @@ mod tests {
             a.checked > 500 && a.agreed * 1000 >= a.checked * 999,
             "{a:?}"
         );
-        let unpacked = build(&compressed).unwrap();
+        let unpacked = build(&compressed[..]).unwrap();
         assert_eq!(unpacked.rows, table.rows);
     }
 
@@ -1142,7 +1166,7 @@ mod tests {
     #[test]
     fn cross_check_catches_a_wrong_table() {
         let elf = std::fs::read(std::env::current_exe().unwrap()).unwrap();
-        let mut table = build(&elf).unwrap();
+        let mut table = build(&elf[..]).unwrap();
         for r in &mut table.rows {
             match r.rbp_kind {
                 rbp::AT_CFA => r.rbp_offset -= 8,
@@ -1160,7 +1184,7 @@ mod tests {
             return;
         }
         check_binary(LIBC);
-        let table = build(&std::fs::read(LIBC).unwrap()).unwrap();
+        let table = build(&std::fs::read(LIBC).unwrap()[..]).unwrap();
         let s = &table.stats;
         assert!(s.unsupported() * 100 < s.rows, "{s:?}");
         assert!(s.rows_plt > 0 || !s.has_eh_frame, "{s:?}");
@@ -1209,7 +1233,7 @@ mod tests {
             let mut table = Table::default();
             for _ in 0..3 {
                 let t = std::time::Instant::now();
-                table = build(&elf).unwrap();
+                table = build(&elf[..]).unwrap();
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
             let s = &table.stats;

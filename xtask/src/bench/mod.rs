@@ -328,22 +328,37 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
 
 fn unwind_section(work: &std::path::Path) -> String {
     let tables = unwind::tables();
-    eprintln!("bench: steady-state agent CPU, `profiler sample --all --hz 99`");
-    let steady = unwind::steady(
-        work,
-        std::time::Duration::from_secs(5),
-        std::time::Duration::from_secs(20),
-    );
+    let steady: Vec<_> = [false, true]
+        .into_iter()
+        .map(|exec_loop| {
+            eprintln!(
+                "bench: agent CPU, `profiler sample --all --hz 99`{}",
+                if exec_loop { ", with an exec loop" } else { "" }
+            );
+            unwind::steady(
+                work,
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(20),
+                exec_loop,
+            )
+        })
+        .collect();
     let mut md = String::from("\n## g. Unwind tables\n\n");
     md.push_str(&unwind::rows(&tables, &steady));
     md.push_str(
         "\nTables: `profiler tables --json --repeat 3 FILE` compiles the file's `.eh_frame` (and \
          `.debug_frame`) into the rows the BPF unwinder walks, as the samplers do, without root or \
-         the kernel; the best of 3 builds and the first are shown. Steady state: `profiler sample \
-         --all --hz 99` runs 5 s (tables for every running process built), then its CPU time \
-         (utime + stime from /proc/PID/stat) is read over 20 s, while it refreshes the tables \
-         every second and counts samples in the kernel. Map memory: the sum of `memlock` over \
-         the agent's BPF map descriptors (/proc/PID/fdinfo), read during that run.\n",
+         the kernel; the best of 3 builds and the first are shown. Agent CPU: `profiler sample \
+         --all --hz 99`, its utime + stime (/proc/PID/stat) over the first 10 s after it attached \
+         (warm-up: the tables of every process on a CPU are built, then those of each process the \
+         first time it is sampled) and over the next 20 s (steady: from then on, only new \
+         binaries, new processes and changed mappings cost anything), with each 5-second window's \
+         figure, so a steady state that is not flat shows. Twice: on the machine as it was, and \
+         with an exec loop running from before the start (`/bin/true` 20 times, `sh -c 'ls /proc'`, \
+         `cc -O1 -c hello.c`, repeated: short-lived processes, as a build makes). The load average \
+         says how busy the machine was (2 vCPUs: above 2, other work competed with the agent). Map \
+         memory: the sum of `memlock` over the agent's BPF map descriptors (/proc/PID/fdinfo), read \
+         at the end of the steady part.\n",
     );
     md
 }
