@@ -272,14 +272,16 @@ pub fn write_cpu(
             .collect();
         let _ = writeln!(
             text,
-            "unwinding: compiled .eh_frame tables for {} binaries ({} functions, {} rows of which {} unsupported, {:.1} MiB of {:.0} MiB, built in {} ms){}",
+            "unwinding: compiled .eh_frame tables for {} binaries ({} functions, {} rows of which {} unsupported, {:.1} MiB of {:.0} MiB, {} compiled in {} ms, {} put back after eviction){}",
             u.methods.values().filter(|h| *h == "tables").count(),
             u.fdes,
             u.rows,
             u.unsupported_rows,
             (u.rows * 16) as f64 / (1 << 20) as f64,
             (u.capacity * 16) as f64 / (1 << 20) as f64,
+            u.built,
             u.build_ms,
+            u.reloaded,
             if fp.is_empty() {
                 String::new()
             } else {
