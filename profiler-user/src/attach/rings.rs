@@ -58,10 +58,8 @@ fn possible_cpus() -> Result<u32> {
         .map_err(|(what, e)| Error::io(what.to_string(), e))
 }
 
-/// One ring and the CPU it serves (None: the shared ring).
+/// One ring of `EVENTS`.
 pub struct EventRing {
-    /// The CPU whose programs write to it; None for the shared ring.
-    pub cpu: Option<u32>,
     /// The ring.
     pub ring: RingBuf<MapData>,
 }
@@ -94,7 +92,7 @@ pub fn create(ebpf: &mut Ebpf, spec: RingSpec) -> Result<Vec<EventRing>> {
             .set(slot, &data, 0)
             .map_err(|e| fail(&format!("slot {slot}"), chain(&e)))?;
         let ring = RingBuf::try_from(Map::RingBuf(data)).map_err(|e| fail(&name, chain(&e)))?;
-        rings.push(EventRing { cpu, ring });
+        rings.push(EventRing { ring });
     }
     Ok(rings)
 }

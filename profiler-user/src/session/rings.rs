@@ -66,11 +66,6 @@ impl Rings {
         self.epoll.as_raw_fd()
     }
 
-    /// How many rings (1: shared).
-    pub fn count(&self) -> usize {
-        self.rings.len()
-    }
-
     /// Reads every ring and hands records to `f`: with one ring, all of
     /// them in ring order; with several, merged, those older than the
     /// watermark (all of them with `flush`, once no more can come).
