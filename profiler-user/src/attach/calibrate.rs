@@ -16,8 +16,8 @@ use std::{
 
 use aya::{maps::RingBuf, EbpfLoader};
 use profiler_common::{
-    PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
-    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    WATCH_TID_GLOBAL,
 };
 use serde::{Deserialize, Serialize};
 

@@ -67,7 +67,8 @@ pub struct EventRing {
 /// Creates the rings of `spec` and puts them into the `EVENTS` array of
 /// `ebpf` (loaded with [`RingSpec::configure`]).
 pub fn create(ebpf: &mut Ebpf, spec: RingSpec) -> Result<Vec<EventRing>> {
-    let fail = |what: &str, e: String| Error::Load(format!("creating the event rings: {what}: {e}"));
+    let fail =
+        |what: &str, e: String| Error::Load(format!("creating the event rings: {what}: {e}"));
     let map = ebpf
         .map_mut(EVENTS_MAP)
         .ok_or_else(|| fail("the object", "no EVENTS map".into()))?;
@@ -84,8 +85,7 @@ pub fn create(ebpf: &mut Ebpf, spec: RingSpec) -> Result<Vec<EventRing>> {
     let mut rings = Vec::with_capacity(cpus.len());
     for cpu in cpus {
         let slot = cpu.unwrap_or(0);
-        let obj =
-            aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF as u32, 0, 0, spec.size, 0);
+        let obj = aya_obj::Map::new_from_params(BPF_MAP_TYPE_RINGBUF as u32, 0, 0, spec.size, 0);
         let name = format!("EVENTS_{slot}");
         let data = MapData::create(obj, &name, None).map_err(|e| fail(&name, chain(&e)))?;
         slots

@@ -233,8 +233,8 @@ mod tests {
     };
     use object::{Object as _, ObjectSection as _};
     use profiler_common::{
-        Event, COOKIE_DISPATCH, KIND_ENTRY, KIND_EXIT, PROG_ENTRY, PROG_EXIT,
-        SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+        Event, COOKIE_DISPATCH, KIND_ENTRY, KIND_EXIT, PROG_ENTRY, PROG_EXIT, SAMPLE_ALL_GLOBAL,
+        TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
     };
 
     use super::*;

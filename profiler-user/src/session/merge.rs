@@ -195,7 +195,7 @@ mod tests {
     fn migration_exit_read_before_entry_comes_after_it() {
         let mut m = Merge::new(2);
         m.push(1, &rec(200, 2)); // exit on CPU 1
-        // The watermark trails the read: the entry, not yet read, is newer.
+                                 // The watermark trails the read: the entry, not yet read, is newer.
         assert_eq!(pop(&mut m, 50), Vec::<u64>::new());
         m.push(0, &rec(100, 1)); // entry on CPU 0, read in the next round
         assert_eq!(pop(&mut m, 250), [1, 2]);

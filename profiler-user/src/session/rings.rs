@@ -31,7 +31,10 @@ impl Rings {
         // SAFETY: epoll_create1 with a valid flag; the fd is ours.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
-            return Err(io("creating an epoll descriptor", std::io::Error::last_os_error()));
+            return Err(io(
+                "creating an epoll descriptor",
+                std::io::Error::last_os_error(),
+            ));
         }
         // SAFETY: a new descriptor that nothing else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -50,7 +53,10 @@ impl Rings {
                 )
             };
             if rc < 0 {
-                return Err(io("polling the event rings", std::io::Error::last_os_error()));
+                return Err(io(
+                    "polling the event rings",
+                    std::io::Error::last_os_error(),
+                ));
             }
         }
         let merge = (rings.len() > 1).then(|| Merge::new(rings.len()));

@@ -125,7 +125,10 @@ fn per_cpu_rings_paused_consumer_count_losses_exactly() {
     let threads = burst_threads();
     let (o, _) = burst_mode("burst-cpus", N, threads * N, "4096", true, &[]);
     let events = o.get("events");
-    assert!(o.get("lost_events") > 0, "the paused rings did not overflow");
+    assert!(
+        o.get("lost_events") > 0,
+        "the paused rings did not overflow"
+    );
     if threads > 1 {
         assert!(
             events > RING_4K_EVENTS,
@@ -150,7 +153,10 @@ fn shared_ring_paused_consumer_counts_losses_exactly() {
         &["--rings", "shared"],
     );
     let events = o.get("events");
-    assert!(events <= RING_4K_EVENTS, "one shared 4 KiB ring kept {events} events");
+    assert!(
+        events <= RING_4K_EVENTS,
+        "one shared 4 KiB ring kept {events} events"
+    );
 }
 
 /// Per-CPU rings with the consumer running: threads on every CPU, and the

@@ -31,7 +31,14 @@ pub fn sweeps(bin: &Path, ring: u64, secs: f64, work: &Path) -> Vec<Sweep> {
     let mut v = Vec::new();
     for threads in [1, 2] {
         for mode in MODES {
-            v.push(rate::sweep_rings(bin, threads, Some(ring), Some(mode), secs, work));
+            v.push(rate::sweep_rings(
+                bin,
+                threads,
+                Some(ring),
+                Some(mode),
+                secs,
+                work,
+            ));
         }
         v.push(rate::sweep_rings(
             bin,
@@ -51,7 +58,9 @@ pub fn sweep_rows(sweeps: &[Sweep]) -> String {
          | ---: | --- | ---: | ---: | ---: | --- |\n",
     );
     for w in sweeps {
-        let ring = w.ring.map_or("default".into(), |r| format!("{} KiB", r >> 10));
+        let ring = w
+            .ring
+            .map_or("default".into(), |r| format!("{} KiB", r >> 10));
         let best = w.best.map_or("—".into(), |b| {
             format!("{:.2} M events/s", b.events_per_s / 1e6)
         });
@@ -258,7 +267,8 @@ pub fn flat_rows(rows: &[Result<Flat>]) -> String {
                 r.mode,
                 r.threads,
                 if r.pinned { " (pinned)" } else { "" },
-                r.ring.map_or("default".into(), |b| format!("{} KiB", b >> 10)),
+                r.ring
+                    .map_or("default".into(), |b| format!("{} KiB", b >> 10)),
                 r.calls,
                 r.seen_calls,
                 r.events,
