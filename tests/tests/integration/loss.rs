@@ -167,3 +167,37 @@ fn per_cpu_rings_running_consumer_accounting_holds() {
     let threads = burst_threads();
     burst_mode("burst-cpus", N, threads * N, "64K", false, &[]);
 }
+
+/// Issue 12: a thread that moves to another CPU inside every call writes
+/// its entry to one CPU's ring and its exit to another's; the agent's merge
+/// puts them back in order, so every call pairs: exact count, no orphan
+/// exit, no unfinished or unwound frame; each call's time holds the
+/// fixture's own measurement of its body, plus at most 1 ms on average
+/// (the probes' own cost, and preemption on a busy machine).
+#[test]
+fn calls_that_migrate_between_cpus_pair_exactly() {
+    require_root!();
+    const HOPS: u64 = 2_000;
+    let out = TempDir::new("migrate");
+    let mut fx = Fixture::spawn(calls_exe(), &["migrate", &HOPS.to_string()]);
+    let rec = Recording::start(fx.pid, out.path(), &["--func", "hop", "--max-overhead", "0"]);
+    let truth = fx.run();
+    let t = truth_fn(&truth, "hop");
+    assert_eq!(num(t, "calls"), HOPS);
+    fx.release();
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    let o = Outputs::load(out.path());
+    assert_eq!(o.get("lost_events"), 0);
+    assert_eq!(o.get("events"), 2 * HOPS);
+    assert_eq!(o.sum("hop", "calls"), HOPS);
+    for key in ["orphan_exits", "unfinished_frames"] {
+        assert_eq!(o.get(key), 0, "{key}");
+    }
+    assert_eq!(o.sum("hop", "unwound"), 0);
+    let (got, want) = (o.sum("hop", "total_ns"), num(t, "total_ns"));
+    assert!(
+        got >= want && (got - want) / HOPS <= 1_000_000,
+        "hop total {got} ns, fixture {want} ns"
+    );
+}
