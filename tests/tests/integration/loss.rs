@@ -180,7 +180,11 @@ fn calls_that_migrate_between_cpus_pair_exactly() {
     const HOPS: u64 = 2_000;
     let out = TempDir::new("migrate");
     let mut fx = Fixture::spawn(calls_exe(), &["migrate", &HOPS.to_string()]);
-    let rec = Recording::start(fx.pid, out.path(), &["--func", "hop", "--max-overhead", "0"]);
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &["--func", "hop", "--max-overhead", "0"],
+    );
     let truth = fx.run();
     let t = truth_fn(&truth, "hop");
     assert_eq!(num(t, "calls"), HOPS);
