@@ -3,8 +3,18 @@
 //! fields only, with no implicit padding, so both sides agree on the layout.
 #![no_std]
 
-/// Ring buffer that carries [`Event`]s from the kernel to the agent.
+/// Array of ring buffers that carry [`Event`]s from the kernel to the
+/// agent (`BPF_MAP_TYPE_ARRAY_OF_MAPS` of `BPF_MAP_TYPE_RINGBUF`): one ring
+/// per CPU, selected by the CPU a program runs on, or with
+/// [`PER_CPU_RINGS_GLOBAL`] 0 one shared ring in slot 0. The agent creates
+/// the rings and puts them in.
 pub const EVENTS_MAP: &str = "EVENTS";
+/// Slots of [`EVENTS_MAP`] in the object (the agent sets the number of
+/// possible CPUs at load).
+pub const EVENTS_SLOTS: u32 = 1024;
+/// Global (`.rodata`): 1 to write to the ring of the current CPU, 0 to
+/// write every event to the shared ring in slot 0 of [`EVENTS_MAP`].
+pub const PER_CPU_RINGS_GLOBAL: &str = "PER_CPU_RINGS";
 /// Per-CPU `u64` counters, indexed by the `COUNTER_*` constants.
 pub const COUNTERS_MAP: &str = "COUNTERS";
 /// Global (`.rodata`) holding the traced process's tgid.

@@ -38,14 +38,18 @@ mod unwind;
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    btf_maps::{ArrayOfMaps, RingBuf},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         generated::bpf_get_attach_cookie, generated::bpf_get_current_ancestor_cgroup_id,
-        generated::bpf_probe_read_user as bpf_probe_read_user_raw,
+        generated::bpf_get_smp_processor_id,
+        generated::bpf_probe_read_user as bpf_probe_read_user_raw, generated::bpf_ringbuf_query,
     },
-    macros::{map, perf_event, raw_tracepoint, uprobe, uretprobe},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    macros::{btf_map, map, perf_event, raw_tracepoint, uprobe, uretprobe},
+    maps::{
+        ring_buf::RingBufEntry, Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, StackTrace,
+    },
     programs::{
         tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext,
         RetProbeContext,
@@ -58,8 +62,8 @@ use profiler_common::{
     COUNTER_CPU_SAMPLES, COUNTER_CPU_USER_STACK_LOST, COUNTER_DWARF_LOST, COUNTER_FOREIGN,
     COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_PROC, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS,
     COUNTER_TRACED_FULL, COUNTER_UNTRACED_CHILDREN, COUNTER_USER_STACKS_FULL, CPU_COUNTS_CAPACITY,
-    CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, GO_STACK_BASE, KIND_COMM, KIND_DWARF, KIND_ENTRY,
-    KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE,
+    CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, EVENTS_SLOTS, GO_STACK_BASE, KIND_COMM, KIND_DWARF,
+    KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE,
     KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES,
     PROC_EXEC, PROC_EXIT, PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY,
     TRACED_CAPACITY, WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
@@ -154,9 +158,44 @@ fn in_cgroup() -> bool {
     id == 0 || unsafe { bpf_get_current_ancestor_cgroup_id(CGROUP_LEVEL.load() as i32) } == id
 }
 
-/// Size is overridden by the agent (`--ring-size`).
-#[map(name = "EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+/// Set by the agent at load time: 1 to write to the current CPU's ring,
+/// 0 to write everything to the shared ring in slot 0 of `EVENTS`.
+#[unsafe(no_mangle)]
+static PER_CPU_RINGS: Setting<u32> = Setting::new(0);
+
+/// A ring of `EVENTS`. Its size here only shapes the template the kernel
+/// checks inner maps against (ring sizes may differ); the agent creates
+/// the rings, `--ring-size` bytes each.
+type Ring = RingBuf<u64, 4096>;
+
+/// The rings, one per CPU (or one shared, in slot 0), filled in by the
+/// agent after load; its slot count is set to the possible CPUs.
+#[btf_map(name = "EVENTS")]
+static EVENTS: ArrayOfMaps<Ring, { EVENTS_SLOTS as usize }> = ArrayOfMaps::new();
+
+/// The ring this program writes to: the current CPU's, or the shared one.
+/// Records of one thread in one ring keep its order; the agent merges the
+/// rings by timestamp.
+#[inline(always)]
+fn ring() -> Option<&'static Ring> {
+    let slot = if PER_CPU_RINGS.load() != 0 {
+        // SAFETY: a helper without arguments.
+        unsafe { bpf_get_smp_processor_id() }
+    } else {
+        0
+    };
+    EVENTS.get(slot)
+}
+
+/// Reserves a `T` in this CPU's ring, with the flags to submit it with (a
+/// wake-up only once enough is pending in that ring). None: the ring is
+/// full (or missing); the caller counts the loss.
+#[inline(always)]
+fn reserve<T: 'static>() -> Option<(RingBufEntry<T>, u64)> {
+    let ring = ring()?;
+    let slot = ring.reserve_untyped::<T>(0)?;
+    Some((slot, wakeup_flags(ring)))
+}
 
 #[map(name = "COUNTERS")]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_COUNT, 0);
@@ -194,7 +233,7 @@ static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 /// sooner (a read that crosses unmapped memory fails whole).
 #[inline(always)]
 fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: u64) {
-    let Some(mut slot) = EVENTS.reserve::<DwarfSample>(0) else {
+    let Some((mut slot, wake)) = reserve::<DwarfSample>() else {
         bump(COUNTER_DWARF_LOST);
         return;
     };
@@ -221,7 +260,7 @@ fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: 
         }
         (*ev).len = len;
     }
-    slot.submit(wakeup_flags());
+    slot.submit(wake);
 }
 
 /// The arguments of the `sched_switch` raw tracepoint:
@@ -297,10 +336,13 @@ fn watch_ptr(slot: u32) -> Option<*mut u64> {
     WATCH.get_ptr_mut(slot)
 }
 
-/// Flags for submitting: wake the agent only when enough is pending.
+/// Flags for submitting to `ring`: wake the agent only when enough is
+/// pending in it.
 #[inline(always)]
-fn wakeup_flags() -> u64 {
-    let pending = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+fn wakeup_flags(ring: &Ring) -> u64 {
+    let map = core::ptr::from_ref(ring).cast_mut().cast();
+    // SAFETY: `ring` is a ring-buffer map the kernel handed out.
+    let pending = unsafe { bpf_ringbuf_query(map, BPF_RB_AVAIL_DATA as u64) };
     if pending >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
@@ -311,15 +353,15 @@ fn wakeup_flags() -> u64 {
 /// Writes a 24-byte event, counting a failed reservation in `lost_counter`.
 #[inline(always)]
 fn emit_event(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, lost_counter: u32) {
-    match EVENTS.reserve::<Event>(0) {
-        Some(mut slot) => {
+    match reserve::<Event>() {
+        Some((mut slot, wake)) => {
             slot.write(Event {
                 ts_ns,
                 tid,
                 word: Event::pack(kind, func),
                 sp,
             });
-            slot.submit(wakeup_flags());
+            slot.submit(wake);
         }
         None => bump(lost_counter),
     }
@@ -381,7 +423,7 @@ unsafe fn fill_kernel<C: EbpfContext>(ctx: &C, kernel: *mut u64) -> u32 {
 /// Writes an event with the current user and kernel stacks.
 #[inline(always)]
 fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: u32) {
-    let Some(mut slot) = EVENTS.reserve::<StackEvent>(0) else {
+    let Some((mut slot, wake)) = reserve::<StackEvent>() else {
         bump(COUNTER_LOST_SCHED);
         return;
     };
@@ -399,14 +441,14 @@ fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u32, state: 
         (*ev).event.sp = u64::from(end);
         (*ev).kernel_len = fill_kernel(ctx, (*ev).kernel.as_mut_ptr());
     }
-    slot.submit(wakeup_flags());
+    slot.submit(wake);
 }
 
 /// Writes who is waking the watched thread (the current task, in
 /// `sched_waking`), with its stacks.
 #[inline(always)]
 fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
-    let Some(mut slot) = EVENTS.reserve::<WakerEvent>(0) else {
+    let Some((mut slot, wake)) = reserve::<WakerEvent>() else {
         bump(COUNTER_LOST_SCHED);
         return;
     };
@@ -432,7 +474,7 @@ fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
         }
         (*ev).kernel_len = fill_kernel(ctx, (*ev).kernel.as_mut_ptr());
     }
-    slot.submit(wakeup_flags());
+    slot.submit(wake);
 }
 
 /// True when process `tgid` is traced.
@@ -453,8 +495,8 @@ fn announce_thread(tid: u32, tgid: u32, ts_ns: u64) {
         return;
     }
     let _ = SEEN_THREADS.insert(tid, 0, 0);
-    match EVENTS.reserve::<CommEvent>(0) {
-        Some(mut slot) => {
+    match reserve::<CommEvent>() {
+        Some((mut slot, wake)) => {
             slot.write(CommEvent {
                 event: Event {
                     ts_ns,
@@ -464,6 +506,7 @@ fn announce_thread(tid: u32, tgid: u32, ts_ns: u64) {
                 },
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
             });
+            let _ = wake;
             slot.submit(BPF_RB_NO_WAKEUP as u64);
         }
         None => bump(COUNTER_LOST_COMM),
@@ -511,8 +554,8 @@ fn emit_go(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, g: u64) -> bool 
     } else {
         KIND_GO_EXIT
     };
-    match EVENTS.reserve::<GoEvent>(0) {
-        Some(mut slot) => {
+    match reserve::<GoEvent>() {
+        Some((mut slot, wake)) => {
             slot.write(GoEvent {
                 event: Event {
                     ts_ns,
@@ -522,7 +565,7 @@ fn emit_go(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, g: u64) -> bool 
                 },
                 goroutine: g,
             });
-            slot.submit(wakeup_flags());
+            slot.submit(wake);
         }
         None => bump(COUNTER_LOST),
     }
@@ -583,8 +626,8 @@ pub fn prof_ret(ctx: ProbeContext) -> u32 {
 /// Writes a process event about `tgid`.
 #[inline(always)]
 fn emit_proc(tgid: u32, what: u32, parent: u32, code: u32) {
-    match EVENTS.reserve::<ProcEvent>(0) {
-        Some(mut slot) => {
+    match reserve::<ProcEvent>() {
+        Some((mut slot, wake)) => {
             slot.write(ProcEvent {
                 event: Event {
                     ts_ns: unsafe { bpf_ktime_get_ns() },
@@ -596,6 +639,7 @@ fn emit_proc(tgid: u32, what: u32, parent: u32, code: u32) {
                 code,
                 comm: bpf_get_current_comm().unwrap_or([0; 16]),
             });
+            let _ = wake;
             slot.submit(BPF_RB_FORCE_WAKEUP as u64);
         }
         None => bump(COUNTER_LOST_PROC),

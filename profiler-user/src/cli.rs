@@ -189,6 +189,17 @@ pub enum UnwindMode {
     Copy,
 }
 
+/// `--rings`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RingMode {
+    /// One ring per CPU: writers on different CPUs never contend; the agent
+    /// merges the rings by timestamp.
+    #[default]
+    PerCpu,
+    /// One ring shared by every CPU.
+    Shared,
+}
+
 /// `--exit-probes`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExitProbes {
@@ -232,10 +243,16 @@ pub struct RecordArgs {
     /// SIGTERM or when the target exits.
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,
-    /// Size of the kernel-to-agent ring buffer in bytes (K/M suffixes); a
-    /// power of two, at least 4K. Each event takes 32 bytes.
+    /// Size of each kernel-to-agent ring buffer in bytes (K/M suffixes): one
+    /// ring per CPU (with `--rings per-cpu`, the default), so the kernel
+    /// memory is this times the number of CPUs. A power of two, at least
+    /// 4K. Each event takes 32 bytes.
     #[arg(long, default_value = "16M", value_parser = parse_ring_size, value_name = "BYTES")]
     pub ring_size: u32,
+    /// One ring per CPU (`per-cpu`), or one ring all CPUs share (`shared`,
+    /// for comparison: many writers contend for its lock).
+    #[arg(long, value_enum, default_value_t = RingMode::PerCpu, value_name = "HOW")]
+    pub rings: RingMode,
     /// Keep each thread's estimated time in probes under PCT percent by
     /// detaching the hottest functions while recording (default 10 with
     /// --pid, off when launching a command; 0 turns it off).

@@ -6,6 +6,8 @@
 //   Prints "calls: pid=<pid> ready", then waits for a line on stdin so a
 //   tracer can attach first. Each thread runs ITERS iterations; with a rate,
 //   it runs them in 1 ms batches paced to that many calls per second.
+//   With BENCH_PIN=1 in the environment, thread t pins itself to CPU
+//   t mod (online CPUs), so several threads share each CPU.
 //   Ends by printing one line:
 //   "result: threads=T iters=N calls_leaf=L calls_mid=M elapsed_ns=E ns_per_iter=X calls_per_s=R"
 //
@@ -16,6 +18,7 @@
 //   mcount: gcc -O2 -g -pg                                 (for uftrace)
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +48,17 @@ static volatile uint64_t sink;
 
 static void *worker(void *arg)
 {
-    (void)arg;
+    const char *pin = getenv("BENCH_PIN");
+    if (pin && *pin == '1') {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET((int)((long)arg % (cpus > 0 ? cpus : 1)), &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+            perror("sched_setaffinity");
+            exit(3);
+        }
+    }
     uint64_t acc = 0;
     if (rate <= 0) {
         for (long i = 0; i < iters; i++)
@@ -95,8 +108,8 @@ int main(int argc, char **argv)
     pthread_t tids[64];
     uint64_t start = now_ns();
     for (int t = 1; t < threads; t++)
-        pthread_create(&tids[t], NULL, worker, NULL);
-    worker(NULL);
+        pthread_create(&tids[t], NULL, worker, (void *)(long)t);
+    worker((void *)0L);
     for (int t = 1; t < threads; t++)
         pthread_join(tids[t], NULL);
     uint64_t elapsed = now_ns() - start;

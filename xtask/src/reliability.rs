@@ -48,6 +48,8 @@ pub const ROWS: &[Row] = &[
             It("loss::tiny_ring_paused_consumer_counts_losses_exactly"),
             It("loss::tiny_ring_running_consumer_accounting_holds"),
             It("loss::ring_size_suffix_accepted_and_accounting_holds"),
+            It("loss::per_cpu_rings_paused_consumer_count_losses_exactly"),
+            It("loss::shared_ring_paused_consumer_counts_losses_exactly"),
         ],
     },
     Row {
@@ -56,6 +58,7 @@ pub const ROWS: &[Row] = &[
         covers: &[
             It("reliability::accounting::row02_many_threads_full_speed_drops_shown_live_and_in_report"),
             It("threads::per_thread_counts_names_and_target_exit"),
+            It("loss::per_cpu_rings_running_consumer_accounting_holds"),
         ],
     },
     Row {

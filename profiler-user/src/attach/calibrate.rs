@@ -16,12 +16,16 @@ use std::{
 
 use aya::{maps::RingBuf, EbpfLoader};
 use profiler_common::{
-    EVENTS_MAP, PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
-    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
+    WATCH_TID_GLOBAL,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{probes::EBPF_OBJECT, uprobe_multi as multi};
+use super::{
+    probes::EBPF_OBJECT,
+    rings::{self, RingSpec},
+    uprobe_multi as multi,
+};
 use crate::{error::chain, Error, Result};
 
 /// Nanoseconds one probe hit costs the thread that hits it.
@@ -132,7 +136,7 @@ fn file_offset(addr: u64) -> Result<u64> {
 
 /// Nanoseconds per call of each of `fns`: the median of [`ROUNDS`]
 /// batches, timed in alternation.
-fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<&mut aya::maps::MapData>) -> Vec<f64> {
+fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Vec<f64> {
     let run = |f: CalibFn, n: u64| {
         let f = std::hint::black_box(f);
         let mut acc = 0u64;
@@ -170,14 +174,22 @@ fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<&mut aya::maps::MapData>) -> V
 pub fn calibrate() -> Result<HitCost> {
     let pid = std::process::id();
     let fail = |what: &str, e: String| Error::Load(format!("calibrating probe cost: {what}: {e}"));
-    let mut ebpf = EbpfLoader::new()
+    // One shared ring, as the session's own writes cost the same per hit
+    // with a ring per CPU (a hit writes to one ring either way).
+    let spec = RingSpec::shared(1 << 20);
+    let mut loader = EbpfLoader::new();
+    let mut ebpf = spec
+        .configure(&mut loader)?
         .override_global(TARGET_TGID_GLOBAL, &pid, true)
         .override_global(WATCH_TID_GLOBAL, &0u32, true)
         .override_global(SAMPLE_ALL_GLOBAL, &0u32, true)
         .override_global(WAKEUP_BYTES_GLOBAL, &u64::MAX, true)
-        .map_max_entries(EVENTS_MAP, 1 << 20)
         .load(EBPF_OBJECT)
         .map_err(|e| fail("loading", chain(&e)))?;
+    let mut ring = rings::create(&mut ebpf, spec)?
+        .pop()
+        .ok_or_else(|| fail("ring", "missing".into()))?
+        .ring;
     let prog = |name| multi::load_multi_program(EBPF_OBJECT, &ebpf, name);
     let entry = prog(PROG_ENTRY).map_err(|e| fail(PROG_ENTRY, e))?;
     let ret = prog(PROG_RET).map_err(|e| fail(PROG_RET, e))?;
@@ -208,11 +220,6 @@ pub fn calibrate() -> Result<HitCost> {
         attach(&exit, &[off(profiler_calib_step_uret)?], true)?,
         attach(&entry, &entries, false)?,
     ];
-    let mut ring = RingBuf::try_from(
-        ebpf.map_mut(EVENTS_MAP)
-            .ok_or_else(|| fail("ring", "missing".into()))?,
-    )
-    .map_err(|e| fail("ring", chain(&e)))?;
     let t = time_calls(
         &[
             profiler_calib_step_base,

@@ -6,9 +6,11 @@
 //!   direction, for fast attach and detach;
 //! - [`samplers`]: the CPU and off-CPU samplers and the maps they fill;
 //! - [`task_btf`]: `task_struct` field offsets for the process tracepoints;
+//! - [`rings`]: the kernel-to-agent rings, one per CPU or one shared;
 //! - [`calibrate`]: what one probe hit costs on this host (the governor).
 pub mod calibrate;
 pub mod probes;
+pub mod rings;
 pub mod samplers;
 pub mod task_btf;
 pub mod uprobe_multi;

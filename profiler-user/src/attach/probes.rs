@@ -10,7 +10,7 @@ use std::{
 };
 
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{MapData, PerCpuArray},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -20,13 +20,17 @@ use aya::{
 };
 use profiler_common::{
     unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
-    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, EVENTS_MAP, LINK_GEN, MAX_FUNCS,
-    PROG_ENTRY, PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH,
-    PROG_SCHED_WAKEUP, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
-    WAKERS_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, LINK_GEN, MAX_FUNCS, PROG_ENTRY,
+    PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP,
+    SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKERS_GLOBAL,
+    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 
-use super::{task_btf::TaskOffsets, uprobe_multi as multi};
+use super::{
+    rings::{self, EventRing, RingSpec},
+    task_btf::TaskOffsets,
+    uprobe_multi as multi,
+};
 use crate::{
     cli::UnwindMode,
     error::chain,
@@ -195,6 +199,8 @@ pub struct Probes {
     /// Probes attached one perf event each (the fallback path): function,
     /// program and link.
     per_probe: Vec<(usize, &'static str, UProbeLinkId)>,
+    /// The rings, until [`Probes::take_rings`].
+    rings: Vec<EventRing>,
     ebpf: Ebpf,
     /// The watched thread, as loaded.
     watch: Watch,
@@ -205,17 +211,17 @@ pub struct Probes {
 }
 
 impl Probes {
-    /// Loads the programs for process `tgid` with a ring of `ring_size`
-    /// bytes, walking user stacks as `unwind` says.
+    /// Loads the programs for process `tgid` with the rings `ring`
+    /// (`--rings`, `--ring-size`), walking user stacks as `unwind` says.
     pub fn load(
         tgid: u32,
         watch: Watch,
-        ring_size: u32,
+        ring: RingSpec,
         sample_all: bool,
         unwind: UnwindMode,
         tracking: Tracking,
     ) -> Result<Self> {
-        Self::load_in_cgroup(tgid, watch, ring_size, sample_all, unwind, None, tracking)
+        Self::load_in_cgroup(tgid, watch, ring, sample_all, unwind, None, tracking)
     }
 
     /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
@@ -223,7 +229,7 @@ impl Probes {
     pub fn load_in_cgroup(
         tgid: u32,
         watch: Watch,
-        ring_size: u32,
+        ring: RingSpec,
         sample_all: bool,
         unwind: UnwindMode,
         cgroup: Option<&Cgroup>,
@@ -246,10 +252,12 @@ impl Probes {
             ),
             _ => (unwind_mode::FP, 1),
         };
-        // Wake the agent only when a quarter of the ring is pending; the
+        // Wake the agent only when a quarter of a ring is pending; the
         // agent's drain timer picks up the rest.
-        let wakeup_bytes = u64::from(ring_size / 4);
-        let mut ebpf = EbpfLoader::new()
+        let wakeup_bytes = u64::from(ring.size / 4);
+        let mut loader = EbpfLoader::new();
+        let mut ebpf = ring
+            .configure(&mut loader)?
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
             .override_global(WATCH_TID_GLOBAL, &watch.tid, true)
             .override_global(WAKERS_GLOBAL, &u32::from(watch.wakers), true)
@@ -271,7 +279,6 @@ impl Probes {
                 &offsets.exit_code,
                 true,
             )
-            .map_max_entries(EVENTS_MAP, ring_size)
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
@@ -279,10 +286,12 @@ impl Probes {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(load_error)?;
         }
+        let rings = rings::create(&mut ebpf, ring)?;
         // Load the uprobe_multi copies now, while every map is still in
         // `ebpf` for the relocation.
         let multi = Self::multi_programs(&ebpf);
         Ok(Probes {
+            rings,
             multi_links: Vec::new(),
             multi,
             per_probe: Vec::new(),
@@ -591,13 +600,9 @@ impl Probes {
         &mut self.ebpf
     }
 
-    /// Takes the ring buffer out, so it outlives the programs.
-    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
-        let map = self
-            .ebpf
-            .take_map(EVENTS_MAP)
-            .ok_or_else(|| Error::Load("no EVENTS map".into()))?;
-        RingBuf::try_from(map).map_err(|e| Error::Load(chain(&e)))
+    /// Takes the rings out, so they outlive the programs.
+    pub fn take_rings(&mut self) -> Vec<EventRing> {
+        std::mem::take(&mut self.rings)
     }
 
     /// Takes the counters out, so they outlive the programs.

@@ -224,7 +224,7 @@ mod tests {
     use std::{num::NonZeroU32, time::Instant};
 
     use aya::{
-        maps::RingBuf,
+        maps::{MapData, RingBuf},
         programs::{
             uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
             UProbe,
@@ -233,8 +233,8 @@ mod tests {
     };
     use object::{Object as _, ObjectSection as _};
     use profiler_common::{
-        Event, COOKIE_DISPATCH, EVENTS_MAP, KIND_ENTRY, KIND_EXIT, PROG_ENTRY, PROG_EXIT,
-        SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+        Event, COOKIE_DISPATCH, KIND_ENTRY, KIND_EXIT, PROG_ENTRY, PROG_EXIT, SAMPLE_ALL_GLOBAL,
+        TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
     };
 
     use super::*;
@@ -247,20 +247,29 @@ mod tests {
         std::hint::black_box(x.wrapping_mul(3).wrapping_add(1))
     }
 
-    fn load_ebpf(tgid: u32) -> aya::Ebpf {
-        EbpfLoader::new()
+    /// The object loaded for `tgid`, with one shared ring.
+    fn load_ebpf(tgid: u32) -> (aya::Ebpf, RingBuf<MapData>) {
+        let spec = crate::attach::rings::RingSpec::shared(1 << 22);
+        let mut loader = EbpfLoader::new();
+        let mut ebpf = spec
+            .configure(&mut loader)
+            .unwrap()
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
             .override_global(WATCH_TID_GLOBAL, &0u32, true)
             .override_global(SAMPLE_ALL_GLOBAL, &0u32, true)
             .override_global(WAKEUP_BYTES_GLOBAL, &0u64, true)
-            .map_max_entries(EVENTS_MAP, 1 << 22)
             .load(EBPF_OBJECT)
-            .expect("aya loads the object")
+            .expect("aya loads the object");
+        let ring = crate::attach::rings::create(&mut ebpf, spec)
+            .unwrap()
+            .pop()
+            .unwrap()
+            .ring;
+        (ebpf, ring)
     }
 
     /// (entries, exits) in the ring for thread `tid` with function `func`.
-    fn count_events(ebpf: &mut aya::Ebpf, tid: u32, func: u32) -> (usize, usize) {
-        let mut ring = RingBuf::try_from(ebpf.map_mut(EVENTS_MAP).unwrap()).unwrap();
+    fn count_events(ring: &mut RingBuf<MapData>, tid: u32, func: u32) -> (usize, usize) {
         let (mut entries, mut exits) = (0, 0);
         while let Some(item) = ring.next() {
             if item.len() != std::mem::size_of::<Event>() {
@@ -312,7 +321,7 @@ mod tests {
         let pid = std::process::id();
         // SAFETY: as above.
         let tid = unsafe { libc::gettid() } as u32;
-        let mut ebpf = load_ebpf(pid);
+        let (mut ebpf, mut ring) = load_ebpf(pid);
         let entry = load_multi_program(EBPF_OBJECT, &ebpf, PROG_ENTRY).unwrap();
         let exit = load_multi_program(EBPF_OBJECT, &ebpf, PROG_EXIT).unwrap();
 
@@ -334,13 +343,13 @@ mod tests {
             acc += multi_traced_leaf(i);
         }
         std::hint::black_box(acc);
-        let (entries, exits) = count_events(&mut ebpf, tid, FUNC);
+        let (entries, exits) = count_events(&mut ring, tid, FUNC);
         println!("uprobe_multi: {N} calls -> {entries} entry + {exits} exit events");
         assert_eq!((entries, exits), (N, N));
         drop(entry_link);
         drop(exit_link);
         multi_traced_leaf(0);
-        assert_eq!(count_events(&mut ebpf, tid, FUNC), (0, 0), "detached");
+        assert_eq!(count_events(&mut ring, tid, FUNC), (0, 0), "detached");
 
         // Wrong arguments are refused before the syscall.
         assert!(attach_uprobe_multi(entry.as_fd(), exe, &[leaf.offset], &[], pid, false).is_err());

@@ -12,6 +12,7 @@ use crate::{
     attach::{
         calibrate::{self, HitCost},
         probes::{self, Probes, Tracking},
+        rings::RingSpec,
         samplers, task_btf,
     },
     cli::RecordArgs,
@@ -24,6 +25,7 @@ use crate::{
         follow::ExecProber,
         governor::Governor,
         pipeline,
+        rings::Rings,
         status::Status,
     },
     symbolize::Symbolizer,
@@ -269,7 +271,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             tid: watch_tid,
             wakers: !args.dispatch.no_wakers,
         },
-        args.ring_size,
+        RingSpec {
+            mode: args.rings,
+            size: args.ring_size,
+        },
         false,
         unwind,
         tracking,
@@ -318,7 +323,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             FALLBACK_COST
         })
     });
-    let mut ring = probes.take_ring()?;
+    let mut rings = Rings::new(probes.take_rings())?;
     let counters = probes.take_counters()?;
     probes
         .attach_watch(args.dispatch.dispatch_hz)
@@ -560,7 +565,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         None => Steering::Neither(NoSteer),
     };
     let reason = rt.block_on(collector::collect(
-        &mut ring,
+        &mut rings,
         &mut sinks,
         &target.pidfd,
         args.duration,
@@ -579,7 +584,14 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         sinks.libs.poll();
     }
     drop(probes);
-    sinks.drain(&mut ring);
+    sinks.flush(&mut rings);
+    if rings.late() > 0 {
+        eprintln!(
+            "profiler: warning: {} events reached the agent more than {} ms after they happened; the order of their threads' events may be off",
+            rings.late(),
+            crate::session::merge::SLACK_NS / 1_000_000
+        );
+    }
     let never_mapped = never_mapped(&sinks.libs, &sel, &sinks.stacks.funcs, target.pid);
     for line in &never_mapped {
         eprintln!("profiler: {line}");

@@ -11,6 +11,7 @@ use crate::{
     analyze::cpu_profile::{self, Unwound},
     attach::{
         probes::Probes,
+        rings::RingSpec,
         samplers::{self, CpuMaps},
     },
     cli::{SampleArgs, UnwindMode},
@@ -111,12 +112,13 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         ));
     }
     let copy = unwind == UnwindMode::Copy;
-    // copy: 16 KiB per sample through the ring, drained every 20 ms.
+    // copy: 16 KiB per sample through the ring, drained every 20 ms. One
+    // shared ring: the samples need no order.
     let ring_size = if copy { 64 << 20 } else { 4096 };
     let mut probes = Probes::load_in_cgroup(
         pid,
         Default::default(),
-        ring_size,
+        RingSpec::shared(ring_size),
         args.all,
         unwind,
         cgroup.as_ref(),
@@ -159,7 +161,11 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let mut sym = Symbolizer::new(pid);
     let mut dwarf = match copy {
         true => Some(Dwarf {
-            ring: probes.take_ring()?,
+            ring: probes
+                .take_rings()
+                .pop()
+                .ok_or_else(|| Error::Load("no event ring".into()))?
+                .ring,
             unwinder: DwarfUnwinder::new(pid),
             stacks: Unwound::new(),
             names: HashMap::new(),

@@ -1,13 +1,13 @@
-//! Drains the ring buffer into [`Stacks`] until a stop condition: Ctrl-C,
+//! Drains the rings into [`Stacks`] until a stop condition: Ctrl-C,
 //! SIGTERM, `--duration`, or the target's exit (its pidfd turns readable).
-//! Decoding copies each record out of the ring; nothing is allocated per
+//! Decoding copies each record out of the ring (per-CPU rings: into the
+//! merge's buffers, `session/merge.rs`); nothing is allocated per
 //! entry/exit event.
 use std::{
     os::fd::{AsRawFd, OwnedFd, RawFd},
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
 use profiler_common::{
     decode, read, CommEvent, Event, GoEvent, ProcEvent, RecordKind, StackEvent, WakerEvent,
     KIND_ENTRY, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, SCHED_BLOCKED, WAKER_KERNEL_THREAD,
@@ -31,6 +31,7 @@ use crate::{
     session::datafile::{DataWriter, Entry},
     session::notices,
     session::probed::ProbedRecord,
+    session::rings::Rings,
     session::status::Status,
     target::process::thread_name,
     Error, Result,
@@ -126,6 +127,9 @@ pub struct Sinks {
     pub hang_log: Option<std::path::PathBuf>,
     execd: bool,
     all_gone: bool,
+    /// Per-CPU rings: every record up to this time has been handed out
+    /// (None: live time).
+    horizon: Option<u64>,
     ticks: u32,
     goroutines: Goroutines,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
@@ -349,15 +353,26 @@ impl Sinks {
         self.added.absorb(added);
     }
 
-    /// Copies every pending record out of the ring, then names the threads
-    /// seen for the first time (while they are most likely alive).
-    pub fn drain(&mut self, ring: &mut RingBuf<MapData>) {
-        while let Some(item) = ring.next() {
+    /// Copies the pending records out of the rings (per-CPU rings: those
+    /// the merge's watermark has passed), then names the threads seen for
+    /// the first time (while they are most likely alive).
+    pub fn drain(&mut self, rings: &mut Rings) {
+        self.drain_rings(rings, false);
+    }
+
+    /// Copies every record still in the rings or held by their merge: for
+    /// the end, once the probes are detached.
+    pub fn flush(&mut self, rings: &mut Rings) {
+        self.drain_rings(rings, true);
+    }
+
+    fn drain_rings(&mut self, rings: &mut Rings, flush: bool) {
+        self.horizon = rings.drain(flush, |item| {
             if let Some(w) = &mut self.data {
-                w.record(&item);
+                w.record(item);
             }
-            self.on_record(&item);
-        }
+            self.on_record(item);
+        });
         self.tell_notices();
         let pid = self.pid;
         let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
@@ -451,6 +466,7 @@ impl Sinks {
             hang_log: None,
             execd: false,
             all_gone: false,
+            horizon: None,
             ticks: 0,
             goroutines: Goroutines::default(),
             tables: None,
@@ -519,7 +535,9 @@ impl Sinks {
         }
         if let Some(d) = &mut self.dispatch {
             if d.is_open() {
+                // Per-CPU rings: no later than the records handed out.
                 let now = monotonic_ns();
+                let now = self.horizon.map_or(now, |h| h.min(now));
                 if let Some(w) = &mut self.data {
                     w.tick(now);
                 }
@@ -571,7 +589,7 @@ impl Steer for NoSteer {}
 /// With several processes, the session ends when all have exited, not
 /// when the first target (`pidfd`) does.
 pub async fn collect(
-    ring: &mut RingBuf<MapData>,
+    rings: &mut Rings,
     sinks: &mut Sinks,
     pidfd: &OwnedFd,
     duration: Option<Duration>,
@@ -586,10 +604,10 @@ pub async fn collect(
     let one_target = sinks.processes.is_none();
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     // SAFETY: both descriptors stay open for longer than these AsyncFds,
-    // which are dropped when this function returns; `ring` and `pidfd` are
+    // which are dropped when this function returns; `rings` and `pidfd` are
     // borrowed for the whole call.
     let ring_fd =
-        unsafe { AsyncFd::register_with_interest(Fd(ring.as_raw_fd()), Interest::READABLE) }
+        unsafe { AsyncFd::register_with_interest(Fd(rings.poll_fd()), Interest::READABLE) }
             .map_err(|e| io("polling the ring buffer", e.into()))?;
     // SAFETY: as above.
     let exit_fd =
@@ -614,11 +632,11 @@ pub async fn collect(
             _ = exit_fd.readable(), if one_target => break StopReason::TargetExited,
             guard = ring_fd.readable() => {
                 let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
-                sinks.drain(ring);
+                sinks.drain(rings);
                 guard.clear_ready();
             }
             _ = tick.tick() => {
-                sinks.drain(ring);
+                sinks.drain(rings);
                 sinks.tick();
                 if sinks.ticks % 100 == 1 {
                     // Journaled, so a recording cut short still tells its losses.
@@ -644,7 +662,7 @@ pub async fn collect(
             break StopReason::TargetExeced;
         }
     };
-    sinks.drain(ring);
+    sinks.drain(rings);
     Ok(reason)
 }
 

@@ -1,8 +1,10 @@
 //! A session: the pipeline built, fed and finished.
 //!
 //! - [`pipeline`]: builds the sinks the same way for `record` and `report`;
-//! - [`collector`]: the loop that drains the ring into the sinks until a
+//! - [`collector`]: the loop that drains the rings into the sinks until a
 //!   stop condition, and the sinks' routing of each record;
+//! - [`rings`]: reads the rings (one per CPU, or one shared), merging
+//!   per-CPU rings in timestamp order through [`merge`];
 //! - [`datafile`]: `profile.data`, written live and read for a replay;
 //! - [`notices`]: slow dispatches and hangs told as they happen, hangs
 //!   logged to `hangs.log`;
@@ -15,7 +17,9 @@ pub mod datafile;
 pub mod finish;
 pub mod follow;
 pub mod governor;
+pub mod merge;
 pub mod notices;
 pub mod pipeline;
 pub mod probed;
+pub mod rings;
 pub mod status;

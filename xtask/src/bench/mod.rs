@@ -11,6 +11,7 @@ mod html;
 mod percall;
 mod rate;
 mod redis;
+mod rings;
 mod run;
 mod sampling;
 mod unwind;
@@ -78,6 +79,8 @@ enum Part {
     Redis,
     /// k: attach and detach time for 1,000, 10,000 and 50,000 functions.
     Scale,
+    /// l: per-CPU rings against one shared ring (zero-loss rate, agent CPU, pinned writers).
+    Rings,
 }
 
 impl Args {
@@ -192,6 +195,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if args.wants(Part::Scale) {
         md.push_str(&scale_section(&work));
+    }
+    if args.wants(Part::Rings) {
+        md.push_str(&rings_section(&fx.nop, args, &work));
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",
@@ -435,6 +441,68 @@ fn scale_section(work: &std::path::Path) -> String {
          reading the symbols and code; stop is SIGINT to exit, detaching every probe and writing \
          the outputs.\n",
     );
+    md
+}
+
+fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> String {
+    const RING: u64 = 64 << 10;
+    const PINNED: u32 = 8;
+    let cpus = rings::cpus();
+    let mut md = String::from(
+        "\n## l. Per-CPU rings against one shared ring\n\n### Highest event rate with zero loss\n\n",
+    );
+    md.push_str(&rings::sweep_rows(&rings::sweeps(
+        nop,
+        RING,
+        args.rate_secs,
+        work,
+    )));
+    md.push_str(&format!(
+        "\nAs part c (nop fixture paced in 1 ms batches, {} s per step, `--func leaf --func mid`), \
+         with `--rings per-cpu` ({cpus} rings of {} KiB) and `--rings shared` (one ring of {} KiB, \
+         and one of {} KiB: the per-CPU rings' memory).\n",
+        args.rate_secs,
+        RING >> 10,
+        RING >> 10,
+        (RING * cpus) >> 10
+    ));
+    md.push_str("\n### Agent CPU per million events\n\n");
+    let cpu = rings::cpu_rows_measure(nop, args.nop_iters, args.repeat, work);
+    md.push_str(&rings::cpu_rows(&cpu));
+    md.push_str(&format!(
+        "\nNop fixture, one thread, {} iterations (6 events each) flat out, under `profiler record --pid P \
+         --func leaf --func mid --max-overhead 0 --trace-events 0 --rings MODE` (default ring size, \
+         profile.data written). Agent CPU is the profiler's utime + stime (/proc/PID/stat, read until it \
+         exits); the same run with 1,000 iterations gives the fixed cost (load, attach, outputs), and \
+         CPU per event is the difference over the events. Median of {} runs.\n",
+        args.nop_iters, args.repeat
+    ));
+    md.push_str(&format!(
+        "\n### Many writers: {PINNED} threads pinned to {cpus} CPUs, flat out\n\n"
+    ));
+    let iters = (args.nop_iters / u64::from(PINNED)).max(1);
+    let runs: Vec<_> = [
+        ("per-cpu", None),
+        ("shared", None),
+        ("per-cpu", Some(RING)),
+        ("shared", Some(RING * cpus)),
+    ]
+    .into_iter()
+    .map(|(mode, ring)| {
+        let r = rings::flat(nop, mode, PINNED, iters, ring, true, work);
+        if let Ok(f) = &r {
+            eprintln!("bench: rings pinned {mode} {ring:?}: {f:?}");
+        }
+        r
+    })
+    .collect();
+    md.push_str(&rings::flat_rows(&runs));
+    md.push_str(&format!(
+        "\nNop fixture with {PINNED} threads of {iters} iterations each, thread t pinned to CPU t mod {cpus} \
+         (`BENCH_PIN=1`), flat out: the probes of every thread on a CPU write to that CPU's ring, or \
+         all of them to the shared one, whose lock the CPUs take in turn. Same command as above; \
+         the 64 KiB rows give the shared ring the per-CPU rings' memory.\n"
+    ));
     md
 }
 

@@ -13,6 +13,8 @@ use super::run::{run, With};
 pub struct Sweep {
     pub threads: u32,
     pub ring: Option<u64>,
+    /// `--rings` (None: the default).
+    pub rings: Option<&'static str>,
     /// Highest achieved events/s (2 per call) with lost_events == 0.
     pub best: Option<Step>,
     /// Lowest rate that lost events.
@@ -31,17 +33,33 @@ pub struct Step {
 
 /// Run one sweep, `secs` seconds per step.
 pub fn sweep(bin: &Path, threads: u32, ring: Option<u64>, secs: f64, work: &Path) -> Sweep {
+    sweep_rings(bin, threads, ring, None, secs, work)
+}
+
+/// [`sweep`] with `--rings rings`.
+pub fn sweep_rings(
+    bin: &Path,
+    threads: u32,
+    ring: Option<u64>,
+    rings: Option<&'static str>,
+    secs: f64,
+    work: &Path,
+) -> Sweep {
     let mut s = Sweep {
         threads,
         ring,
+        rings,
         best: None,
         first_loss: None,
         saturated: false,
         error: None,
     };
-    let extra: Vec<String> = ring
+    let mut extra: Vec<String> = ring
         .map(|r| vec!["--ring-size".into(), r.to_string()])
         .unwrap_or_default();
+    if let Some(m) = rings {
+        extra.extend(["--rings".into(), m.into()]);
+    }
     let out = work.join(format!("prof-rate-{threads}t"));
     // Target calls/s over all threads.
     let mut lo = 0.0_f64;
@@ -79,7 +97,7 @@ pub fn sweep(bin: &Path, threads: u32, ring: Option<u64>, secs: f64, work: &Path
         };
         let complete = r.seen_calls == Some(r.expected_calls());
         eprintln!(
-            "bench: rate {threads} thread(s) ring {ring:?}: target {:.0} calls/s, achieved {achieved:.0}, \
+            "bench: rate {threads} thread(s) ring {ring:?} {rings:?}: target {:.0} calls/s, achieved {achieved:.0}, \
              events {}, lost {}, calls {:?}/{} ({:.1} s)",
             target,
             step.events,

@@ -1,0 +1,107 @@
+//! Reads the kernel-to-agent rings ([`EventRing`]s: one per CPU, or one
+//! shared). One epoll descriptor watches them all, so the collector waits
+//! on a single readiness. With several rings their records go through
+//! [`Merge`], so the sinks (and `profile.data`) see them in timestamp
+//! order; a single ring is read straight through, in ring order.
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::{
+    attach::rings::EventRing,
+    clock::monotonic_ns,
+    session::merge::{Merge, SLACK_NS},
+    Error, Result,
+};
+
+/// The rings of a session.
+pub struct Rings {
+    rings: Vec<EventRing>,
+    /// Readable when any ring has records ready.
+    epoll: OwnedFd,
+    /// Several rings: their merge.
+    merge: Option<Merge>,
+}
+
+impl Rings {
+    /// Watches `rings` (at least one).
+    pub fn new(rings: Vec<EventRing>) -> Result<Self> {
+        let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
+        if rings.is_empty() {
+            return Err(Error::Load("no event ring".into()));
+        }
+        // SAFETY: epoll_create1 with a valid flag; the fd is ours.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io(
+                "creating an epoll descriptor",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        for (i, r) in rings.iter().enumerate() {
+            let mut ev = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: i as u64,
+            };
+            // SAFETY: both descriptors are open; `ev` lives across the call.
+            let rc = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    r.ring.as_raw_fd(),
+                    &mut ev,
+                )
+            };
+            if rc < 0 {
+                return Err(io(
+                    "polling the event rings",
+                    std::io::Error::last_os_error(),
+                ));
+            }
+        }
+        let merge = (rings.len() > 1).then(|| Merge::new(rings.len()));
+        Ok(Rings {
+            rings,
+            epoll,
+            merge,
+        })
+    }
+
+    /// The descriptor that turns readable when records are ready.
+    pub fn poll_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Reads every ring and hands records to `f`: with one ring, all of
+    /// them in ring order; with several, merged, those older than the
+    /// watermark (all of them with `flush`, once no more can come).
+    /// Returns the time up to which records were handed out (None: all
+    /// that were read, live).
+    pub fn drain(&mut self, flush: bool, mut f: impl FnMut(&[u8])) -> Option<u64> {
+        let Some(merge) = &mut self.merge else {
+            let ring = &mut self.rings[0].ring;
+            while let Some(item) = ring.next() {
+                f(&item);
+            }
+            return None;
+        };
+        let start = monotonic_ns();
+        for (i, r) in self.rings.iter_mut().enumerate() {
+            while let Some(item) = r.ring.next() {
+                merge.push(i, &item);
+            }
+        }
+        let watermark = match flush {
+            true => u64::MAX,
+            false => start.saturating_sub(SLACK_NS),
+        };
+        merge.pop_to(watermark, f);
+        Some(watermark.min(start))
+    }
+
+    /// Records that arrived after the merge had passed their time (handed
+    /// out then; another thread's records may have gone ahead of them).
+    pub fn late(&self) -> u64 {
+        self.merge.as_ref().map_or(0, Merge::late)
+    }
+}
