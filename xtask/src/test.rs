@@ -1,5 +1,6 @@
-//! `cargo xtask test`: unit tests, the release build, then the eBPF
-//! integration tests, which need root and run one at a time.
+//! `cargo xtask test`: unit tests, the release build, the eBPF
+//! integration tests (root, one at a time), the fuzz targets for 30 s
+//! each, and a 2-minute soak (root).
 //!
 //! Every step runs even when an earlier one failed (except the integration
 //! tests, which need the build), and the failures are summed up at the end.
@@ -90,6 +91,19 @@ pub fn run() -> Result<()> {
                 &mut counts,
             ),
         );
+    }
+    // Every parser of untrusted input under libFuzzer, 30 s each.
+    step(
+        "fuzz",
+        crate::fuzz::run(&crate::fuzz::Args {
+            minutes: None,
+            seconds: Some(30),
+            only: Vec::new(),
+        }),
+    );
+    if is_root() && built {
+        // Two minutes of a busy, forking target: no fd or memory growth.
+        step("soak", crate::soak::run(&crate::soak::Args { minutes: 2 }));
     }
     // One plain closing line for whoever reads the log's end, after the
     // reasons of the skips.
