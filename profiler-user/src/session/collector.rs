@@ -32,7 +32,7 @@ use crate::{
     session::notices,
     session::probed::ProbedRecord,
     session::status::Status,
-    target::process::thread_name,
+    target::process::{thread_alive, thread_name},
     Error, Result,
 };
 
@@ -377,7 +377,7 @@ impl Sinks {
             |tid| match many {
                 // Threads of several processes: /proc finds any thread by id.
                 true => std::path::Path::new(&format!("/proc/{tid}/stat")).exists(),
-                false => std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+                false => thread_alive(pid, tid),
             },
             now,
         );
@@ -481,6 +481,11 @@ impl Sinks {
         if self.ticks % 100 == 1 {
             if let Some((maps, sym)) = &mut self.cpu {
                 maps.remember_maps(sym, Some(self.pid));
+                if self.ticks % 1000 == 1 {
+                    // Every 10 s: exited threads' samples out of the
+                    // kernel's map, which would fill up with them.
+                    maps.fold_exited(thread_alive);
+                }
             }
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
