@@ -11,7 +11,7 @@ use profiler_common::{decode, read, CommEvent, GoEvent, RecordKind, StackEvent};
 use crate::{
     analyze::{dispatch, dispatch::Dispatcher, stacks::Stacks},
     session::{collector::Sinks, datafile},
-    symbolize::{perfmap::PerfMap, unwind_table},
+    symbolize::{perfmap::PerfMap, unwind_table, Symbolizer},
 };
 
 /// Most functions a fuzzed pipeline is built with.
@@ -58,7 +58,7 @@ pub fn ring_record(data: &[u8]) {
             }
         });
     }
-    replay(usize::from(nfuncs), &entries);
+    replay(usize::from(nfuncs), &entries, Vec::new());
 }
 
 /// What the decoder promises: a kind only with a whole header, and each
@@ -85,8 +85,10 @@ fn check_record(rec: &[u8]) {
 }
 
 /// Feeds `entries` through the pipeline `report` builds (without its
-/// output files) for `nfuncs` probed functions, then finishes it.
-fn replay(nfuncs: usize, entries: &[datafile::Entry]) {
+/// output files) for `nfuncs` probed functions, with a symbolizer that
+/// answers only from `symbols` (as `report`'s; nothing of this machine is
+/// read), then finishes it.
+fn replay(nfuncs: usize, entries: &[datafile::Entry], symbols: Vec<(u32, u64, Vec<String>)>) {
     let nfuncs = nfuncs.min(MAX_FUNCS);
     let names: Vec<String> = (0..nfuncs).map(|i| format!("f{i}")).collect();
     let cfg = dispatch::Config {
@@ -99,7 +101,8 @@ fn replay(nfuncs: usize, entries: &[datafile::Entry]) {
         full_tree: false,
         sample_period_ns: 1_000_000,
     };
-    let dispatcher = Dispatcher::new(cfg, 0, names, (0..nfuncs).map(|i| i == 0).collect(), 0);
+    let mut dispatcher = Dispatcher::new(cfg, 0, names, (0..nfuncs).map(|i| i == 0).collect(), 0);
+    dispatcher.set_symbolizer(Symbolizer::offline(0, symbols));
     let mut sinks = Sinks::new(0, Stacks::new(nfuncs), Some(dispatcher), None);
     for e in entries {
         sinks.replay(e);
@@ -169,7 +172,7 @@ pub fn profile_data(data: &[u8]) {
     let Some(file) = memfd(data) else { return };
     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
     if let Ok(d) = datafile::read(std::path::Path::new(&path)) {
-        replay(d.header.funcs.len(), &d.entries);
+        replay(d.header.funcs.len(), &d.entries, d.trailer.symbols);
     }
 }
 

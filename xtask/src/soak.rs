@@ -48,7 +48,9 @@ struct Sample {
 
 pub fn run(args: &Args) -> Result<()> {
     if !is_root() {
-        bail!("the soak attaches uprobes, which needs root: re-run with `sudo -E cargo xtask soak`");
+        bail!(
+            "the soak attaches uprobes, which needs root: re-run with `sudo -E cargo xtask soak`"
+        );
     }
     crate::build()?;
     let root = workspace_root();
@@ -95,9 +97,16 @@ pub fn run(args: &Args) -> Result<()> {
             break;
         }
         if let Some(status) = tracer.guard.child.try_wait()? {
-            bail!("the profiler exited during the soak ({status}):\n{}", tracer.output());
+            bail!(
+                "the profiler exited during the soak ({status}):\n{}",
+                tracer.output()
+            );
         }
-        std::thread::sleep(every.min(total.saturating_sub(start.elapsed())).max(Duration::from_millis(100)));
+        std::thread::sleep(
+            every
+                .min(total.saturating_sub(start.elapsed()))
+                .max(Duration::from_millis(100)),
+        );
         // Keep the pipes from filling (one line per slow dispatch).
         tracer.lines.drain(Duration::ZERO);
     }
@@ -115,7 +124,10 @@ pub fn run(args: &Args) -> Result<()> {
     println!("\n{}", verdict.lines().join("\n"));
     eprintln!("soak: summary in {}", path.display());
     if !verdict.pass() {
-        bail!("the soak's growth is over the goal (see {})", path.display());
+        bail!(
+            "the soak's growth is over the goal (see {})",
+            path.display()
+        );
     }
     Ok(())
 }
@@ -210,7 +222,10 @@ fn cpu_seconds(pid: u32) -> f64 {
     // Fields after the command name, which may hold spaces: utime is the
     // 14th field, stime the 15th (11th and 12th after `) `).
     let rest = stat.rsplit_once(") ").map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     match (f.get(10), f.get(11)) {
@@ -414,7 +429,7 @@ mod tests {
     fn slope_per_hour_after_warmup() {
         // 1 kB/min of growth after a 60 s warm-up that jumped by 5 MB.
         let samples: Vec<Sample> = (0..=10)
-            .map(|m| at(m as f64 * 60.0, if m == 0 { 1000 } else { 6000 + m * 1 }, 20))
+            .map(|m| at(m as f64 * 60.0, if m == 0 { 1000 } else { 6000 + m }, 20))
             .collect();
         let v = Verdict::of(&samples, Duration::from_secs(60), Duration::from_secs(600));
         assert_eq!(v.readings, 10);

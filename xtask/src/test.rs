@@ -99,6 +99,7 @@ pub fn run() -> Result<()> {
             minutes: None,
             seconds: Some(30),
             only: Vec::new(),
+            no_build: false,
         }),
     );
     if is_root() && built {

@@ -30,6 +30,10 @@ pub const TARGETS: &[&str] = &[
     "profile_data",
 ];
 
+/// Where `cargo fuzz build` puts the targets (release, with debug
+/// assertions and AddressSanitizer).
+const BIN_DIR: &str = "target/fuzz/x86_64-unknown-linux-gnu/release";
+
 /// Memory a target may use before libFuzzer calls it a failure (unbounded
 /// allocation).
 const RSS_LIMIT_MB: u32 = 2048;
@@ -44,6 +48,9 @@ pub struct Args {
     /// Seconds to run each target (default 30).
     #[arg(long)]
     pub seconds: Option<u64>,
+    /// Run the targets as last built, without `cargo fuzz build`.
+    #[arg(long)]
+    pub no_build: bool,
     /// Run only this target (repeatable).
     #[arg(long = "only", value_name = "TARGET", value_parser = clap::builder::PossibleValuesParser::new(TARGETS))]
     pub only: Vec<String>,
@@ -73,7 +80,9 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         args.only.iter().map(String::as_str).collect()
     };
-    exec(fuzz_cmd(&root).args(["build", "--fuzz-dir", "fuzz", "--target-dir", "target/fuzz"]))?;
+    if !args.no_build {
+        exec(fuzz_cmd(&root).args(["build", "--fuzz-dir", "fuzz", "--target-dir", "target/fuzz"]))?;
+    }
     let seeds = root.join("target/fuzz-seeds");
     seeds::write_all(&seeds, &targets)?;
     let secs = args.seconds();
@@ -106,7 +115,13 @@ fn fuzz_cmd(root: &Path) -> Command {
     let mut cmd = Command::new("cargo");
     cmd.arg("+nightly").arg("fuzz").current_dir(root);
     // The parent cargo's variables would pin the stable toolchain.
-    for var in ["CARGO", "RUSTC", "RUSTDOC", "RUSTUP_TOOLCHAIN", "CARGO_TARGET_DIR"] {
+    for var in [
+        "CARGO",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO_TARGET_DIR",
+    ] {
         cmd.env_remove(var);
     }
     cmd
@@ -120,11 +135,12 @@ fn run_target(root: &Path, target: &str, secs: u64) -> Result<Outcome> {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
     }
     let seeds: PathBuf = root.join("target/fuzz-seeds").join(target);
-    let mut cmd = fuzz_cmd(root);
-    cmd.args(["run", "--fuzz-dir", "fuzz", "--target-dir", "target/fuzz", target])
+    // The binary `cargo fuzz build` made; run directly, so nothing is
+    // rebuilt between targets.
+    let mut cmd = Command::new(root.join(BIN_DIR).join(target));
+    cmd.current_dir(root)
         .arg(&corpus)
         .arg(&seeds)
-        .arg("--")
         .arg(format!("-max_total_time={secs}"))
         .arg(format!("-rss_limit_mb={RSS_LIMIT_MB}"))
         .arg(format!("-timeout={TIMEOUT_S}"))
@@ -140,8 +156,7 @@ fn run_target(root: &Path, target: &str, secs: u64) -> Result<Outcome> {
         let line = line?;
         // libFuzzer's progress lines are many; show the first and the
         // failures, keep all for parsing.
-        if line.contains("ERROR") || line.contains("panicked") || line.starts_with("INFO: seed")
-        {
+        if line.contains("ERROR") || line.contains("panicked") || line.starts_with("INFO: seed") {
             eprintln!("  {target}: {line}");
         }
         log.push(line);

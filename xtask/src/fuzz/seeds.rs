@@ -49,7 +49,10 @@ fn elfs(build: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     let src = workspace_root().join("tests/fixtures/calls.c");
     let variants: [(&str, &[&str]); 3] = [
         ("calls-eh", &["-O2"]),
-        ("calls-debug-frame", &["-O2", "-g", "-fno-asynchronous-unwind-tables"]),
+        (
+            "calls-debug-frame",
+            &["-O2", "-g", "-fno-asynchronous-unwind-tables"],
+        ),
         (
             "calls-zdebug",
             &["-O2", "-g", "-fno-asynchronous-unwind-tables", "-gz=zlib"],
@@ -63,7 +66,10 @@ fn elfs(build: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     }
     for path in ["/usr/bin/true", LIBC] {
         if let Ok(bytes) = std::fs::read(path) {
-            let name = Path::new(path).file_name().expect("a file").to_string_lossy();
+            let name = Path::new(path)
+                .file_name()
+                .expect("a file")
+                .to_string_lossy();
             out.push((name.into_owned(), bytes));
         }
     }
@@ -175,12 +181,21 @@ fn ring_records() -> Vec<(String, Vec<u8>)> {
         ("comm", bytes_of(&comm(MAIN, b"main"))),
         ("entry", bytes_of(&ev(10, MAIN, pc::KIND_ENTRY, 0, sp))),
         ("entry", bytes_of(&ev(20, MAIN, pc::KIND_ENTRY, 1, sp - 64))),
-        ("sample", bytes_of(&stack(ev(30, MAIN, pc::KIND_SAMPLE, 0, 0)))),
-        ("sched_out", bytes_of(&stack(ev(40, MAIN, pc::KIND_SCHED_OUT, 1, 0)))),
+        (
+            "sample",
+            bytes_of(&stack(ev(30, MAIN, pc::KIND_SAMPLE, 0, 0))),
+        ),
+        (
+            "sched_out",
+            bytes_of(&stack(ev(40, MAIN, pc::KIND_SCHED_OUT, 1, 0))),
+        ),
         ("wakeup", bytes_of(&ev(50, MAIN, pc::KIND_WAKEUP, 0, 0))),
         ("sched_in", bytes_of(&ev(60, MAIN, pc::KIND_SCHED_IN, 0, 0))),
         ("exit", bytes_of(&ev(70, MAIN, pc::KIND_EXIT, 1, sp - 56))),
-        ("exit", bytes_of(&ev(2_000_000, MAIN, pc::KIND_EXIT, 0, sp + 8))),
+        (
+            "exit",
+            bytes_of(&ev(2_000_000, MAIN, pc::KIND_EXIT, 0, sp + 8)),
+        ),
         ("go_entry", bytes_of(&go(80, pc::KIND_GO_ENTRY, 2, sp))),
         ("go_exit", bytes_of(&go(90, pc::KIND_GO_EXIT, 2, sp))),
         ("entry", bytes_of(&ev(100, 1001, pc::KIND_ENTRY, 3, sp))),
