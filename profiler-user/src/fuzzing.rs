@@ -189,3 +189,39 @@ fn memfd(data: &[u8]) -> Option<std::fs::File> {
     file.write_all(data).ok()?;
     Some(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry point on empty, short and arbitrary inputs, and on real
+    /// ones (this test binary's ELF and its `.eh_frame`): the fuzz
+    /// targets' harnesses run and check their invariants in plain
+    /// `cargo test` too.
+    #[test]
+    fn entry_points_run_on_real_and_garbage_inputs() {
+        let elf = std::fs::read("/proc/self/exe").unwrap();
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let mut eh = vec![0u8];
+        {
+            use object::{Object, ObjectSection};
+            let file = object::File::parse(&*elf).unwrap();
+            let s = file.section_by_name(".eh_frame").unwrap();
+            eh.extend_from_slice(s.data().unwrap());
+        }
+        let perf = b"7f0000001000 40 jit_fn\n0x7f0000002000 0x10 other\x07name\nbad\n7f00 1 tail";
+        let mut record = vec![3u8, 0, 24, 0];
+        record.extend_from_slice(&[0u8; 24]);
+        for input in [&[][..], &[0], &noise, &eh, perf, &record, &elf[..64]] {
+            ring_record(input);
+            perf_map(input);
+            cfi_section(input);
+            profile_data(input);
+        }
+        unwind_table(&elf);
+        unwind_table(&noise);
+        cfi_section(&eh);
+    }
+}
