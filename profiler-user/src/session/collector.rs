@@ -175,6 +175,12 @@ impl Sinks {
         if let Some(d) = &mut self.dispatch {
             if ev.tid == d.cfg.tid {
                 d.on_call(ev);
+                // Slow dispatches let go from detail go to trace.json now.
+                for s in d.take_evicted() {
+                    if let Some(tl) = &mut self.timeline {
+                        tl.slow_dispatch(&d.cfg, &s, &[]);
+                    }
+                }
             }
         }
         for st in &mut self.stages {
