@@ -1,5 +1,8 @@
 //! `cargo xtask fuzz`: builds the libFuzzer targets in `fuzz/` with
-//! cargo-fuzz (nightly, AddressSanitizer) into `target/fuzz`, seeds them
+//! cargo-fuzz (nightly; unoptimized with overflow checks, which builds in
+//! minutes where cargo-fuzz's default release build with one codegen unit
+//! per crate took over an hour on a busy 2-core machine; `--asan` adds
+//! AddressSanitizer) into `target/fuzz`, seeds them
 //! from real inputs (`seeds.rs`), runs each for the time given, in turn,
 //! and prints per target the runs, execs/s and crashes (with the input
 //! that crashed). Fails when any target crashed, timed out or ran out of
@@ -8,17 +11,19 @@
 //! Directories, all under `target/`: `fuzz-seeds/T` (made afresh each
 //! run), `fuzz-corpus/T` (what libFuzzer found, kept between runs),
 //! `fuzz-artifacts/T` (crashing inputs; reproduce one with
-//! `cargo +nightly fuzz run --fuzz-dir fuzz --target-dir target/fuzz T FILE`).
+//! `cargo +nightly fuzz run --dev -s none --fuzz-dir fuzz --target-dir target/fuzz T FILE`).
 
 mod seeds;
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::util::{display, exec, workspace_root};
+use crate::util::{display, workspace_root};
 
 /// The fuzz targets (`fuzz/fuzz_targets/T.rs`, each one call into
 /// `profiler::fuzzing`).
@@ -30,9 +35,8 @@ pub const TARGETS: &[&str] = &[
     "profile_data",
 ];
 
-/// Where `cargo fuzz build` puts the targets (release, with debug
-/// assertions and AddressSanitizer).
-const BIN_DIR: &str = "target/fuzz/x86_64-unknown-linux-gnu/release";
+/// Where `cargo fuzz build --dev` puts the targets.
+const BIN_DIR: &str = "target/fuzz/x86_64-unknown-linux-gnu/debug";
 
 /// Memory a target may use before libFuzzer calls it a failure (unbounded
 /// allocation).
@@ -51,6 +55,14 @@ pub struct Args {
     /// Run the targets as last built, without `cargo fuzz build`.
     #[arg(long)]
     pub no_build: bool,
+    /// Build with AddressSanitizer (a longer build; Rust's own checks and
+    /// overflow checks are on either way).
+    #[arg(long)]
+    pub asan: bool,
+    /// Give up (and say so) when the build takes longer than this many
+    /// minutes; the targets are then not run.
+    #[arg(long, value_name = "MINUTES")]
+    pub build_budget: Option<u64>,
     /// Run only this target (repeatable).
     #[arg(long = "only", value_name = "TARGET", value_parser = clap::builder::PossibleValuesParser::new(TARGETS))]
     pub only: Vec<String>,
@@ -81,7 +93,19 @@ pub fn run(args: &Args) -> Result<()> {
         args.only.iter().map(String::as_str).collect()
     };
     if !args.no_build {
-        exec(fuzz_cmd(&root).args(["build", "--fuzz-dir", "fuzz", "--target-dir", "target/fuzz"]))?;
+        let started = Instant::now();
+        let mut cmd = fuzz_cmd(&root);
+        cmd.args(["build", "--dev", "--sanitizer"])
+            .arg(if args.asan { "address" } else { "none" })
+            .args(["--fuzz-dir", "fuzz", "--target-dir", "target/fuzz"]);
+        build(
+            &mut cmd,
+            args.build_budget.map(|m| Duration::from_secs(m * 60)),
+        )?;
+        eprintln!(
+            "fuzz: targets built in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     let seeds = root.join("target/fuzz-seeds");
     seeds::write_all(&seeds, &targets)?;
@@ -108,6 +132,35 @@ pub fn run(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Runs the build, stopping it (its whole process group) past `budget`.
+fn build(cmd: &mut Command, budget: Option<Duration>) -> Result<()> {
+    eprintln!("$ {}", display(cmd));
+    let mut child = cmd
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start `{}`", display(cmd)))?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!("`{}` failed: {status}", display(cmd));
+            }
+            return Ok(());
+        }
+        if budget.is_some_and(|b| started.elapsed() > b) {
+            // SAFETY: signals the process group this function made.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGTERM) };
+            let _ = child.wait();
+            bail!(
+                "the fuzz targets' build took over its budget of {} min and was stopped: \
+                 no target ran (run `cargo xtask fuzz` alone to build them)",
+                budget.unwrap_or_default().as_secs() / 60
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// `cargo +nightly fuzz` in the workspace root.
