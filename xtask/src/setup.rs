@@ -151,8 +151,13 @@ fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// The cargo-fuzz `cargo xtask setup` installs.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
 /// cargo-fuzz, which builds and runs the libFuzzer targets in `fuzz/`
-/// (`cargo xtask fuzz`, and a short run in `cargo xtask test`).
+/// (`cargo xtask fuzz`, and a short run in `cargo xtask test`). Built from
+/// crates.io with its own lock file (about 100 s of CPU; no prebuilt binary:
+/// those are on GitHub).
 fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
     if stdout_of("cargo-fuzz", ["--version"]).is_some() {
         return Ok(());
@@ -162,9 +167,11 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
             "install",
             "cargo-fuzz",
             "--locked",
+            "--version",
+            CARGO_FUZZ_VERSION,
         ]),
     )?;
-    did.push("installed cargo-fuzz".into());
+    did.push(format!("installed cargo-fuzz {CARGO_FUZZ_VERSION}"));
     Ok(())
 }
 
