@@ -5,9 +5,8 @@
 //! printed every minute (every 10 s for runs under 10 minutes), then the
 //! growth per hour after a warm-up and a verdict against issue 11's goal:
 //! under 1 MB of RSS and 0 fds per hour. RSS is judged without the pages
-//! of the BPF ring buffers mapped into the agent (shown apart): those fill
-//! once, up to the rings' size, as the kernel first writes through them,
-//! which at the soak's rate takes most of an hour. The summary goes to
+//! of the BPF ring buffers mapped into the agent (shown apart, bounded by
+//! the rings' size). The summary goes to
 //! `target/soak.md`.
 
 use std::collections::BTreeMap;
@@ -39,9 +38,8 @@ struct Sample {
     at_s: f64,
     /// RSS without `ring_kb`: the agent's own memory, judged.
     rss_kb: u64,
-    /// Pages of the BPF ring buffers mapped into the agent: they fill up to
-    /// the rings' size (`--ring-size`) as the kernel first writes through
-    /// them, once, and then stay; not the agent's growth.
+    /// Resident pages of the BPF ring buffers mapped into the agent: at most
+    /// the rings' size (`--ring-size`), whatever the session's length.
     ring_kb: u64,
     fds: u64,
     /// BPF maps the agent holds, their `memlock` sum, and the entries in
