@@ -100,6 +100,7 @@ fn replay(nfuncs: usize, entries: &[datafile::Entry], symbols: Vec<(u32, u64, Ve
         frame_interval_ns: 16_666_667,
         full_tree: false,
         sample_period_ns: 1_000_000,
+        wakers: true,
     };
     let mut dispatcher = Dispatcher::new(cfg, 0, names, (0..nfuncs).map(|i| i == 0).collect(), 0);
     dispatcher.set_symbolizer(Symbolizer::offline(0, symbols));

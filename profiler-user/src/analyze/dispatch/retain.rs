@@ -284,7 +284,7 @@ mod tests {
         assert_eq!(last, (n - KEEP_RECENT as u64..n).rev().collect::<Vec<_>>());
         for (g, key) in ["a", "b", "c"].into_iter().enumerate() {
             let grp = &d.groups[key];
-            assert_eq!(grp.count(), n / 3 + u64::from(g == 0));
+            assert_eq!(grp.count(), n / 3 + u64::from((g as u64) < n % 3));
             assert_eq!(grp.total_ns(), total[g]);
             assert_eq!(grp.max_ns(), 1_000_000);
             assert!(!grp.durations.p95_exact());
