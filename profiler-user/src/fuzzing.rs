@@ -214,6 +214,23 @@ mod tests {
             cfi_section(input);
             profile_data(input);
         }
+        // A found crash: an out-of-range function index inside an open
+        // dispatch reached the tree's names.
+        let mut crash = vec![2u8];
+        let (entry, exit) = (profiler_common::KIND_ENTRY, profiler_common::KIND_EXIT);
+        for (ts, word, sp) in [
+            (10u64, profiler_common::Event::pack(entry, 0), 0x7000u64),
+            (20, profiler_common::Event::pack(entry, 16_187_391), 0x6000),
+            (5_000_000, profiler_common::Event::pack(exit, 0), 0x7008),
+        ] {
+            let mut rec = ts.to_le_bytes().to_vec();
+            rec.extend_from_slice(&WATCHED_TID.to_le_bytes());
+            rec.extend_from_slice(&word.to_le_bytes());
+            rec.extend_from_slice(&sp.to_le_bytes());
+            crash.extend_from_slice(&[0, rec.len() as u8, 0]);
+            crash.extend_from_slice(&rec);
+        }
+        ring_record(&crash);
         unwind_table(&elf);
         unwind_table(&noise);
         cfi_section(&eh);

@@ -253,6 +253,11 @@ impl Dispatcher {
     /// A traced entry or exit on the watched thread.
     pub fn on_call(&mut self, ev: &Event) {
         let func = ev.func();
+        if func as usize >= self.names.len() {
+            // Not a probed function (a damaged recording): the shadow
+            // stacks count it as invalid; it must not reach the trees.
+            return;
+        }
         if ev.kind() == KIND_ENTRY {
             if self.open.is_none() {
                 if !self
