@@ -37,7 +37,8 @@ pub fn cargo_test(cmd: &mut Command, parser: &mut Parser) -> Result<()> {
 }
 
 /// Minutes the fuzz targets' build may take inside `cargo xtask test`
-/// (from scratch on 2 cores it takes about BUILD_MIN; see README).
+/// (from scratch it takes 513 CPU seconds: about 5 minutes on 2 quiet
+/// cores, 24 minutes at a load average of 8-12; BENCHMARKS.md).
 const FUZZ_BUILD_BUDGET_MIN: u64 = 30;
 
 pub fn run() -> Result<()> {
