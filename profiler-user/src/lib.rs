@@ -8,6 +8,8 @@ pub(crate) mod clock;
 pub mod commands;
 pub mod error;
 pub(crate) mod fmt;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod output;
 pub(crate) mod session;
 pub(crate) mod symbolize;

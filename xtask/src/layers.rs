@@ -26,6 +26,8 @@ pub const STAGES: &[(&str, &[&str])] = &[
     ("output", &["output"]),
     ("session", &["session"]),
     ("commands", &["commands"]),
+    // Entry points of the fuzz targets (fuzz/): any stage's parsers.
+    ("fuzzing", &["fuzzing"]),
 ];
 
 /// A module of the crate, as its path from the crate root (`[]` is lib.rs).

@@ -6,6 +6,7 @@
 mod bench;
 mod browser;
 mod demo;
+mod fuzz;
 mod layers;
 mod libtest;
 mod lint;
@@ -13,6 +14,7 @@ mod proc;
 mod reliability;
 mod screenshot;
 mod setup;
+mod soak;
 mod test;
 mod util;
 
@@ -36,7 +38,8 @@ enum Cmd {
     Build,
     /// Build, then profile the bundled event-loop demo for a few seconds.
     Demo(demo::Args),
-    /// Setup, unit tests, release build, then the root-only integration tests.
+    /// Setup, unit tests, release build, the root-only integration tests,
+    /// 30 s of each fuzz target and a 2-minute soak.
     Test,
     /// rustfmt check, clippy on the workspace, clippy on the eBPF crate.
     Lint,
@@ -47,6 +50,11 @@ enum Cmd {
     /// Run the tests of every row of the failure-mode matrix (root) and
     /// write RELIABILITY.md.
     Reliability(reliability::Args),
+    /// Build the libFuzzer targets (fuzz/) and run each for a while.
+    Fuzz(fuzz::Args),
+    /// Run the profiler for a long time on a busy, forking target and
+    /// report its memory, fds and BPF maps over time (target/soak.md).
+    Soak(soak::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +68,8 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Screenshot(args) => screenshot::run(&args),
         Cmd::Reliability(args) => reliability::run(&args),
+        Cmd::Fuzz(args) => fuzz::run(&args),
+        Cmd::Soak(args) => soak::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

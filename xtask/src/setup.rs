@@ -59,6 +59,7 @@ pub fn run(args: &Args) -> Result<()> {
     let mut did = Vec::new();
     nightly_with_rust_src(&mut did)?;
     bpf_linker(&mut did)?;
+    cargo_fuzz(&mut did)?;
     let mut tools = TEST_TOOLS.to_vec();
     if args.bench {
         tools.extend_from_slice(BENCH_TOOLS);
@@ -66,7 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
     debian_tools(&tools, &mut did)?;
     if did.is_empty() {
         eprintln!(
-            "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, {})",
+            "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, cargo-fuzz, {})",
             tools
                 .iter()
                 .map(|(bin, _)| *bin)
@@ -147,6 +148,30 @@ fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
     if stdout_of("bpf-linker", ["--version"]).is_none() {
         bail!("bpf-linker was installed but is not in PATH: add ~/.cargo/bin to PATH");
     }
+    Ok(())
+}
+
+/// The cargo-fuzz `cargo xtask setup` installs.
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// cargo-fuzz, which builds and runs the libFuzzer targets in `fuzz/`
+/// (`cargo xtask fuzz`, and a short run in `cargo xtask test`). Built from
+/// crates.io with its own lock file (about 100 s of CPU; no prebuilt binary:
+/// those are on GitHub).
+fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
+    if stdout_of("cargo-fuzz", ["--version"]).is_some() {
+        return Ok(());
+    }
+    exec(
+        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
+            "install",
+            "cargo-fuzz",
+            "--locked",
+            "--version",
+            CARGO_FUZZ_VERSION,
+        ]),
+    )?;
+    did.push(format!("installed cargo-fuzz {CARGO_FUZZ_VERSION}"));
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! `cargo xtask test`: unit tests, the release build, then the eBPF
-//! integration tests, which need root and run one at a time.
+//! `cargo xtask test`: unit tests, the release build, the eBPF
+//! integration tests (root, one at a time), the fuzz targets for 30 s
+//! each, and a 2-minute soak (root).
 //!
 //! Every step runs even when an earlier one failed (except the integration
 //! tests, which need the build), and the failures are summed up at the end.
@@ -34,6 +35,11 @@ pub fn cargo_test(cmd: &mut Command, parser: &mut Parser) -> Result<()> {
     }
     Ok(())
 }
+
+/// Minutes the fuzz targets' build may take inside `cargo xtask test`
+/// (from scratch it takes 513 CPU seconds: about 5 minutes on 2 quiet
+/// cores, 24 minutes at a load average of 8-12; BENCHMARKS.md).
+const FUZZ_BUILD_BUDGET_MIN: u64 = 30;
 
 pub fn run() -> Result<()> {
     crate::setup::run(&crate::setup::Args::default())?;
@@ -90,6 +96,23 @@ pub fn run() -> Result<()> {
                 &mut counts,
             ),
         );
+    }
+    // Every parser of untrusted input under libFuzzer, 30 s each, after
+    // a build given at most FUZZ_BUILD_BUDGET_MIN (CI's limit is 90 min).
+    step(
+        "fuzz",
+        crate::fuzz::run(&crate::fuzz::Args {
+            minutes: None,
+            seconds: Some(30),
+            only: Vec::new(),
+            no_build: false,
+            asan: false,
+            build_budget: Some(FUZZ_BUILD_BUDGET_MIN),
+        }),
+    );
+    if is_root() && built {
+        // Two minutes of a busy, forking target: no fd or memory growth.
+        step("soak", crate::soak::run(&crate::soak::Args { minutes: 2 }));
     }
     // One plain closing line for whoever reads the log's end, after the
     // reasons of the skips.

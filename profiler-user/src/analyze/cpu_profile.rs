@@ -1,7 +1,9 @@
 //! The CPU and off-CPU profiles: what the samplers
 //! ([`crate::attach::samplers`]) aggregated in the kernel (stack ids plus a
 //! per-CPU count per (process, thread, user stack, kernel stack)), read once
-//! at the end, symbolized with blazesym and folded.
+//! at the end, symbolized with blazesym and folded. Exited threads' counts
+//! are moved out of the kernel's map as the session runs
+//! ([`CpuMaps::fold_exited`]), so it never fills with them.
 use std::collections::{BTreeMap, HashMap};
 
 use aya::maps::{MapData, PerCpuHashMap};
@@ -259,6 +261,38 @@ pub fn add_unwound(
     }
 }
 
+impl CpuMaps {
+    /// Moves the counts of threads that exited out of the kernel's map into
+    /// [`CpuMaps::exited`], keyed by the first thread id seen with the same
+    /// process and name, so the map holds only live threads and a target
+    /// that starts threads all the time never fills it. Returns how many
+    /// keys were moved. `alive(pid, tid)` says whether a thread still runs.
+    pub fn fold_exited(&mut self, alive: impl Fn(u32, u32) -> bool) -> usize {
+        let keys: Vec<SampleKey> = self.counts.keys().filter_map(|k| k.ok()).collect();
+        let mut dead: HashMap<u32, bool> = HashMap::new();
+        let mut moved = 0;
+        for key in keys {
+            if !*dead
+                .entry(key.tid)
+                .or_insert_with(|| !alive(key.pid, key.tid))
+            {
+                continue;
+            }
+            let Ok(per_cpu) = self.counts.get(&key, 0) else {
+                continue;
+            };
+            let count: u64 = per_cpu.iter().sum();
+            let comm = self.comms.get(&key.tid, 0).unwrap_or([0; 16]);
+            if self.counts.remove(&key).is_err() {
+                continue;
+            }
+            moved += 1;
+            self.exited.add(key, comm, count);
+        }
+        moved
+    }
+}
+
 fn fold(
     maps: &CpuMaps,
     counts: &PerCpuHashMap<MapData, SampleKey, u64>,
@@ -297,19 +331,31 @@ fn fold(
             })
             .clone()
     };
-    for item in counts.iter() {
-        let Ok((key, per_cpu)) = item else { continue };
-        let count: u64 = per_cpu.iter().sum();
+    let live = counts
+        .iter()
+        .filter_map(|item| item.ok())
+        .map(|(key, per_cpu)| (key, per_cpu.iter().sum::<u64>(), None));
+    // Threads that exited (on-CPU counts only), with their names.
+    let exited = maps
+        .exited
+        .counts
+        .iter()
+        .filter(|_| !offcpu)
+        .map(|(key, &count)| (*key, count, maps.exited.names.get(&key.tid)));
+    for (key, count, exited_name) in live.chain(exited) {
         if count == 0 {
             continue;
         }
         prof.samples += count;
         *prof.per_pid.entry(key.pid).or_default() += count;
-        let comm = maps
-            .comms
-            .get(&key.tid, 0)
-            .map(|c| comm_name(&c))
-            .unwrap_or_else(|_| format!("tid-{}", key.tid));
+        let comm = match exited_name {
+            Some(c) => comm_name(c),
+            None => maps
+                .comms
+                .get(&key.tid, 0)
+                .map(|c| comm_name(&c))
+                .unwrap_or_else(|_| format!("tid-{}", key.tid)),
+        };
         let (user, end) = match key.user_hash {
             0 => (read_stack(key.user_stack), 0),
             h => read_walked(h),

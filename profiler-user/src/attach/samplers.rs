@@ -15,6 +15,8 @@ use profiler_common::{
     PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
 };
 
+use std::collections::HashMap;
+
 use crate::{Error, Result};
 
 /// Starts sampling at `hz` on every online CPU, with the hardware cycles
@@ -69,6 +71,32 @@ pub struct CpuMaps {
     pub offcpu: Option<PerCpuHashMap<MapData, SampleKey, u64>>,
     /// Stacks walked with the unwind tables, by key.
     pub user_stacks: MapHash<MapData, u64, UserStack>,
+    /// Counts of threads that exited, moved out of `counts` (which would
+    /// otherwise fill up with them in a long session whose target starts
+    /// threads all the time): `analyze::cpu_profile`'s `fold_exited`.
+    pub exited: ExitedThreads,
+}
+
+/// Sample counts of exited threads, folded under one thread id per
+/// (process, name): memory grows with the distinct names and stacks, not
+/// with how many threads ever ran.
+#[derive(Debug, Default)]
+pub struct ExitedThreads {
+    /// Samples per key, the key's `tid` being the (process, name)'s.
+    pub counts: HashMap<SampleKey, u64>,
+    /// The name of each thread id in `counts`.
+    pub names: HashMap<u32, [u8; 16]>,
+    /// The thread id each (process, name) is kept under.
+    ids: HashMap<(u32, [u8; 16]), u32>,
+}
+
+impl ExitedThreads {
+    /// Adds `count` samples of exited thread `key.tid`, named `comm`.
+    pub fn add(&mut self, key: SampleKey, comm: [u8; 16], count: u64) {
+        let tid = *self.ids.entry((key.pid, comm)).or_insert(key.tid);
+        self.names.entry(tid).or_insert(comm);
+        *self.counts.entry(SampleKey { tid, ..key }).or_default() += count;
+    }
 }
 
 impl CpuMaps {
@@ -92,6 +120,7 @@ impl CpuMaps {
             comms,
             offcpu,
             user_stacks,
+            exited: ExitedThreads::default(),
         })
     }
 }
@@ -112,4 +141,54 @@ impl CpuMaps {
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.
 pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
     super::probes::attach_raw_tp(ebpf, PROG_OFFCPU, "sched_switch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(pid: u32, tid: u32, user_stack: i32) -> SampleKey {
+        SampleKey {
+            pid,
+            tid,
+            user_stack,
+            kernel_stack: -1,
+            user_hash: 0,
+        }
+    }
+
+    fn comm(name: &str) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..name.len()].copy_from_slice(name.as_bytes());
+        c
+    }
+
+    #[test]
+    fn exited_threads_fold_by_process_and_name() {
+        let mut e = ExitedThreads::default();
+        // 1,000 short-lived workers of one process, two stacks between them.
+        for tid in 100..1100 {
+            e.add(key(7, tid, (tid % 2) as i32), comm("worker"), 3);
+        }
+        e.add(key(7, 5000, 0), comm("other"), 1);
+        e.add(key(8, 6000, 0), comm("worker"), 2);
+        let mut counts: Vec<_> = e
+            .counts
+            .iter()
+            .map(|(k, &c)| (k.pid, k.tid, k.user_stack, c))
+            .collect();
+        counts.sort();
+        assert_eq!(
+            counts,
+            vec![
+                (7, 100, 0, 1500),
+                (7, 100, 1, 1500),
+                (7, 5000, 0, 1),
+                (8, 6000, 0, 2)
+            ]
+        );
+        assert_eq!(e.names.len(), 3);
+        assert_eq!(e.names[&100], comm("worker"));
+        assert_eq!(e.names[&5000], comm("other"));
+    }
 }

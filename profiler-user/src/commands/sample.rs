@@ -25,7 +25,7 @@ use crate::{
     },
     target::{
         caps, cgroup,
-        process::{thread_name, Target},
+        process::{thread_alive, thread_name, Target},
     },
     Error, Result,
 };
@@ -143,7 +143,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     if args.off_cpu {
         samplers::start_offcpu(probes.ebpf_mut())?;
     }
-    let maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
+    let mut maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
     let counters = probes.take_counters()?;
     let what = match &target {
         Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
@@ -187,6 +187,11 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             d.drain(pid);
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
+            if ticks.is_multiple_of(10) {
+                // Exited threads' samples out of the kernel's map, which
+                // would fill up with them.
+                maps.fold_exited(thread_alive);
+            }
             if !args.all {
                 maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
                 if let Some(t) = &mut tables {

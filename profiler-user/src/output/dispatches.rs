@@ -5,7 +5,8 @@ use serde::Serialize;
 
 use crate::analyze::dispatch::{
     quality::SampleQuality,
-    stats::{quantile_of, Frames},
+    retain::{KEEP_RECENT, KEEP_WORST},
+    stats::Frames,
     tree::{FlatNode, Kind},
     wakers::{Waker, WakerKind},
     Dispatcher,
@@ -92,6 +93,9 @@ struct GroupJson<'a> {
     total_ns: u64,
     max_ns: u64,
     p95_ns: u64,
+    /// False when the group outgrew its exact durations: the p95 then
+    /// comes from a histogram (within 1%).
+    p95_exact: bool,
     verdict: &'a str,
     svg: Option<String>,
 }
@@ -128,6 +132,9 @@ struct DispatchesJson<'a> {
     p95_ns: u64,
     p99_ns: u64,
     slow_not_detailed: u64,
+    /// Slow dispatches counted in the group of keys beyond the limit.
+    slow_in_other_keys: u64,
+    hangs_not_listed: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
@@ -167,6 +174,8 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         p95_ns: d.stats.quantile(0.95),
         p99_ns: d.stats.quantile(0.99),
         slow_not_detailed: d.slow_dropped,
+        slow_in_other_keys: d.groups_merged,
+        hangs_not_listed: d.hangs_dropped,
         sampler: SamplerJson {
             samples: d.quality.samples,
             complete_stacks_share: d.quality.complete_share(),
@@ -208,7 +217,8 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                 count: g.count(),
                 total_ns: g.total_ns(),
                 max_ns: g.max_ns(),
-                p95_ns: quantile_of(&g.durations, 0.95),
+                p95_ns: g.durations.p95_ns(),
+                p95_exact: g.durations.p95_exact(),
                 verdict: &g.verdict,
                 svg: svg_name(rank),
             })
@@ -320,6 +330,24 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
     if !d.cfg.wakers {
         let _ = writeln!(out, "wakers: not recorded (--no-wakers)");
     }
+    if d.slow_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "slow dispatches in detail: {} of {} (the {KEEP_WORST} longest of each group and the \
+             last {KEEP_RECENT}); the other {} are in their groups' counts, totals and p95",
+            d.slow.len(),
+            slow_count,
+            d.slow_dropped
+        );
+    }
+    if d.groups_merged > 0 {
+        let _ = writeln!(
+            out,
+            "{} slow dispatches had keys beyond the first {} groups: counted in one group",
+            d.groups_merged,
+            crate::analyze::dispatch::retain::MAX_GROUPS
+        );
+    }
     let groups = d.sorted_groups();
     let _ = writeln!(out, "\nSlow dispatch groups, by total time");
     if groups.is_empty() {
@@ -328,13 +356,14 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
     for (rank, g) in groups.iter().enumerate() {
         let _ = writeln!(
             out,
-            "\n#{} [{}] count {}  total {}  max {}  p95 {}{}",
+            "\n#{} [{}] count {}  total {}  max {}  p95 {}{}{}",
             rank + 1,
             g.key,
             g.count(),
             fmt_ns(g.total_ns()),
             fmt_ns(g.max_ns()),
-            fmt_ns(quantile_of(&g.durations, 0.95)),
+            if g.durations.p95_exact() { "" } else { "~" },
+            fmt_ns(g.durations.p95_ns()),
             svg_name(rank)
                 .map(|s| format!("  ({s})"))
                 .unwrap_or_default()
@@ -361,6 +390,14 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
                     fmt_ns(ns)
                 )),
             h.stack.join(" <- ")
+        );
+    }
+    if d.hangs_dropped > 0 {
+        let _ = writeln!(
+            out,
+            "  … and {} more hangs, counted only (the first {} are listed)",
+            d.hangs_dropped,
+            d.hangs.len()
         );
     }
     let f = d.stats.frames;

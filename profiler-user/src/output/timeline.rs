@@ -7,7 +7,7 @@
 use std::{fs::File, io};
 
 use crate::{
-    analyze::dispatch::Dispatcher,
+    analyze::dispatch::{Config, Dispatcher, Slow},
     analyze::stacks::Completed,
     output::export::trace::{json_name, TraceWriter},
 };
@@ -28,6 +28,10 @@ pub struct Timeline {
     error: Option<io::Error>,
     /// Threads of other processes than `pid` (several traced), by tid.
     other_pids: std::collections::HashMap<u32, u32>,
+    /// Wakers whose track was named: (pid, tid).
+    named_wakers: std::collections::HashSet<(u32, u32)>,
+    /// The last flow arrow's id.
+    flow_id: u64,
 }
 
 impl Timeline {
@@ -54,6 +58,8 @@ impl Timeline {
             omitted: 0,
             error: None,
             other_pids: Default::default(),
+            named_wakers: Default::default(),
+            flow_id: 0,
         })
     }
 
@@ -110,53 +116,67 @@ impl Timeline {
         self.keep(r);
     }
 
-    /// For each wake-up of a slow dispatch by a thread or a process: a
-    /// short slice on the waker's track and a flow arrow from it to the
-    /// woken dispatch. Wakers outside the target get their track named.
-    fn wake_flows(&mut self, d: &Dispatcher, threads: &[(u32, String)]) {
+    /// A slow dispatch: for each of its wake-ups by a thread or a process,
+    /// a short slice on the waker's track and a flow arrow from it to the
+    /// woken dispatch (wakers outside the target, not in `threads`, get
+    /// their track named once); then its own slice. Written when the
+    /// dispatcher lets it go from detail, or at the end for those it kept.
+    pub fn slow_dispatch(&mut self, cfg: &Config, s: &Slow, threads: &[(u32, String)]) {
         use crate::analyze::dispatch::wakers::WakerKind;
-        let mut id = 0u64;
-        let mut named: Vec<(u32, u32)> = Vec::new();
-        let main = d.cfg.thread_name.clone();
-        for s in &d.slow {
-            for w in &s.wakers {
-                if !matches!(w.kind, WakerKind::Thread | WakerKind::Process) {
-                    continue;
-                }
-                let known = w.pid == self.pid && threads.iter().any(|(t, _)| *t == w.tid);
-                if !known && !named.contains(&(w.pid, w.tid)) {
-                    named.push((w.pid, w.tid));
-                    if w.pid != self.pid {
-                        let r = self.w.process_name(w.pid, &w.comm);
-                        self.keep(r);
-                    }
-                    let r = self.w.thread_name(w.pid, w.tid, &w.comm);
+        let main = &cfg.thread_name;
+        for w in &s.wakers {
+            if !matches!(w.kind, WakerKind::Thread | WakerKind::Process) {
+                continue;
+            }
+            let known = w.pid == self.pid && threads.iter().any(|(t, _)| *t == w.tid);
+            if !known && self.named_wakers.insert((w.pid, w.tid)) {
+                if w.pid != self.pid {
+                    let r = self.w.process_name(w.pid, &w.comm);
                     self.keep(r);
                 }
-                for &ts in &w.wakes_ns {
-                    id += 1;
-                    let args = [
-                        ("woke", format!("{main} ({})", d.cfg.tid)),
-                        ("in", w.function.clone()),
-                        ("dispatch", s.index.to_string()),
-                    ];
-                    let name = format!("wakes {main}");
-                    let start = ts.saturating_sub(WAKE_SLICE_NS);
-                    let r =
-                        self.w
-                            .complete(w.pid, w.tid, &name, "waker", start, WAKE_SLICE_NS, &args);
-                    self.keep(r);
-                    let r = self
-                        .w
-                        .flow(true, id, w.pid, w.tid, "wakeup", "waker", start);
-                    self.keep(r);
-                    let r = self
-                        .w
-                        .flow(false, id, self.pid, d.cfg.tid, "wakeup", "waker", ts);
-                    self.keep(r);
-                }
+                let r = self.w.thread_name(w.pid, w.tid, &w.comm);
+                self.keep(r);
+            }
+            for &ts in &w.wakes_ns {
+                self.flow_id += 1;
+                let id = self.flow_id;
+                let args = [
+                    ("woke", format!("{main} ({})", cfg.tid)),
+                    ("in", w.function.clone()),
+                    ("dispatch", s.index.to_string()),
+                ];
+                let name = format!("wakes {main}");
+                let start = ts.saturating_sub(WAKE_SLICE_NS);
+                let r = self
+                    .w
+                    .complete(w.pid, w.tid, &name, "waker", start, WAKE_SLICE_NS, &args);
+                self.keep(r);
+                let r = self
+                    .w
+                    .flow(true, id, w.pid, w.tid, "wakeup", "waker", start);
+                self.keep(r);
+                let r = self
+                    .w
+                    .flow(false, id, self.pid, cfg.tid, "wakeup", "waker", ts);
+                self.keep(r);
             }
         }
+        let args = [
+            ("key", s.key.clone()),
+            ("verdict", s.verdict.clone()),
+            ("index", s.index.to_string()),
+        ];
+        let name = format!("slow dispatch: {}", s.key);
+        let r = self.w.complete(
+            self.pid,
+            cfg.tid,
+            &name,
+            "dispatch",
+            s.start_ns,
+            s.duration_ns,
+            &args,
+        );
+        self.keep(r);
     }
 
     /// Closes the file: process names (`processes`: pid and program, when
@@ -179,24 +199,8 @@ impl Timeline {
             self.keep(r);
         }
         if let Some(d) = dispatch {
-            self.wake_flows(d, threads);
             for s in &d.slow {
-                let args = [
-                    ("key", s.key.clone()),
-                    ("verdict", s.verdict.clone()),
-                    ("index", s.index.to_string()),
-                ];
-                let name = format!("slow dispatch: {}", s.key);
-                let r = self.w.complete(
-                    self.pid,
-                    d.cfg.tid,
-                    &name,
-                    "dispatch",
-                    s.start_ns,
-                    s.duration_ns,
-                    &args,
-                );
-                self.keep(r);
+                self.slow_dispatch(&d.cfg, s, threads);
             }
             for h in &d.hangs {
                 let dur = h.duration_ns.unwrap_or(h.reported_after_ns);

@@ -33,7 +33,7 @@ use crate::{
     session::probed::ProbedRecord,
     session::rings::Rings,
     session::status::Status,
-    target::process::thread_name,
+    target::process::{thread_alive, thread_name},
     Error, Result,
 };
 
@@ -179,6 +179,12 @@ impl Sinks {
         if let Some(d) = &mut self.dispatch {
             if ev.tid == d.cfg.tid {
                 d.on_call(ev);
+                // Slow dispatches let go from detail go to trace.json now.
+                for s in d.take_evicted() {
+                    if let Some(tl) = &mut self.timeline {
+                        tl.slow_dispatch(&d.cfg, &s, &[]);
+                    }
+                }
             }
         }
         for st in &mut self.stages {
@@ -392,7 +398,7 @@ impl Sinks {
             |tid| match many {
                 // Threads of several processes: /proc finds any thread by id.
                 true => std::path::Path::new(&format!("/proc/{tid}/stat")).exists(),
-                false => std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists(),
+                false => thread_alive(pid, tid),
             },
             now,
         );
@@ -497,6 +503,11 @@ impl Sinks {
         if self.ticks % 100 == 1 {
             if let Some((maps, sym)) = &mut self.cpu {
                 maps.remember_maps(sym, Some(self.pid));
+                if self.ticks % 1000 == 1 {
+                    // Every 10 s: exited threads' samples out of the
+                    // kernel's map, which would fill up with them.
+                    maps.fold_exited(thread_alive);
+                }
             }
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();

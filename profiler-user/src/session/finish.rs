@@ -235,8 +235,10 @@ fn summary_page(f: &Finish, report: &Report, dispatch: Option<&Dispatcher>) -> P
     if let Some(d) = dispatch {
         if d.slow_dropped > 0 {
             page.warn(format!(
-                "{} slow dispatches beyond the first {} were counted but not detailed",
+                "{} slow dispatches were counted in their groups but not detailed (kept: the {} longest of each group and the last {}, {} in all)",
                 d.slow_dropped,
+                crate::analyze::dispatch::retain::KEEP_WORST,
+                crate::analyze::dispatch::retain::KEEP_RECENT,
                 d.slow.len()
             ));
         }

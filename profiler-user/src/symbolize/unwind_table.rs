@@ -241,6 +241,20 @@ pub fn build<'a, R: object::ReadRef<'a>>(elf: R) -> Result<Table, String> {
     Ok(compile(&cfi, stats))
 }
 
+/// Compiles the table of bare CFI sections: `.eh_frame` with its address,
+/// `.debug_frame`, with no section addresses and every FDE kept (for the
+/// fuzz target that mutates real sections, `crate::fuzzing`).
+pub fn build_from_sections(eh_frame: Option<(&[u8], u64)>, debug_frame: Option<&[u8]>) -> Table {
+    let cfi = Cfi {
+        eh_frame,
+        debug_frame,
+        text: 0,
+        got: 0,
+        exec: Vec::new(),
+    };
+    compile(&cfi, TableStats::default())
+}
+
 /// The address ranges of the executable `PT_LOAD` segments.
 fn exec_segments<'a, R: object::ReadRef<'a>>(file: &object::File<'a, R>) -> Vec<Range<u64>> {
     file.segments()
@@ -248,28 +262,43 @@ fn exec_segments<'a, R: object::ReadRef<'a>>(file: &object::File<'a, R>) -> Vec<
             object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_X != 0,
             _ => false,
         })
-        .map(|s| s.address()..s.address() + s.size())
+        // A segment's end as the file says: saturated, since a corrupt
+        // file may put it past the address space.
+        .map(|s| s.address()..s.address().saturating_add(s.size()))
         .collect()
 }
 
+/// Largest compressed CFI section inflated (glibc's `.debug_frame` is
+/// under 1 MiB): a few bytes of zlib can claim, and inflate to, gigabytes.
+const MAX_INFLATED: u64 = 256 << 20;
+
 /// A section's bytes, inflated if it is zlib-compressed; `None` if it is
-/// compressed otherwise.
+/// compressed otherwise, or inflates to other than the size its header
+/// says (at most [`MAX_INFLATED`]).
 fn section_bytes<'a, R: object::ReadRef<'a>>(
     s: &object::Section<'a, '_, R>,
 ) -> Option<std::borrow::Cow<'a, [u8]>> {
-    use std::io::Read;
     let c = s.compressed_data().ok()?;
     match c.format {
         object::CompressionFormat::None => Some(c.data.into()),
-        object::CompressionFormat::Zlib => {
-            let mut out = Vec::with_capacity(c.uncompressed_size.min(1 << 30) as usize);
-            flate2::read::ZlibDecoder::new(c.data)
-                .read_to_end(&mut out)
-                .ok()?;
-            Some(out.into())
-        }
+        object::CompressionFormat::Zlib => inflate(c.data, c.uncompressed_size).map(Into::into),
         _ => None,
     }
+}
+
+/// Inflates a zlib stream that should hold `size` bytes: `None` if it
+/// holds another number, is corrupt, or `size` is over [`MAX_INFLATED`].
+fn inflate(data: &[u8], size: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if size > MAX_INFLATED {
+        return None;
+    }
+    let mut out = Vec::new();
+    flate2::read::ZlibDecoder::new(data)
+        .take(size + 1)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() as u64 == size).then_some(out)
 }
 
 /// The GNU build-id of an ELF image (bytes, or a [`object::ReadCache`]
@@ -872,6 +901,21 @@ mod tests {
     }
 
     #[test]
+    fn inflate_is_bounded_by_the_claimed_size() {
+        use std::io::Write;
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![0u8; 1 << 20]).unwrap();
+        let bomb = z.finish().unwrap();
+        // 1 MiB in about a kilobyte: read as claimed, refused when the
+        // header lies either way or claims too much.
+        assert_eq!(inflate(&bomb, 1 << 20).map(|v| v.len()), Some(1 << 20));
+        assert_eq!(inflate(&bomb, 100), None);
+        assert_eq!(inflate(&bomb, 2 << 20), None);
+        assert_eq!(inflate(&bomb, MAX_INFLATED + 1), None);
+        assert_eq!(inflate(b"not zlib", 8), None);
+    }
+
+    #[test]
     fn build_rejects_what_is_not_an_x86_64_elf() {
         assert!(build(&b"not an elf"[..]).is_err());
         assert!(build(&[][..]).is_err());
@@ -937,7 +981,9 @@ mod tests {
             text: text.map(|t| t.1),
             got_svma: file
                 .section_by_name(".got")
-                .map(|s| s.address()..s.address() + s.size()),
+                // A segment's end as the file says: saturated, since a corrupt
+        // file may put it past the address space.
+        .map(|s| s.address()..s.address().saturating_add(s.size())),
             eh_frame_svma: eh_frame.as_ref().map(|t| t.0.clone()),
             eh_frame: eh_frame.map(|t| t.1),
             eh_frame_hdr_svma: eh_frame_hdr.as_ref().map(|t| t.0.clone()),

@@ -380,6 +380,11 @@ pub fn children(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Whether thread `tid` of process `pid` still exists.
+pub fn thread_alive(pid: u32, tid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,6 +394,13 @@ mod tests {
         // PID 2 is kthreadd on Linux; this test process is a user process.
         assert_eq!(kernel_thread_name(2).as_deref(), Some("kthreadd"));
         assert_eq!(kernel_thread_name(std::process::id()), None);
+    }
+
+    #[test]
+    fn thread_alive_sees_this_thread_only() {
+        let pid = std::process::id();
+        assert!(thread_alive(pid, pid));
+        assert!(!thread_alive(pid, u32::MAX));
     }
 
     #[test]

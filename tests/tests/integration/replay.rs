@@ -120,3 +120,80 @@ fn corrupt_or_newer_data_is_refused() {
     let fin = profiler(&["report", dir.path().to_str().unwrap()]);
     assert_error(&fin, "corrupt or truncated", true);
 }
+
+/// Every dispatch slow (`--threshold 1us`): the 300 dispatches of the
+/// `eventloop` fixture outgrow what is kept in detail (the 10 longest of
+/// each group and the 100 most recent). The rest are counted in
+/// `slow_not_detailed` and said in dispatches.txt, every slow dispatch keeps
+/// its slice in trace.json, and the replay, letting the same ones go at the
+/// same points, writes the same bytes.
+#[test]
+fn slow_dispatches_beyond_detail_are_counted_and_replay_the_same() {
+    require_root!();
+    let exe = build_c(
+        "eventloop.c",
+        "eventloop",
+        &["-O1", "-g", "-fno-omit-frame-pointer"],
+    );
+    let live = TempDir::new("replay-many-slow");
+    let state = TempDir::new("replay-many-slow-state");
+    let mut fx = Fixture::spawn(&exe, &[state.path().to_str().unwrap()]);
+    let rec = Recording::start(
+        fx.pid,
+        live.path(),
+        &[
+            "--dispatch",
+            "dispatch_message",
+            "--func",
+            "handle_*",
+            "--func",
+            "step_*",
+            "--threshold",
+            "1us",
+            "--hang",
+            "1h",
+        ],
+    );
+    fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "record failed: {fin:?}");
+    fx.release();
+
+    let d = read_json_file(&live.join("dispatches.json"));
+    let detailed = d["slow"].as_array().unwrap().len() as u64;
+    let not_detailed = d["slow_not_detailed"].as_u64().unwrap();
+    let groups = d["groups"].as_array().unwrap();
+    let slow: u64 = groups.iter().map(|g| g["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        d["dispatches"].as_u64(),
+        Some(300),
+        "every message dispatched"
+    );
+    assert!(slow >= 290, "nearly every dispatch is over 1 µs: {slow}");
+    assert!(not_detailed > 0, "300 slow dispatches all kept in detail");
+    assert_eq!(detailed + not_detailed, slow, "every slow dispatch counted");
+    assert!(
+        detailed <= 10 * groups.len() as u64 + 100,
+        "{detailed} in detail for {} groups",
+        groups.len()
+    );
+    let txt = std::fs::read_to_string(live.join("dispatches.txt")).unwrap();
+    let line = format!("slow dispatches in detail: {detailed} of {slow} ");
+    assert!(txt.contains(&line), "no {line:?} in dispatches.txt:\n{txt}");
+    let trace = std::fs::read_to_string(live.join("trace.json")).unwrap();
+    assert_eq!(
+        trace.matches("\"slow dispatch: ").count() as u64,
+        slow,
+        "one trace.json slice per slow dispatch"
+    );
+
+    let again = TempDir::new("replay-many-slow-again");
+    let rep = profiler(&[
+        "report",
+        live.path().to_str().unwrap(),
+        "--out",
+        again.path().to_str().unwrap(),
+    ]);
+    assert!(rep.status.success(), "replay failed: {rep:?}");
+    assert_same_outputs(live.path(), again.path());
+}

@@ -282,3 +282,41 @@ fn dwarf_unwinding_completes_stacks_without_frame_pointers() {
     );
     assert!(share >= 90.0, "complete stacks {share}% < 90% with --dwarf");
 }
+
+/// A target that starts a short-lived thread every 50 ms (soak.c): the
+/// agent moves exited threads' counts out of the kernel's map every 10 s
+/// (`fold_exited`). Their samples must survive the move, under the
+/// process's thread name, and the map must not fill.
+#[test]
+fn exited_threads_samples_survive_folding() {
+    require_root!();
+    let exe = build_c("soak.c", "soak", &["-O1", "-g", "-fno-omit-frame-pointer"]);
+    let out = TempDir::new("sample-exited-threads");
+    let fx = Fixture::spawn(&exe, &[]);
+    // Over 10 s: at least one fold happens while sampling.
+    sample(
+        out.path(),
+        &["--pid", &fx.pid.to_string(), "--duration", "13s"],
+    );
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let workers: Vec<&(Vec<String>, u64)> = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "worker_task"))
+        .collect();
+    let worker_samples: u64 = workers.iter().map(|(_, n)| n).sum();
+    eprintln!("worker_task (threads of about 1 ms each): {worker_samples} samples");
+    assert!(
+        worker_samples > 0,
+        "no sample of the short-lived threads' worker_task:\n{folded_text}"
+    );
+    assert!(
+        workers.iter().all(|(s, _)| s[0] == "soak"),
+        "exited threads are not under their name:\n{folded_text}"
+    );
+    let txt = read(out.path(), "cpu.txt");
+    assert!(
+        txt.contains("0 samples not counted (map full)"),
+        "samples lost to a full map:\n{txt}"
+    );
+}

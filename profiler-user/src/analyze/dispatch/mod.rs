@@ -9,6 +9,7 @@
 //! [`Notice`] for the session to print and log; nothing here writes.
 pub mod explain;
 pub mod quality;
+pub mod retain;
 pub mod sched;
 pub mod stats;
 pub mod tree;
@@ -18,6 +19,7 @@ use std::collections::HashMap;
 
 use profiler_common::{Event, KIND_ENTRY};
 
+pub use self::retain::Group;
 use self::{
     quality::SampleQuality,
     sched::SchedTracker,
@@ -28,8 +30,8 @@ use crate::{analyze::stacks::same_frame, symbolize::Symbolizer};
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
 const MAX_RECORDS: usize = 2_000_000;
-/// Most slow dispatches kept in detail; beyond it only groups are updated.
-const MAX_SLOW: usize = 10_000;
+/// Most hangs kept; later ones are counted in `hangs_dropped`.
+const MAX_HANGS: usize = 1_000;
 
 /// How dispatches are found and judged.
 #[derive(Debug, Clone)]
@@ -79,7 +81,10 @@ struct Open {
     start_ns: u64,
     calls: Vec<(u32, u64)>,
     truncated: bool,
+    /// Its entry in `hangs`, if kept there.
     hang: Option<usize>,
+    /// Reported as a hang (kept or counted).
+    hang_told: bool,
     samples: u32,
     last_sample: Option<Box<[u64]>>,
 }
@@ -111,38 +116,6 @@ pub struct Slow {
     pub truncated: bool,
     /// Who woke it in its blocked intervals, most blocked time first.
     pub wakers: Vec<wakers::Waker>,
-}
-
-/// Slow dispatches sharing a key.
-#[derive(Debug, Clone, Default)]
-pub struct Group {
-    /// The key.
-    pub key: String,
-    /// Durations of its dispatches.
-    pub durations: Vec<u64>,
-    /// Verdict of the worst instance.
-    pub verdict: String,
-    /// Trimmed tree of the worst instance.
-    pub worst_tree: Vec<FlatNode>,
-    /// Folded stacks of the worst instance (for its flame graph).
-    pub worst_folded: Vec<String>,
-    /// Who woke the worst instance.
-    pub worst_wakers: Vec<wakers::Waker>,
-}
-
-impl Group {
-    /// Dispatches in the group.
-    pub fn count(&self) -> u64 {
-        self.durations.len() as u64
-    }
-    /// Summed duration.
-    pub fn total_ns(&self) -> u64 {
-        self.durations.iter().sum()
-    }
-    /// Longest duration.
-    pub fn max_ns(&self) -> u64 {
-        self.durations.iter().copied().max().unwrap_or(0)
-    }
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -197,14 +170,21 @@ pub struct Dispatcher {
     sched: SchedTracker,
     /// Statistics over all dispatches.
     pub stats: Stats,
-    /// Slow dispatches in order.
+    /// Slow dispatches kept in detail, in order (see [`retain`]).
     pub slow: Vec<Slow>,
-    /// Slow dispatches beyond [`MAX_SLOW`], counted only.
+    /// Slow dispatches let go from detail, counted only (their groups
+    /// have them).
     pub slow_dropped: u64,
+    kept: retain::Kept,
     /// Groups by key.
     pub groups: HashMap<String, Group>,
-    /// Hangs in order.
+    /// Slow dispatches whose key came after [`retain::MAX_GROUPS`] others,
+    /// counted in the group [`retain::OTHER_GROUP`].
+    pub groups_merged: u64,
+    /// Hangs in order, the first [`MAX_HANGS`].
     pub hangs: Vec<Hang>,
+    /// Hangs beyond [`MAX_HANGS`], counted only.
+    pub hangs_dropped: u64,
     /// How complete the in-dispatch sampler's stacks were.
     pub quality: SampleQuality,
     symbolizer: Symbolizer,
@@ -242,8 +222,11 @@ impl Dispatcher {
             stats: Stats::default(),
             slow: Vec::new(),
             slow_dropped: 0,
+            kept: retain::Kept::default(),
             groups: HashMap::new(),
+            groups_merged: 0,
             hangs: Vec::new(),
+            hangs_dropped: 0,
             quality: SampleQuality::default(),
             symbolizer: Symbolizer::new(pid),
             pid,
@@ -270,6 +253,11 @@ impl Dispatcher {
     /// A traced entry or exit on the watched thread.
     pub fn on_call(&mut self, ev: &Event) {
         let func = ev.func();
+        if func as usize >= self.names.len() {
+            // Not a probed function (a damaged recording): the shadow
+            // stacks count it as invalid; it must not reach the trees.
+            return;
+        }
         if ev.kind() == KIND_ENTRY {
             if self.open.is_none() {
                 if !self
@@ -286,6 +274,7 @@ impl Dispatcher {
                     calls: Vec::new(),
                     truncated: false,
                     hang: None,
+                    hang_told: false,
                     samples: 0,
                     last_sample: None,
                 });
@@ -393,7 +382,7 @@ impl Dispatcher {
     pub fn tick(&mut self, now_ns: u64) {
         let Some(open) = &mut self.open else { return };
         let running = now_ns.saturating_sub(open.start_ns);
-        if open.hang.is_some() || running < self.cfg.hang_ns {
+        if open.hang_told || running < self.cfg.hang_ns {
             return;
         }
         let mut stack: Vec<String> = Vec::new();
@@ -429,8 +418,13 @@ impl Dispatcher {
             running_ns: running,
             stack: hang.stack.clone(),
         });
-        open.hang = Some(self.hangs.len());
-        self.hangs.push(hang);
+        open.hang_told = true;
+        if self.hangs.len() < MAX_HANGS {
+            open.hang = Some(self.hangs.len());
+            self.hangs.push(hang);
+        } else {
+            self.hangs_dropped += 1;
+        }
     }
 
     fn end(&mut self, end_ns: u64) {
@@ -458,34 +452,6 @@ impl Dispatcher {
         self.recs.clear();
         if self.recs.capacity() > 1 << 16 {
             self.recs = Vec::new();
-        }
-    }
-
-    fn add_slow(&mut self, slow: explain::Explained) {
-        let explain::Explained { slow, folded } = slow;
-        self.notices.push(Notice::Slow {
-            duration_ns: slow.duration_ns,
-            key: slow.key.clone(),
-            verdict: slow.verdict.clone(),
-        });
-        let g = self
-            .groups
-            .entry(slow.key.clone())
-            .or_insert_with(|| Group {
-                key: slow.key.clone(),
-                ..Group::default()
-            });
-        if slow.duration_ns >= g.max_ns() {
-            g.verdict = slow.verdict.clone();
-            g.worst_tree = slow.tree.clone();
-            g.worst_folded = folded;
-            g.worst_wakers = slow.wakers.clone();
-        }
-        g.durations.push(slow.duration_ns);
-        if self.slow.len() < MAX_SLOW {
-            self.slow.push(slow);
-        } else {
-            self.slow_dropped += 1;
         }
     }
 

@@ -121,17 +121,11 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             truncated: false,
             wakers: Vec::new(),
         });
-        d.groups.insert(
-            key.clone(),
-            Group {
-                key,
-                durations: vec![dur],
-                verdict: "50% on CPU".into(),
-                worst_tree: tree,
-                worst_folded: Vec::new(),
-                worst_wakers: Vec::new(),
-            },
-        );
+        let mut g = Group::new(key.clone());
+        g.verdict = "50% on CPU".into();
+        g.worst_tree = tree;
+        g.durations.add(dur);
+        d.groups.insert(key, g);
     }
     let mut page = Page::new("profiler: synthetic large recording", duration_ns);
     page.fact("target", "PID 1 /usr/bin/synthetic");
