@@ -513,6 +513,9 @@ impl Sinks {
                 d.remember_maps();
             }
             if let Some(t) = &mut self.tables {
+                // Children that exited since: their entries and table uses
+                // go (a target forking all day would fill the map).
+                t.forget(|_| false);
                 t.add_process(self.pid);
                 if self.dispatch.is_some() {
                     for child in crate::target::process::children(self.pid)

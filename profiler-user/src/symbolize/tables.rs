@@ -460,6 +460,21 @@ impl Tables {
         }
     }
 
+    /// Forgets every process that exited, and those `drop` names: a
+    /// long session whose target forks short-lived children (each given
+    /// tables for a while) keeps neither their entries nor their uses.
+    pub fn forget(&mut self, drop: impl Fn(u32) -> bool) {
+        let gone: Vec<u32> = self
+            .per_pid
+            .keys()
+            .copied()
+            .filter(|&p| drop(p) || !std::path::Path::new(&format!("/proc/{p}")).exists())
+            .collect();
+        for pid in gone {
+            self.remove_process(pid);
+        }
+    }
+
     /// Adds or refreshes the tables of the processes `pids`, in that order,
     /// until `budget` is spent (the rest wait for the next call); with
     /// `exact`, also drops those of every other process. Processes that
@@ -467,18 +482,7 @@ impl Tables {
     pub fn sync(&mut self, pids: &[u32], exact: bool, budget: std::time::Duration) -> Vec<u32> {
         let start = Instant::now();
         let want: HashSet<u32> = pids.iter().copied().collect();
-        let gone: Vec<u32> = self
-            .per_pid
-            .keys()
-            .copied()
-            .filter(|p| {
-                (exact && !want.contains(p))
-                    || !std::path::Path::new(&format!("/proc/{p}")).exists()
-            })
-            .collect();
-        for pid in gone {
-            self.remove_process(pid);
-        }
+        self.forget(|p| exact && !want.contains(&p));
         let mut done = HashSet::new();
         let mut left = Vec::new();
         for &pid in pids {
