@@ -231,6 +231,10 @@ mod tests {
             crash.extend_from_slice(&rec);
         }
         ring_record(&crash);
+        // Another: a node of ~2^61 ns overflowed the key node's 30% rule.
+        ring_record(include_bytes!(
+            "../../fuzz/regressions/ring_record-key-node-overflow"
+        ));
         unwind_table(&elf);
         unwind_table(&noise);
         cfi_section(&eh);

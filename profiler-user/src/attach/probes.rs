@@ -330,29 +330,43 @@ impl Probes {
                 if idx.is_empty() {
                     continue;
                 }
-                match multi_links(progs, sel, bi, &idx, false, pid) {
-                    Ok(links) => {
-                        for &i in &idx {
-                            pending[i] = false;
+                // A set the kernel refuses (one unprobeable function, such
+                // as libc's `pthread_spin_lock`) is split in halves and
+                // retried, so only the refused functions fall back to one
+                // perf link per probe: thousands of those take minutes to
+                // close (one RCU grace period each).
+                let mut todo = vec![idx];
+                while let Some(idx) = todo.pop() {
+                    match multi_links(progs, sel, bi, &idx, false, pid) {
+                        Ok(links) => {
+                            for &i in &idx {
+                                pending[i] = false;
+                            }
+                            self.multi_links.push(BinLinks {
+                                bin: bi,
+                                funcs: idx,
+                                gen: false,
+                                links,
+                            });
                         }
-                        self.multi_links.push(BinLinks {
-                            bin: bi,
-                            funcs: idx,
-                            gen: false,
-                            links,
-                        });
-                    }
-                    Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
-                        return Err(Error::TargetGone(pid));
-                    }
-                    // Fall back to one probe per function for this binary,
-                    // which also tells which function the kernel refused.
-                    Err(e) => {
-                        if std::env::var_os("PROFILER_DEBUG").is_some() {
-                            eprintln!(
-                                "profiler: debug: uprobe_multi attach to {}: {e}",
-                                bin.open_path.display()
-                            );
+                        Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
+                            return Err(Error::TargetGone(pid));
+                        }
+                        // The per-probe fallback below tells which function
+                        // the kernel refused, and why.
+                        Err(e) => {
+                            if std::env::var_os("PROFILER_DEBUG").is_some() {
+                                eprintln!(
+                                    "profiler: debug: uprobe_multi attach of {} functions to {}: {e}",
+                                    idx.len(),
+                                    bin.open_path.display()
+                                );
+                            }
+                            if idx.len() > 1 {
+                                let (l, r) = idx.split_at(idx.len() / 2);
+                                todo.push(r.to_vec());
+                                todo.push(l.to_vec());
+                            }
                         }
                     }
                 }

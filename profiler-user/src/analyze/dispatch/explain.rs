@@ -223,7 +223,9 @@ fn blocked_mostly(split: Split, wakers: &[Waker]) -> Option<&Waker> {
     if blocked_ns < on_cpu_ns || blocked_ns < runnable_ns {
         return None;
     }
-    wakers.first().filter(|w| w.blocked_ns * 2 >= blocked_ns)
+    wakers
+        .first()
+        .filter(|w| w.blocked_ns.saturating_mul(2) >= blocked_ns)
 }
 
 fn pct(part: u64, whole: u64) -> u64 {
@@ -260,7 +262,7 @@ fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> String {
     let p = pct(on_cpu_ns, duration_ns);
     let hot = tree
         .heaviest(key, Kind::Sampled)
-        .filter(|&h| tree.nodes[h].self_ns * 2 >= tree.nodes[key].total_ns);
+        .filter(|&h| tree.nodes[h].self_ns.saturating_mul(2) >= tree.nodes[key].total_ns);
     match hot {
         Some(h) => format!(
             "{p}% on-CPU in {sig} (hot: {} ~{}%)",

@@ -158,7 +158,7 @@ impl Tree {
         let pick = |kinds: &[Kind]| {
             let mut best: Option<(u128, usize)> = None;
             for (i, n) in self.nodes.iter().enumerate().skip(1) {
-                if !kinds.contains(&n.kind) || n.total_ns * 10 < total * 3 {
+                if !kinds.contains(&n.kind) || u128::from(n.total_ns) * 10 < u128::from(total) * 3 {
                     continue;
                 }
                 let score = u128::from(depths[i] + 1) * u128::from(n.total_ns);
@@ -206,7 +206,7 @@ impl Tree {
         let mut keep = vec![true; self.nodes.len()];
         let count = |keep: &[bool]| keep.iter().filter(|&&k| k).count();
         for (k, n) in keep.iter_mut().zip(&self.nodes).skip(1) {
-            if n.total_ns * 20 <= total {
+            if n.total_ns.saturating_mul(20) <= total {
                 *k = false;
             }
         }
@@ -216,7 +216,10 @@ impl Tree {
                 break;
             }
             for (i, n) in self.nodes.iter().enumerate().skip(1) {
-                if keep[i] && n.total_ns * 10 <= self.nodes[n.parent].total_ns * round {
+                if keep[i]
+                    && u128::from(n.total_ns) * 10
+                        <= u128::from(self.nodes[n.parent].total_ns) * u128::from(round)
+                {
                     keep[i] = false;
                 }
             }
