@@ -289,6 +289,13 @@ impl CpuMaps {
             moved += 1;
             self.exited.add(key, comm, count);
         }
+        // Their names are kept with the folded counts; the kernel's map of
+        // names would otherwise fill with every thread that ever ran (kept
+        // with --off-cpu, whose counts of exited threads are not folded).
+        let fold_names = self.offcpu.is_none();
+        for (tid, _) in dead.into_iter().filter(|&(_, d)| d && fold_names) {
+            let _ = self.comms.remove(&tid);
+        }
         moved
     }
 }
