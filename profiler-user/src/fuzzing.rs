@@ -235,6 +235,18 @@ mod tests {
         ring_record(include_bytes!(
             "../../fuzz/regressions/ring_record-key-node-overflow"
         ));
+        // And: a percentage of such a duration overflowed in the verdict.
+        ring_record(include_bytes!(
+            "../../fuzz/regressions/ring_record-pct-overflow"
+        ));
+        // And a function's summed durations.
+        ring_record(include_bytes!(
+            "../../fuzz/regressions/ring_record-sum-overflow"
+        ));
+        // And the on-CPU / blocked split.
+        ring_record(include_bytes!(
+            "../../fuzz/regressions/ring_record-split-overflow"
+        ));
         unwind_table(&elf);
         unwind_table(&noise);
         cfi_section(&eh);

@@ -54,10 +54,12 @@ impl FuncStats {
         };
         self.max_ns = self.max_ns.max(dur);
         self.calls += 1;
-        self.sum_ns += dur;
-        self.self_ns += self_ns;
+        // Saturating: timestamps are the kernel's, but a damaged record
+        // must not wrap a sum (or panic a checked build).
+        self.sum_ns = self.sum_ns.saturating_add(dur);
+        self.self_ns = self.self_ns.saturating_add(self_ns);
         if outermost {
-            self.total_ns += dur;
+            self.total_ns = self.total_ns.saturating_add(dur);
         }
     }
 

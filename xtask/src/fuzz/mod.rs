@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz`: builds the libFuzzer targets in `fuzz/` with
-//! cargo-fuzz (nightly; `--dev`, opt-level 1 with overflow checks: builds in
+//! cargo-fuzz (nightly; `--dev`, opt-level 1, overflow checks off as in release: builds in
 //! minutes where cargo-fuzz's default release build with one codegen unit
 //! per crate took over an hour on a busy 2-core machine; `--asan` adds
 //! AddressSanitizer) into `target/fuzz`, seeds them

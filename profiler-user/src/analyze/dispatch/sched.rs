@@ -49,9 +49,9 @@ impl SchedTracker {
             let from = self.since_ns.max(*start);
             let d = until_ns.saturating_sub(from);
             match self.state {
-                State::OnCpu => split.on_cpu_ns += d,
-                State::Blocked => split.blocked_ns += d,
-                State::Runnable => split.runnable_ns += d,
+                State::OnCpu => split.on_cpu_ns = split.on_cpu_ns.saturating_add(d),
+                State::Blocked => split.blocked_ns = split.blocked_ns.saturating_add(d),
+                State::Runnable => split.runnable_ns = split.runnable_ns.saturating_add(d),
             }
         }
     }

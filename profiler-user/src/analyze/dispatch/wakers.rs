@@ -12,7 +12,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::tree::{Kind, Tree};
+use super::{
+    explain::pct,
+    tree::{Kind, Tree},
+};
 use crate::symbolize::Symbolizer;
 
 /// A wake-up of the watched thread while it was blocked in a dispatch.
@@ -368,10 +371,6 @@ pub fn attach(
             .then_with(|| a.tid.cmp(&b.tid))
     });
     wakers
-}
-
-fn pct(part: u64, whole: u64) -> u64 {
-    (part * 100).checked_div(whole).unwrap_or(0)
 }
 
 /// `, woken by worker-1 (tid 7) in flush_to_disk <- save_all; it was
