@@ -8,7 +8,7 @@ use profiler_common::KIND_ENTRY;
 
 use super::{
     sched::Split,
-    tree::{Kind, Tree},
+    tree::{pct, Kind, Tree},
     wakers::{self, Interval, PeerRec, WakeRec, Waker},
     Dispatcher, Open, Rec, Slow,
 };
@@ -226,14 +226,6 @@ fn blocked_mostly(split: Split, wakers: &[Waker]) -> Option<&Waker> {
     wakers
         .first()
         .filter(|w| w.blocked_ns.saturating_mul(2) >= blocked_ns)
-}
-
-/// `part` in % of `whole` (0 if `whole` is), without overflow on
-/// durations that a damaged or hostile record can make huge.
-pub(super) fn pct(part: u64, whole: u64) -> u64 {
-    (u128::from(part) * 100)
-        .checked_div(u128::from(whole))
-        .map_or(0, |p| p.min(u128::from(u64::MAX)) as u64)
 }
 
 /// `92% on-CPU in parse_json <- load_config`, `81% blocked in fsync <- save_state`.

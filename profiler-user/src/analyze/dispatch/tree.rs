@@ -351,6 +351,14 @@ fn node(name: &str, kind: Kind, parent: usize) -> Node {
     }
 }
 
+/// `part` in % of `whole` (0 if `whole` is), without overflow on
+/// durations that a damaged or hostile record can make huge.
+pub fn pct(part: u64, whole: u64) -> u64 {
+    (u128::from(part) * 100)
+        .checked_div(u128::from(whole))
+        .map_or(0, |p| p.min(u128::from(u64::MAX)) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

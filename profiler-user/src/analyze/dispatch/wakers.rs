@@ -12,10 +12,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{
-    explain::pct,
-    tree::{Kind, Tree},
-};
+use super::tree::{pct, Kind, Tree};
 use crate::symbolize::Symbolizer;
 
 /// A wake-up of the watched thread while it was blocked in a dispatch.
