@@ -409,6 +409,18 @@ impl Header {
     }
 }
 
+/// The length of the soak in `md` (its title, `# Soak: N min`).
+fn soak_minutes(md: &str) -> u64 {
+    md.lines()
+        .find_map(|l| {
+            l.strip_prefix("# Soak: ")?
+                .strip_suffix(" min")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// `target/soak.md` (written by `cargo xtask soak`), if present.
 fn read_soak(root: &Path) -> Option<String> {
     std::fs::read_to_string(root.join("target/soak.md")).ok()
@@ -501,6 +513,18 @@ pub fn render(
                     continue;
                 }
                 Soak => match soak {
+                    Some(md) if md.contains("soak: FAIL") => (
+                        Verdict::Fail,
+                        "`cargo xtask soak`: over the goal, figures below".into(),
+                    ),
+                    Some(md) if soak_minutes(md) < 60 => (
+                        Verdict::NotRun,
+                        format!(
+                            "`cargo xtask soak --minutes {}` passed (figures below); the row asks \
+                             for an hour: `cargo xtask soak --minutes 60`",
+                            soak_minutes(md)
+                        ),
+                    ),
                     Some(_) => (Verdict::Pass, "`cargo xtask soak`: figures below".into()),
                     None => (
                         Verdict::NotRun,
@@ -601,10 +625,20 @@ mod tests {
         assert!(line(15).contains("skip: no hook"), "{}", line(15));
         assert!(line(19).ends_with("| not run |"), "{}", line(19));
         assert!(line(26).contains("recording_damage::full_disk_tmpfs`: missing"));
-        let with_soak = render(&it, &BTreeMap::new(), &h, Some("RSS slope 0 MB/h"));
-        assert!(with_soak.contains("RSS slope 0 MB/h"));
-        assert!(with_soak
-            .lines()
-            .any(|l| l.starts_with("| 19 |") && l.ends_with("| pass |")));
+        let row19 = |soak: &str| {
+            render(&it, &BTreeMap::new(), &h, Some(soak))
+                .lines()
+                .find(|l| l.starts_with("| 19 |"))
+                .unwrap()
+                .to_string()
+        };
+        let hour = "# Soak: 60 min\nRSS slope 0 MB/h\nsoak: PASS";
+        assert!(render(&it, &BTreeMap::new(), &h, Some(hour)).contains("RSS slope 0 MB/h"));
+        assert!(row19(hour).ends_with("| pass |"), "{}", row19(hour));
+        // A short run does not stand for the hour; a failed one fails.
+        let short = "# Soak: 2 min\nsoak: PASS";
+        assert!(row19(short).ends_with("| not run |"), "{}", row19(short));
+        let failed = "# Soak: 60 min\nsoak: FAIL";
+        assert!(row19(failed).ends_with("| FAIL |"), "{}", row19(failed));
     }
 }
