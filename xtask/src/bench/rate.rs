@@ -140,29 +140,34 @@ pub fn rows(sweeps: &[Sweep]) -> String {
          | ---: | --- | ---: | ---: | --- |\n",
     );
     for w in sweeps {
-        let ring = w
-            .ring
-            .map_or("default".into(), |r| format!("{} KiB", r >> 10));
-        let best = w.best.map_or("—".into(), |b| {
-            format!("{:.2} M events/s", b.events_per_s / 1e6)
-        });
-        let loss = w.first_loss.map_or("—".into(), |f| {
-            format!(
-                "{:.2} M events/s ({} of {} lost)",
-                f.events_per_s / 1e6,
-                f.lost,
-                f.events + f.lost
-            )
-        });
-        let note = match (&w.error, w.saturated) {
-            (Some(e), _) => format!("error: {e}"),
-            (None, true) => {
-                "no loss; the traced fixture could not go faster (tracing cost bound)".into()
-            }
-            (None, false) if w.first_loss.is_some() => "loss bound".into(),
-            (None, false) => String::new(),
-        };
+        let [ring, best, loss, note] = cells(w, " (tracing cost bound)");
         writeln!(s, "| {} | {ring} | {best} | {loss} | {note} |", w.threads).unwrap();
     }
     s
+}
+
+/// A sweep's ring size, highest zero-loss rate, lowest lossy rate and note
+/// (`saturated` is appended to the note when the fixture was the limit).
+pub fn cells(w: &Sweep, saturated: &str) -> [String; 4] {
+    let ring = w
+        .ring
+        .map_or("default".into(), |r| format!("{} KiB", r >> 10));
+    let best = w.best.map_or("—".into(), |b| {
+        format!("{:.2} M events/s", b.events_per_s / 1e6)
+    });
+    let loss = w.first_loss.map_or("—".into(), |f| {
+        format!(
+            "{:.2} M events/s ({} of {} lost)",
+            f.events_per_s / 1e6,
+            f.lost,
+            f.events + f.lost
+        )
+    });
+    let note = match (&w.error, w.saturated) {
+        (Some(e), _) => format!("error: {e}"),
+        (None, true) => format!("no loss; the traced fixture could not go faster{saturated}"),
+        (None, false) if w.first_loss.is_some() => "loss bound".into(),
+        (None, false) => String::new(),
+    };
+    [ring, best, loss, note]
 }

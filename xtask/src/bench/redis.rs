@@ -353,25 +353,20 @@ pub fn rows(r: &Redis) -> String {
         r.requests
     );
     md.push_str("| round | starts after attach | A req/s | B req/s | B/A | A / B CPU µs per request | B/A CPU |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (i, x) in r.control.iter().enumerate() {
+    let control = r
+        .control
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (format!("control {}", i + 1), x));
+    let traced = r
+        .rounds
+        .iter()
+        .enumerate()
+        .map(|(i, x)| ((i + 1).to_string(), x));
+    for (round, x) in control.chain(traced) {
         let _ = writeln!(
             md,
-            "| control {} | {:.1} s | {:.0} | {:.0} | {:.2}× | {:.1} / {:.1} | {:.2}× |",
-            i + 1,
-            x.a.at_s.min(x.b.at_s),
-            x.a.both(),
-            x.b.both(),
-            x.ratio(),
-            x.a.cpu_us,
-            x.b.cpu_us,
-            x.cpu_ratio()
-        );
-    }
-    for (i, x) in r.rounds.iter().enumerate() {
-        let _ = writeln!(
-            md,
-            "| {} | {:.1} s | {:.0} | {:.0} | {:.2}× | {:.1} / {:.1} | {:.2}× |",
-            i + 1,
+            "| {round} | {:.1} s | {:.0} | {:.0} | {:.2}× | {:.1} / {:.1} | {:.2}× |",
             x.a.at_s.min(x.b.at_s),
             x.a.both(),
             x.b.both(),

@@ -58,26 +58,7 @@ pub fn sweep_rows(sweeps: &[Sweep]) -> String {
          | ---: | --- | ---: | ---: | ---: | --- |\n",
     );
     for w in sweeps {
-        let ring = w
-            .ring
-            .map_or("default".into(), |r| format!("{} KiB", r >> 10));
-        let best = w.best.map_or("—".into(), |b| {
-            format!("{:.2} M events/s", b.events_per_s / 1e6)
-        });
-        let loss = w.first_loss.map_or("—".into(), |f| {
-            format!(
-                "{:.2} M events/s ({} of {} lost)",
-                f.events_per_s / 1e6,
-                f.lost,
-                f.events + f.lost
-            )
-        });
-        let note = match (&w.error, w.saturated) {
-            (Some(e), _) => format!("error: {e}"),
-            (None, true) => "no loss; the traced fixture could not go faster".into(),
-            (None, false) if w.first_loss.is_some() => "loss bound".into(),
-            (None, false) => String::new(),
-        };
+        let [ring, best, loss, note] = rate::cells(w, "");
         writeln!(
             s,
             "| {} | {} | {ring} | {best} | {loss} | {note} |",
