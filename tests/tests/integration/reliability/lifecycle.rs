@@ -246,7 +246,7 @@ fn state(pid: u32) -> char {
 fn row24_target_stopped_by_sigstop_at_attach() {
     require_root!();
     let out = TempDir::new("row24");
-    let mut fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let fx = Fixture::spawn(calls_exe(), &["tree"]);
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(fx.pid as i32, libc::SIGSTOP) }, 0);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -259,14 +259,7 @@ fn row24_target_stopped_by_sigstop_at_attach() {
     assert_eq!(state(fx.pid), 'T', "still stopped after the attach");
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(fx.pid as i32, libc::SIGCONT) }, 0);
-    let truth = fx.run();
-    let fin = rec.stop(libc::SIGINT);
-    assert!(fin.status.success(), "profiler failed: {fin:?}");
-    teardown.check(&[], Some((fx.pid, &fx.exe)));
-    fx.release();
-    let o = Outputs::load(out.path());
-    o.assert_matches_truth(&truth, true);
-    assert_eq!(o.get("orphan_exits") + o.get("lost_events"), 0);
+    runs_exactly_traced(fx, rec, &out, teardown);
 }
 
 /// Row 24: the target is held by gdb (ptrace-stopped) when the profiler
@@ -284,7 +277,7 @@ fn row24_target_traced_by_gdb_at_attach() {
     }
     let out = TempDir::new("row24gdb");
     let (held, go) = (out.join("held"), out.join("go"));
-    let mut fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let fx = Fixture::spawn(calls_exe(), &["tree"]);
     let wait_go = format!("shell while [ ! -e {} ]; do sleep 0.05; done", go.display());
     let mut gdb = std::process::Command::new("gdb")
         .args(["-nx", "-batch", "-iex", "set debuginfod enabled off"])
@@ -312,6 +305,12 @@ fn row24_target_traced_by_gdb_at_attach() {
     std::fs::write(&go, "").unwrap();
     let gdb_status = gdb.wait().unwrap();
     assert!(gdb_status.success(), "gdb: {gdb_status}");
+    runs_exactly_traced(fx, rec, &out, teardown);
+}
+
+/// Row 24's end, either way the target was held: the target runs its
+/// calls, the session stops, nothing is left, and the counts are exact.
+fn runs_exactly_traced(mut fx: Fixture, rec: Recording, out: &TempDir, teardown: Teardown) {
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
     assert!(fin.status.success(), "profiler failed: {fin:?}");
