@@ -296,7 +296,11 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
          fixture then runs, and the sampler is stopped with SIGINT and waited for. Commands: \
          `profiler sample --pid P --hz 997 --out DIR`, `perf record -g -F 997 -e cpu-clock -p P -o FILE`, \
          `profiler sample --all --hz 99 --out DIR`, `perf record -a -g -F 99 -e cpu-clock -o FILE`. \
-         Median of {} runs. Overhead = fixture elapsed against the untraced median; sampler CPU time \
+         `perf record -F 997 -e cpu-clock -p P -o FILE` (no call graph) is the floor: the tick \
+         and a sample record with no stack taken. Median of {} rounds, each round running every \
+         row once in turn (interleaved). Overhead = fixture elapsed against the untraced median; \
+         `above the no-stack floor` subtracts the floor's overhead, leaving what taking the \
+         stack costs the process. Sampler CPU time \
          is the sampler process's user + system time (getrusage of the reaped child), including \
          the writing of its outputs (the profiler symbolizes and writes folded/SVG/pprof; perf \
          writes perf.data only). Work done in the sampled process's context (the BPF program or \

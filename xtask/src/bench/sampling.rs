@@ -35,6 +35,9 @@ pub enum Sampler {
     PerfDwarfPid(u64),
     /// `perf record -a --call-graph dwarf -F N -e cpu-clock`.
     PerfDwarfAll(u64),
+    /// `perf record -F N -e cpu-clock -p P`, no call graph: the floor, what
+    /// the tick and a sample record cost with no stack taken at all.
+    PerfNoStackPid(u64),
 }
 
 impl Sampler {
@@ -47,6 +50,7 @@ impl Sampler {
             Sampler::PerfAll(hz) => format!("perf, `-a`, {hz} Hz"),
             Sampler::PerfDwarfPid(hz) => format!("perf `--call-graph dwarf`, `-p`, {hz} Hz"),
             Sampler::PerfDwarfAll(hz) => format!("perf `--call-graph dwarf`, `-a`, {hz} Hz"),
+            Sampler::PerfNoStackPid(hz) => format!("perf, no call graph, `-p`, {hz} Hz"),
         }
     }
 
@@ -71,7 +75,8 @@ impl Sampler {
             Sampler::PerfPid(hz)
             | Sampler::PerfAll(hz)
             | Sampler::PerfDwarfPid(hz)
-            | Sampler::PerfDwarfAll(hz) => {
+            | Sampler::PerfDwarfAll(hz)
+            | Sampler::PerfNoStackPid(hz) => {
                 let _ = std::fs::remove_file(&data);
                 cmd = Command::new("perf");
                 cmd.arg("record");
@@ -79,11 +84,14 @@ impl Sampler {
                     Sampler::PerfDwarfPid(_) | Sampler::PerfDwarfAll(_) => {
                         cmd.args(["--call-graph", "dwarf"])
                     }
+                    Sampler::PerfNoStackPid(_) => &mut cmd,
                     _ => cmd.arg("-g"),
                 };
                 cmd.args(["-F", &hz.to_string(), "-e", "cpu-clock"]);
                 match self {
-                    Sampler::PerfPid(_) | Sampler::PerfDwarfPid(_) => cmd.args(["-p", &pid]),
+                    Sampler::PerfPid(_) | Sampler::PerfDwarfPid(_) | Sampler::PerfNoStackPid(_) => {
+                        cmd.args(["-p", &pid])
+                    }
                     _ => cmd.arg("-a"),
                 };
                 cmd.arg("-o").arg(data);
@@ -195,6 +203,7 @@ fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> 
                     | Sampler::PerfAll(_)
                     | Sampler::PerfDwarfPid(_)
                     | Sampler::PerfDwarfAll(_)
+                    | Sampler::PerfNoStackPid(_)
             ),
         )?),
     };
@@ -216,7 +225,8 @@ fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> 
         Sampler::PerfPid(_)
         | Sampler::PerfAll(_)
         | Sampler::PerfDwarfPid(_)
-        | Sampler::PerfDwarfAll(_) => perf_samples(&err),
+        | Sampler::PerfDwarfAll(_)
+        | Sampler::PerfNoStackPid(_) => perf_samples(&err),
         _ => std::fs::read_to_string(work.join("prof-sampling/cpu.txt"))
             .ok()
             .and_then(|t| profiler_samples(&t)),
@@ -240,10 +250,14 @@ fn perf_samples(stderr: &str) -> Option<u64> {
 }
 
 /// First line of cpu.txt: `CPU samples of …: N at HZ Hz over …`.
+/// The count is the number before `at HZ Hz` (the line goes on with
+/// `…; lost: …`, and the path may hold anything).
 fn profiler_samples(cpu_txt: &str) -> Option<u64> {
-    let first = cpu_txt.lines().next()?;
-    let after = first.rsplit_once(": ")?.1;
-    after.split_whitespace().next()?.parse().ok()
+    let words: Vec<&str> = cpu_txt.lines().next()?.split_whitespace().collect();
+    words
+        .windows(4)
+        .find(|w| w[1] == "at" && w[3].starts_with("Hz"))
+        .and_then(|w| w[0].parse().ok())
 }
 
 /// Overheads below this (percent) are within run-to-run noise.
@@ -257,10 +271,13 @@ pub struct Row {
     cpu_secs: Option<f64>,
 }
 
-/// Runs the fixture untraced and under each sampler, `repeat` times each.
+/// Runs the fixture untraced and under each sampler, `repeat` rounds, each
+/// round running every sampler once (interleaved, so that a drift of the
+/// machine's speed falls on all of them alike).
 pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row> {
     let configs = [
         Sampler::Nothing,
+        Sampler::PerfNoStackPid(997),
         Sampler::ProfilerPid(997),
         Sampler::PerfPid(997),
         Sampler::PerfDwarfPid(997),
@@ -268,12 +285,15 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
         Sampler::PerfAll(99),
         Sampler::PerfDwarfAll(99),
     ];
-    let mut rows = Vec::new();
-    for sampler in configs {
-        eprintln!("bench: sampling, {}", sampler.label());
-        let (mut times, mut samples, mut cpus, mut err) = (vec![], vec![], vec![], None);
-        for _ in 0..repeat.max(1) {
-            match once(bin, rounds, sampler, work) {
+    type Runs = (Vec<f64>, Vec<f64>, Vec<f64>, Option<anyhow::Error>);
+    let mut runs: Vec<Runs> = configs
+        .iter()
+        .map(|_| (vec![], vec![], vec![], None))
+        .collect();
+    for round in 0..repeat.max(1) {
+        for (sampler, (times, samples, cpus, err)) in configs.iter().zip(&mut runs) {
+            eprintln!("bench: sampling, round {}, {}", round + 1, sampler.label());
+            match once(bin, rounds, *sampler, work) {
                 Ok(o) => {
                     times.push(o.elapsed_ns / 1e6);
                     samples.extend(o.samples.map(|s| s as f64));
@@ -281,10 +301,13 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
                 }
                 Err(e) => {
                     eprintln!("bench: {}: {e:#}", sampler.label());
-                    err = Some(e);
+                    *err = Some(e);
                 }
             }
         }
+    }
+    let mut rows = Vec::new();
+    for (sampler, (times, samples, cpus, err)) in configs.into_iter().zip(runs) {
         rows.push(Row {
             sampler,
             elapsed_ms: match (times.is_empty(), err) {
@@ -329,10 +352,12 @@ pub fn overhead_rows(rows: &[Row]) -> String {
         .unwrap();
     }
     s.push_str(
-        "\n| mode | profiler (`--unwind tables`) overhead | perf `-g` overhead | perf `--call-graph dwarf` overhead | ratio profiler / perf `-g` | ratio profiler / perf dwarf | CPU time profiler / perf `-g` |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "\n| mode | profiler (`--unwind tables`) overhead | perf `-g` overhead | perf `--call-graph dwarf` overhead | ratio profiler / perf `-g` | ratio profiler / perf dwarf | above the no-stack floor: profiler / perf `-g` / perf dwarf | CPU time profiler / perf `-g` |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n",
     );
     let find = |f: fn(&Sampler) -> bool| rows.iter().find(|r| f(&r.sampler));
+    // What sampling costs with no stack at all (the tick, one record).
+    let floor = find(|s| matches!(s, Sampler::PerfNoStackPid(_))).and_then(pct);
     for (mode, p, q, d) in [
         (
             "one process, 997 Hz",
@@ -360,9 +385,17 @@ pub fn overhead_rows(rows: &[Row]) -> String {
             _ => "—".into(),
         };
         let show = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:+.2}%"));
+        // The stack-taking cost alone: each overhead less the floor (the
+        // floor was measured per process only).
+        let above = match (mode.starts_with("one process"), floor, op, oq, od) {
+            (true, Some(f), Some(a), Some(b), Some(c)) => {
+                format!("{:+.2}% / {:+.2}% / {:+.2}%", a - f, b - f, c - f)
+            }
+            _ => "—".into(),
+        };
         writeln!(
             s,
-            "| {mode} | {} | {} | {} | {} | {} | {} |",
+            "| {mode} | {} | {} | {} | {} | {} | {above} | {} |",
             show(op),
             show(oq),
             show(od),
@@ -635,7 +668,7 @@ mod tests {
 
     #[test]
     fn parses_both_top_lists() {
-        let txt = "CPU samples of PID 1 (/b): 1798 at 997 Hz over 2.39 s; complete stacks 99.9%; no user stack 0\n\n\
+        let txt = "CPU samples of PID 1 (/b: x): 1798 at 997 Hz over 2.39 s; complete stacks 99.9%; no user stack 0; lost: 0 user stacks unreadable\n\n\
                    Top frames by self samples\n      1100   61.2%  burn_c\n       450   25.0%  burn_b\n         4    0.2%  handle_softirqs_[k]\n";
         assert_eq!(profiler_samples(txt), Some(1798));
         let top = profiler_top(txt, 5);
