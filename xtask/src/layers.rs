@@ -18,7 +18,10 @@ use anyhow::{bail, Context as _, Result};
 /// `profiler-user/src`) in each. A module may import from its own stage and
 /// from the ones listed before it.
 pub const STAGES: &[(&str, &[&str])] = &[
-    ("helpers", &["error", "fmt", "clock", "cli", "untrusted"]),
+    (
+        "helpers",
+        &["error", "fmt", "clock", "cli", "untrusted", "heap"],
+    ),
     ("target", &["target"]),
     ("attach", &["attach"]),
     ("symbolize", &["symbolize"]),

@@ -149,6 +149,7 @@ fn target_pids(args: &RecordArgs) -> Result<Vec<u32>> {
 /// `--stage`, the command is launched N times and the spread of its startup
 /// times is reported.
 pub fn run(args: &RecordArgs) -> Result<u8> {
+    crate::heap::tune();
     let launches = match (
         args.command.is_empty(),
         args.stages.stages.is_empty(),

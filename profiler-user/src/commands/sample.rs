@@ -90,6 +90,7 @@ fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
 
 /// Runs `profiler sample`.
 pub fn run(args: &SampleArgs) -> Result<()> {
+    crate::heap::tune();
     let cgroup = args.cgroup.as_deref().map(cgroup::resolve).transpose()?;
     caps::check()?;
     let target = args.pid.map(Target::open).transpose()?;
@@ -191,6 +192,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 // Exited threads' samples out of the kernel's map, which
                 // would fill up with them.
                 maps.fold_exited(thread_alive);
+                crate::heap::release_free();
             }
             if !args.all {
                 maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));

@@ -512,6 +512,10 @@ impl Sinks {
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
             }
+            if self.ticks % 1000 == 1 {
+                // Every 10 s: the heap's free pages back to the kernel.
+                crate::heap::release_free();
+            }
             if let Some(t) = &mut self.tables {
                 // Children that exited since: their entries and table uses
                 // go (a target forking all day would fill the map).
