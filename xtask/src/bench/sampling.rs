@@ -41,6 +41,13 @@ pub enum Sampler {
 }
 
 impl Sampler {
+    fn is_perf(self) -> bool {
+        !matches!(
+            self,
+            Sampler::Nothing | Sampler::ProfilerPid(_) | Sampler::ProfilerAll(_)
+        )
+    }
+
     fn label(self) -> String {
         match self {
             Sampler::Nothing => "untraced".into(),
@@ -184,28 +191,21 @@ impl Running {
     }
 }
 
-/// One sampled run: the fixture's elapsed ns, samples taken, sampler CPU s.
+/// One sampled run: the fixture's elapsed ns, samples taken, sampler CPU s,
+/// and for perf the CPU s of `perf report` on what it wrote (where perf's
+/// stacks are unwound and named; the profiler's own run did that already).
 struct Once {
     elapsed_ns: f64,
     samples: Option<u64>,
     cpu_secs: Option<f64>,
+    report_cpu_secs: Option<f64>,
 }
 
 fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> {
     let mut target = Target::start(Command::new(bin).arg(rounds.to_string()))?;
     let running = match sampler.command(target.pid(), work) {
         None => None,
-        Some(cmd) => Some(start_sampler(
-            cmd,
-            matches!(
-                sampler,
-                Sampler::PerfPid(_)
-                    | Sampler::PerfAll(_)
-                    | Sampler::PerfDwarfPid(_)
-                    | Sampler::PerfDwarfAll(_)
-                    | Sampler::PerfNoStackPid(_)
-            ),
-        )?),
+        Some(cmd) => Some(start_sampler(cmd, sampler.is_perf())?),
     };
     target.go()?;
     let line = target.result(Duration::from_secs(300))?;
@@ -218,24 +218,43 @@ fn once(bin: &Path, rounds: u64, sampler: Sampler, work: &Path) -> Result<Once> 
             elapsed_ns,
             samples: None,
             cpu_secs: None,
+            report_cpu_secs: None,
         });
     };
     let (cpu, err) = running.stop()?;
-    let samples = match sampler {
-        Sampler::PerfPid(_)
-        | Sampler::PerfAll(_)
-        | Sampler::PerfDwarfPid(_)
-        | Sampler::PerfDwarfAll(_)
-        | Sampler::PerfNoStackPid(_) => perf_samples(&err),
-        _ => std::fs::read_to_string(work.join("prof-sampling/cpu.txt"))
-            .ok()
-            .and_then(|t| profiler_samples(&t)),
+    let (samples, report_cpu_secs) = match sampler.is_perf() {
+        true => (
+            perf_samples(&err),
+            perf_report_cpu(&work.join("perf-sampling.data")),
+        ),
+        false => (
+            std::fs::read_to_string(work.join("prof-sampling/cpu.txt"))
+                .ok()
+                .and_then(|t| profiler_samples(&t)),
+            None,
+        ),
     };
     Ok(Once {
         elapsed_ns,
         samples,
         cpu_secs: Some(cpu),
+        report_cpu_secs,
     })
+}
+
+/// CPU seconds of `perf report --stdio -i DATA` (call graphs included:
+/// for `--call-graph dwarf` data, this is where the stacks are unwound).
+fn perf_report_cpu(data: &Path) -> Option<f64> {
+    let before = children_cpu_secs();
+    let status = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    status.success().then(|| children_cpu_secs() - before)
 }
 
 /// `[ perf record: Captured and wrote 0.150 MB FILE (1798 samples) ]`.
@@ -269,6 +288,7 @@ pub struct Row {
     elapsed_ms: Result<f64>,
     samples: Option<u64>,
     cpu_secs: Option<f64>,
+    report_cpu_secs: Option<f64>,
 }
 
 /// Runs the fixture untraced and under each sampler, `repeat` rounds, each
@@ -285,19 +305,26 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
         Sampler::PerfAll(99),
         Sampler::PerfDwarfAll(99),
     ];
-    type Runs = (Vec<f64>, Vec<f64>, Vec<f64>, Option<anyhow::Error>);
+    type Runs = (
+        Vec<f64>,
+        Vec<f64>,
+        Vec<f64>,
+        Vec<f64>,
+        Option<anyhow::Error>,
+    );
     let mut runs: Vec<Runs> = configs
         .iter()
-        .map(|_| (vec![], vec![], vec![], None))
+        .map(|_| (vec![], vec![], vec![], vec![], None))
         .collect();
     for round in 0..repeat.max(1) {
-        for (sampler, (times, samples, cpus, err)) in configs.iter().zip(&mut runs) {
+        for (sampler, (times, samples, cpus, reports, err)) in configs.iter().zip(&mut runs) {
             eprintln!("bench: sampling, round {}, {}", round + 1, sampler.label());
             match once(bin, rounds, *sampler, work) {
                 Ok(o) => {
                     times.push(o.elapsed_ns / 1e6);
                     samples.extend(o.samples.map(|s| s as f64));
                     cpus.extend(o.cpu_secs);
+                    reports.extend(o.report_cpu_secs);
                 }
                 Err(e) => {
                     eprintln!("bench: {}: {e:#}", sampler.label());
@@ -307,7 +334,7 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
         }
     }
     let mut rows = Vec::new();
-    for (sampler, (times, samples, cpus, err)) in configs.into_iter().zip(runs) {
+    for (sampler, (times, samples, cpus, reports, err)) in configs.into_iter().zip(runs) {
         rows.push(Row {
             sampler,
             elapsed_ms: match (times.is_empty(), err) {
@@ -316,6 +343,7 @@ pub fn overhead(bin: &Path, rounds: u64, repeat: usize, work: &Path) -> Vec<Row>
             },
             samples: (!samples.is_empty()).then(|| median(samples) as u64),
             cpu_secs: (!cpus.is_empty()).then(|| median(cpus)),
+            report_cpu_secs: (!reports.is_empty()).then(|| median(reports)),
         });
     }
     rows
@@ -332,8 +360,8 @@ pub fn overhead_rows(rows: &[Row]) -> String {
         _ => None,
     };
     let mut s = String::from(
-        "| sampler | fixture elapsed (median) | overhead vs untraced | samples | sampler CPU time |\n\
-         | --- | ---: | ---: | ---: | ---: |\n",
+        "| sampler | fixture elapsed (median) | overhead vs untraced | samples | sampler CPU time | `perf report` CPU time |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in rows {
         let t = match &r.elapsed_ms {
@@ -342,18 +370,20 @@ pub fn overhead_rows(rows: &[Row]) -> String {
         };
         writeln!(
             s,
-            "| {} | {t} | {} | {} | {} |",
+            "| {} | {t} | {} | {} | {} | {} |",
             r.sampler.label(),
             pct(r).map_or("—".into(), |p| format!("{p:+.2}%")),
             r.samples.map_or("—".into(), |n| n.to_string()),
             r.cpu_secs
                 .map_or("—".into(), |c| format!("{:.0} ms", c * 1000.0)),
+            r.report_cpu_secs
+                .map_or("—".into(), |c| format!("{:.0} ms", c * 1000.0)),
         )
         .unwrap();
     }
     s.push_str(
-        "\n| mode | profiler (`--unwind tables`) overhead | perf `-g` overhead | perf `--call-graph dwarf` overhead | ratio profiler / perf `-g` | ratio profiler / perf dwarf | above the no-stack floor: profiler / perf `-g` / perf dwarf | CPU time profiler / perf `-g` |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n",
+        "\n| mode | profiler (`--unwind tables`) overhead | perf `-g` overhead | perf `--call-graph dwarf` overhead | ratio profiler / perf `-g` | ratio profiler / perf dwarf | above the no-stack floor: profiler / perf `-g` / perf dwarf | CPU time profiler / perf `-g` | CPU time with `perf report`: profiler / perf `-g` / perf dwarf |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |\n",
     );
     let find = |f: fn(&Sampler) -> bool| rows.iter().find(|r| f(&r.sampler));
     // What sampling costs with no stack at all (the tick, one record).
@@ -393,9 +423,16 @@ pub fn overhead_rows(rows: &[Row]) -> String {
             }
             _ => "—".into(),
         };
+        // Sampler CPU plus, for perf, `perf report` (the profiler's own
+        // run symbolized and wrote its outputs already).
+        let total = |r: Option<&Row>| {
+            r.and_then(|r| Some(r.cpu_secs? + r.report_cpu_secs.unwrap_or(0.0)))
+                .map_or("—".into(), |c| format!("{:.0} ms", c * 1000.0))
+        };
+        let totals = format!("{} / {} / {}", total(p), total(q), total(d));
         writeln!(
             s,
-            "| {mode} | {} | {} | {} | {} | {} | {above} | {} |",
+            "| {mode} | {} | {} | {} | {} | {} | {above} | {} | {totals} |",
             show(op),
             show(oq),
             show(od),
