@@ -6,7 +6,6 @@
 //! ([`CpuMaps::fold_exited`]), so it never fills with them.
 use std::collections::{BTreeMap, HashMap};
 
-use aya::maps::{MapData, PerCpuHashMap};
 use profiler_common::{unwind_end, SampleKey};
 
 use crate::{attach::samplers::CpuMaps, fmt::folded_frame, symbolize::Symbolizer};
@@ -93,6 +92,16 @@ pub struct Scan {
 }
 
 impl Seen {
+    /// Forgets processes that exited (their keys are out of the maps).
+    pub fn forget(&mut self, pids: &[u32]) {
+        if pids.is_empty() {
+            return;
+        }
+        let gone: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        self.keys.retain(|k| !gone.contains(&k.pid));
+        self.pids.retain(|p| !gone.contains(p));
+    }
+
     /// Adds `keys` (those in the maps now) and says what is new.
     pub fn update(&mut self, keys: impl IntoIterator<Item = SampleKey>) -> Scan {
         let mut scan = Scan::default();
@@ -128,7 +137,7 @@ impl CpuMaps {
 }
 
 /// Leaves whose `file:line` is looked up.
-const TOP_LOCATIONS: usize = 20;
+pub(crate) const TOP_LOCATIONS: usize = 20;
 
 /// A symbolized CPU profile.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -167,6 +176,11 @@ pub struct CpuProfile {
     /// Each sampled process's cgroup v2 path (system-wide sampling).
     #[serde(default)]
     pub cgroups: BTreeMap<u32, String>,
+    /// How many other exited processes (of its cgroup) each PID's samples
+    /// include: `sample` folds processes as they exit
+    /// ([`super::cpu_fold::ExitedProcs`]).
+    #[serde(default)]
+    pub folded_processes: BTreeMap<u32, u64>,
 }
 
 impl CpuProfile {
@@ -180,20 +194,9 @@ impl CpuProfile {
     }
 }
 
-fn comm_name(raw: &[u8; 16]) -> String {
+pub(crate) fn comm_name(raw: &[u8; 16]) -> String {
     let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
     String::from_utf8_lossy(&raw[..len]).into_owned()
-}
-
-/// Reads, symbolizes and folds everything sampled.
-pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
-    fold(maps, &maps.counts, sym, false)
-}
-
-/// Reads, symbolizes and folds the off-CPU time (weights in nanoseconds),
-/// if `--off-cpu` was on.
-pub fn collect_offcpu(maps: &CpuMaps, sym: &mut Symbolizer) -> Option<CpuProfile> {
-    maps.offcpu.as_ref().map(|m| fold(maps, m, sym, true))
 }
 
 /// User stacks unwound in the agent (`--dwarf`): count per (pid, tid,
@@ -300,135 +303,31 @@ impl CpuMaps {
     }
 }
 
-fn fold(
-    maps: &CpuMaps,
-    counts: &PerCpuHashMap<MapData, SampleKey, u64>,
-    sym: &mut Symbolizer,
-    offcpu: bool,
-) -> CpuProfile {
-    let mut prof = CpuProfile::default();
-    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
-    let mut leaves: HashMap<String, u64> = HashMap::new();
-    let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
-    let mut walked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
-    let mut read_walked = |key: u64| -> (Vec<u64>, u32) {
-        walked
-            .entry(key)
-            .or_insert_with(|| match maps.user_stacks.get(&key, 0) {
-                Ok(s) => {
-                    let len = (s.len as usize).min(s.frames.len());
-                    (s.frames[..len].to_vec(), s.end)
-                }
-                Err(_) => (Vec::new(), 0),
-            })
-            .clone()
-    };
-    let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
-    let mut read_stack = |id: i32| -> Vec<u64> {
-        if id < 0 {
-            return Vec::new();
-        }
-        stack_cache
-            .entry(id)
-            .or_insert_with(|| {
-                maps.stacks
-                    .get(&(id as u32), 0)
-                    .map(|s| s.frames().iter().map(|f| f.ip).collect())
-                    .unwrap_or_default()
-            })
-            .clone()
-    };
-    let live = counts
-        .iter()
-        .filter_map(|item| item.ok())
-        .map(|(key, per_cpu)| (key, per_cpu.iter().sum::<u64>(), None));
-    // Threads that exited (on-CPU counts only), with their names.
-    let exited = maps
-        .exited
-        .counts
-        .iter()
-        .filter(|_| !offcpu)
-        .map(|(key, &count)| (*key, count, maps.exited.names.get(&key.tid)));
-    for (key, count, exited_name) in live.chain(exited) {
-        if count == 0 {
-            continue;
-        }
-        prof.samples += count;
-        *prof.per_pid.entry(key.pid).or_default() += count;
-        let comm = match exited_name {
-            Some(c) => comm_name(c),
-            None => maps
-                .comms
-                .get(&key.tid, 0)
-                .map(|c| comm_name(&c))
-                .unwrap_or_else(|_| format!("tid-{}", key.tid)),
-        };
-        let (user, end) = match key.user_hash {
-            0 => (read_stack(key.user_stack), 0),
-            h => read_walked(h),
-        };
-        let kernel = read_stack(key.kernel_stack);
-        let user_frames = sym.frames(key.pid, &user);
-        if end != 0 {
-            *prof.ends.entry(end_reason(end).to_string()).or_default() += count;
-        }
-        // Complete means the walk reached the outermost frame: the CFI said
-        // so, or the last frame is a known process or thread start.
-        if user.is_empty() {
-            prof.no_user_stack += count;
-        } else if is_complete(end, user_frames.last().map(|f| f[0].as_str())) {
-            prof.complete += count;
-        }
-        let mut line = folded_frame(&comm);
-        for frames in user_frames.iter().rev() {
-            for f in frames {
-                line.push(';');
-                line.push_str(&folded_frame(f));
+/// The user stack of `key`: walked in the kernel (`user_hash`) or by stack
+/// id, innermost first, with why the walk ended (0: not said).
+pub(crate) fn read_user(maps: &CpuMaps, key: &SampleKey) -> (Vec<u64>, u32) {
+    match key.user_hash {
+        0 => (read_stack(maps, key.user_stack), 0),
+        h => match maps.user_stacks.get(&h, 0) {
+            Ok(s) => {
+                let len = (s.len as usize).min(s.frames.len());
+                (s.frames[..len].to_vec(), s.end)
             }
-        }
-        let mut kframes = sym.kernel_stack(&kernel);
-        if offcpu {
-            // Innermost of `__schedule` is the tracing machinery (the BPF
-            // trampoline and program), not where the thread blocked.
-            if let Some(pos) = kframes.iter().position(|f| f == "__schedule_[k]") {
-                kframes.drain(..pos);
-            }
-        }
-        for f in kframes.iter().rev() {
-            line.push(';');
-            line.push_str(&folded_frame(f));
-        }
-        // Off-CPU: where the program blocked is the innermost user frame.
-        let user_leaf = user_frames
-            .first()
-            .and_then(|f| f.first())
-            .filter(|_| offcpu);
-        let leaf = match user_leaf {
-            Some(name) => folded_frame(name),
-            None => line.rsplit(';').next().unwrap_or_default().to_string(),
-        };
-        if kernel.is_empty() || offcpu {
-            if let Some(&addr) = user.first() {
-                leaf_addr.entry(leaf.clone()).or_insert((key.pid, addr));
-            }
-        }
-        *leaves.entry(leaf).or_default() += count;
-        *prof.by_pid.entry((key.pid, line.clone())).or_default() += count;
-        *paths.entry(line).or_default() += count;
+            Err(_) => (Vec::new(), 0),
+        },
     }
-    prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
-    let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
-    leaves.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    prof.leaves = leaves;
-    for (leaf, _) in prof.leaves.iter().take(TOP_LOCATIONS) {
-        if let Some(loc) = leaf_addr
-            .get(leaf)
-            .and_then(|&(pid, addr)| sym.location(pid, addr))
-        {
-            prof.locations.insert(leaf.clone(), loc);
-        }
+}
+
+/// The stack of id `id` in the stack-trace map, innermost first (empty for
+/// none).
+pub(crate) fn read_stack(maps: &CpuMaps, id: i32) -> Vec<u64> {
+    if id < 0 {
+        return Vec::new();
     }
-    prof
+    maps.stacks
+        .get(&(id as u32), 0)
+        .map(|s| s.frames().iter().map(|f| f.ip).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -458,5 +357,17 @@ mod tests {
         let scan = seen.update([key(1, 10), key(2, 21), key(3, 30)]);
         assert_eq!(scan.new, vec![3]);
         assert_eq!(scan.changed, vec![2, 3]);
+    }
+
+    /// A process folded after it exited is forgotten; the same PID seen
+    /// again later (reused) is new again.
+    #[test]
+    fn seen_forgets_exited_processes() {
+        let mut seen = Seen::default();
+        seen.update([key(1, 10), key(2, 20)]);
+        seen.forget(&[2]);
+        assert_eq!((seen.keys.len(), seen.pids.len()), (1, 1));
+        let scan = seen.update([key(1, 10), key(2, 20)]);
+        assert_eq!((scan.new, scan.changed), (vec![2], vec![2]));
     }
 }

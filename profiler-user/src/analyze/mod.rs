@@ -8,8 +8,10 @@
 //! - [`startup`]: exec to main to ready, in launch mode;
 //! - [`processes`]: one section per traced process (`--follow`, several
 //!   targets): parent, program, lifetime, exit, its own aggregates;
-//! - [`cpu_profile`]: the samplers' maps read, symbolized and folded.
+//! - [`cpu_profile`]: the samplers' maps read, symbolized and folded;
+//!   [`cpu_fold`]: the folding, and processes that exit folded as they go.
 pub mod calltree;
+pub mod cpu_fold;
 pub mod cpu_profile;
 pub mod dedup;
 pub mod dispatch;

@@ -5,7 +5,7 @@
 use std::{collections::HashMap, time::Instant};
 
 use crate::{
-    analyze::cpu_profile,
+    analyze::cpu_fold,
     analyze::dispatch::{self},
     analyze::stages::StagesConfig,
     analyze::startup::StartupReport,
@@ -630,9 +630,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .collect();
     let (mut cpu, mut offcpu) = (None, None);
     if let Some((maps, sym)) = &mut sinks.cpu {
-        offcpu = cpu_profile::collect_offcpu(maps, sym);
+        offcpu = cpu_fold::collect_offcpu(maps, sym);
         cpu = args.sample.map(|hz| {
-            let mut prof = cpu_profile::collect(maps, sym);
+            let mut prof = cpu_fold::collect(maps, sym);
             prof.lost = (counters_now.cpu_stack_lost, counters_now.cpu_counts_full, 0);
             prof.unwinding = sinks.tables.as_ref().map(|t| t.stats.clone());
             (hz, prof)

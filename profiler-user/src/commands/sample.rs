@@ -8,7 +8,10 @@ use std::{
 use profiler_common::{DwarfSample, KIND_DWARF};
 
 use crate::{
-    analyze::cpu_profile::{self, Unwound},
+    analyze::{
+        cpu_fold::{self, ExitedProcs},
+        cpu_profile::{self, Unwound},
+    },
     attach::{
         probes::Probes,
         rings::RingSpec,
@@ -182,6 +185,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // System-wide: each sampled process's cgroup, read while it runs.
     let mut cgroups: std::collections::BTreeMap<u32, String> = Default::default();
     let mut seen = cpu_profile::Seen::default();
+    // System-wide: processes that exit are folded as they go.
+    let mut exited = ExitedProcs::default();
     let tick = || {
         ticks = ticks.wrapping_add(1);
         if let Some(d) = &mut dwarf {
@@ -189,6 +194,17 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         }
         if dwarf.is_none() || ticks.is_multiple_of(50) {
             if ticks.is_multiple_of(10) {
+                if args.all {
+                    // Processes that exited: named now, then forgotten, so
+                    // a machine that runs short-lived processes all day
+                    // does not grow the agent.
+                    let gone = |p: u32| !std::path::Path::new(&format!("/proc/{p}")).exists();
+                    let folded =
+                        exited.fold(&mut maps, &mut sym, gone, |p| cgroups.get(&p).cloned());
+                    seen.forget(&folded);
+                    let keep = |p: &u32| !folded.contains(p) || exited.counts_under(*p);
+                    cgroups.retain(|p, _| keep(p));
+                }
                 // Exited threads' samples out of the kernel's map, which
                 // would fill up with them.
                 maps.fold_exited(thread_alive);
@@ -238,7 +254,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
-    let mut prof = cpu_profile::collect(&maps, &mut sym);
+    let mut prof = cpu_fold::collect_with_exited(&maps, &mut sym, &exited);
     let c = counters.read();
     prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
     prof.unwinding = tables.as_ref().map(|t| t.stats.clone());
@@ -280,7 +296,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     };
     out.write("profile.pb.gz", &pprof)?;
     print!("{text}");
-    if let Some(off) = cpu_profile::collect_offcpu(&maps, &mut sym) {
+    if let Some(off) = cpu_fold::collect_offcpu(&maps, &mut sym) {
         print!("\n{}", writers::write_offcpu(&out, &off, &what, &mut page)?);
     }
     page.write(&out)?;

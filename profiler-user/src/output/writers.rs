@@ -310,12 +310,18 @@ pub fn write_cpu(
             .filter_map(|(p, _)| prof.cgroups.get(*p).map(String::len))
             .max();
         for (pid, n) in shown {
+            // Processes that exited are counted under the first of their
+            // cgroup to exit.
+            let also = match prof.folded_processes.get(pid) {
+                Some(k) => format!(" and {} more exited processes of its cgroup", fmt_count(*k)),
+                None => String::new(),
+            };
             let _ = match width {
                 Some(w) => {
                     let cg = prof.cgroups.get(pid).map_or("?", String::as_str);
-                    writeln!(text, "{:>10}  {cg:<w$}  PID {pid}", fmt_count(*n))
+                    writeln!(text, "{:>10}  {cg:<w$}  PID {pid}{also}", fmt_count(*n))
                 }
-                None => writeln!(text, "{:>10}  PID {pid}", fmt_count(*n)),
+                None => writeln!(text, "{:>10}  PID {pid}{also}", fmt_count(*n)),
             };
         }
     }

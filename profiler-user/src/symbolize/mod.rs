@@ -12,5 +12,5 @@ pub mod tables;
 mod unwind;
 pub mod unwind_table;
 
-pub use symbolizer::Symbolizer;
+pub use symbolizer::{Symbolizer, NORMALIZED};
 pub use unwind::DwarfUnwinder;

@@ -287,6 +287,14 @@ impl Location {
         }
     }
 
+    /// Forgets where exited process `pid`'s map was.
+    pub fn forget(pid: u32) {
+        let mut seen = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(seen) = seen.as_mut() {
+            seen.remove(&pid);
+        }
+    }
+
     fn read(pid: u32) -> Option<Location> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         let (real, effective, ns_tgid) = parse_status(&status)?;

@@ -74,7 +74,7 @@ const MAPS_REFRESH: Duration = Duration::from_millis(250);
 pub type Frames = Vec<String>;
 
 /// What an executable mapping holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     /// A file (the path starts with `/`).
     File,
@@ -174,10 +174,32 @@ pub struct Symbolizer {
     offline: bool,
     /// The blazesym thread; None offline, or once given up.
     worker: Option<Worker>,
+    /// Each file of the normalized space, by what identifies it, and its
+    /// start there.
+    normalized: HashMap<(PathBuf, u64, u64, Kind), u64>,
 }
 
 /// Pseudo-pid under which kernel addresses are cached.
 const KERNEL: u32 = 0;
+
+/// Pseudo-pid of normalized addresses ([`Symbolizer::normalize`]): no
+/// process has it (PIDs stay under 2^22).
+pub const NORMALIZED: u32 = u32::MAX - 1;
+
+/// Where the first file of the normalized space starts: above every user
+/// address (2^47), so a raw address left as it was never falls in a file.
+const NORMALIZED_BASE: u64 = 1 << 48;
+/// The room each file gets in the normalized space.
+const NORMALIZED_SPAN: u64 = 1 << 40;
+
+/// The one frame a normalized stack of a process whose mappings were never
+/// read is left with: its addresses could not be named at any time, and
+/// kept as they were, they would make every such process's stacks
+/// distinct.
+const UNNAMED: u64 = NORMALIZED_BASE - 4096;
+
+/// What [`UNNAMED`] is called.
+pub const UNNAMED_FRAME: &str = "[unknown: exited before its mappings were read]";
 
 impl Symbolizer {
     /// A symbolizer whose default process is `pid`.
@@ -190,6 +212,7 @@ impl Symbolizer {
             journal: HashMap::new(),
             offline: false,
             worker: Worker::start(),
+            normalized: HashMap::new(),
         };
         s.remember_maps(pid);
         s
@@ -199,7 +222,7 @@ impl Symbolizer {
     /// symbolized (from the files, by offset) after it exits. Call it again
     /// from time to time to catch `dlopen`.
     pub fn remember_maps(&mut self, pid: u32) {
-        if pid == KERNEL {
+        if pid == KERNEL || pid == NORMALIZED {
             return;
         }
         self.refreshed.insert(pid, Instant::now());
@@ -224,6 +247,7 @@ impl Symbolizer {
             journal,
             offline: true,
             worker: None,
+            normalized: HashMap::new(),
         }
     }
 
@@ -249,6 +273,84 @@ impl Symbolizer {
         match self.ask(Req::Location { pid, addr, maps })? {
             Resp::Location(loc) => loc,
             Resp::Frames(_) => None,
+        }
+    }
+
+    /// Addresses of process `pid` (a user stack, innermost first) made
+    /// independent of where it mapped its files: each address in a
+    /// remembered file mapping becomes that file's offset in a space of
+    /// files shared by all processes, named later as addresses of
+    /// [`NORMALIZED`]. So stacks of many processes running the same
+    /// programs (each laid out by ASLR) become the same, and the process's
+    /// own mappings can be forgotten. Addresses in no file stay as they
+    /// are (they are left unnamed); a process whose mappings were never read
+    /// gets one frame that says so ([`UNNAMED_FRAME`]).
+    pub fn normalize(&mut self, pid: u32, addrs: &[u64]) -> Vec<u64> {
+        let Some(maps) = self.maps.get(&pid).cloned() else {
+            // Never read (it exited within a tick): one frame says so.
+            return match addrs.is_empty() {
+                true => Vec::new(),
+                false => vec![UNNAMED],
+            };
+        };
+        let mut changed = false;
+        let out = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                // A return address may end its mapping: its call is before.
+                let look = if i == 0 { a } else { a.saturating_sub(1) };
+                let Some(m) = maps
+                    .iter()
+                    .find(|m| m.contains(look) && m.kind != Kind::Anon)
+                else {
+                    return a;
+                };
+                let key = (m.path.clone(), m.dev, m.inode, m.kind);
+                let next = NORMALIZED_BASE + self.normalized.len() as u64 * NORMALIZED_SPAN;
+                let base = *self.normalized.entry(key).or_insert_with(|| {
+                    changed = true;
+                    next
+                });
+                base + (a - m.start + m.offset)
+            })
+            .collect();
+        if changed {
+            let files = self
+                .normalized
+                .iter()
+                .map(|((path, dev, inode, kind), &start)| ExecMap {
+                    start,
+                    end: start + NORMALIZED_SPAN,
+                    offset: 0,
+                    dev: *dev,
+                    inode: *inode,
+                    path: path.clone(),
+                    kind: *kind,
+                })
+                .collect();
+            self.maps.insert(NORMALIZED, Arc::new(files));
+        }
+        out
+    }
+
+    /// Forgets everything about processes `pids` (exited, their samples
+    /// named already): mappings, cached names, journal entries, and the
+    /// symbolization thread's state for them.
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            self.maps.remove(pid);
+            self.refreshed.remove(pid);
+            perfmap::Location::forget(*pid);
+        }
+        self.cache.retain(|(p, _), _| !pids.contains(p));
+        self.journal.retain(|(p, _), _| !pids.contains(p));
+        if let Some(w) = &self.worker {
+            // Answered with nothing; a failure shows at the next request.
+            let _ = w.tx.send(Req::Forget(pids.iter().copied().collect()));
         }
     }
 
@@ -278,6 +380,9 @@ impl Symbolizer {
     /// `pid` (0: the kernel). Return addresses past the first are moved back
     /// one byte so they land inside the call instruction.
     pub fn frames(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frames> {
+        if pid == NORMALIZED && addrs == [UNNAMED] {
+            return vec![vec![UNNAMED_FRAME.to_string()]];
+        }
         let lookup: Vec<u64> = addrs
             .iter()
             .enumerate()
@@ -466,6 +571,8 @@ enum Req {
     },
     /// Frames for kernel addresses.
     Kernel(Vec<u64>),
+    /// Drop what is kept per process for these (no answer).
+    Forget(Vec<u32>),
     /// `file:line` of one user address.
     Location {
         pid: u32,
@@ -501,6 +608,12 @@ impl Worker {
                         Req::Kernel(addrs) => Resp::Frames(core.kernel(&addrs)),
                         Req::Location { pid, addr, maps } => {
                             Resp::Location(core.location(pid, addr, &maps))
+                        }
+                        Req::Forget(pids) => {
+                            for pid in pids {
+                                core.perf.remove(&pid);
+                            }
+                            continue;
                         }
                     };
                     if answers.send(resp).is_err() {
@@ -859,6 +972,31 @@ mod tests {
     #[inline(never)]
     fn marker_function_for_symbolizer() -> u64 {
         marker_function_for_symbolizer as *const () as u64
+    }
+
+    #[test]
+    fn normalized_addresses_name_what_the_process_own_did() {
+        let me = std::process::id();
+        let mut s = Symbolizer::new(me);
+        let addr = normalized_addresses_name_what_the_process_own_did as *const () as usize as u64;
+        let direct = s.frames(me, &[addr]);
+        assert!(!direct[0][0].starts_with("[unknown]"), "{direct:?}");
+        let norm = s.normalize(me, &[addr, 0x10]);
+        assert!(norm[0] >= NORMALIZED_BASE, "{:#x}", norm[0]);
+        assert_eq!(norm[1], 0x10, "an address in no file stays as it was");
+        assert_eq!(s.normalize(me, &[addr])[0], norm[0]);
+        // The process forgotten: its normalized address still names the
+        // same function.
+        s.forget(&std::collections::HashSet::from([me]));
+        assert!(!s.knows(me));
+        assert_eq!(s.frames(NORMALIZED, &norm[..1]), direct);
+        // A process never read: one frame that says so.
+        let unread = s.normalize(u32::MAX - 7, &[0x1000, 0x2000]);
+        assert_eq!(unread.len(), 1);
+        assert_eq!(
+            s.frames(NORMALIZED, &unread),
+            vec![vec![UNNAMED_FRAME.to_string()]]
+        );
     }
 
     #[test]

@@ -320,3 +320,102 @@ fn exited_threads_samples_survive_folding() {
         "samples lost to a full map:\n{txt}"
     );
 }
+
+/// System-wide, processes that exit during the session are folded as they
+/// go (named at once, then forgotten, so the agent does not grow with every
+/// process that ever ran): a sequence of short-lived burners, each seen
+/// alive at a tick, keeps its samples, named, in the right amount, counted
+/// under the first of them (the lowest PID folded at the first fold).
+#[test]
+fn exited_processes_are_folded_as_they_go() {
+    require_root!();
+    let out = TempDir::new("sample-exited-procs");
+    let comm = format!("pexit{}", std::process::id() % 100_000);
+    let mut cmd = Command::new(profiler_bin());
+    cmd.args([
+        "sample",
+        "--all",
+        "--hz",
+        "499",
+        "--duration",
+        "14s",
+        "--out",
+    ])
+    .arg(out.path())
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let mut prof = Kill(cmd.spawn().expect("spawn profiler"));
+    let mut err = std::io::BufReader::new(prof.0.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(n > 0, "the profiler ended before attaching:\n{seen}");
+        seen.push_str(&line);
+        if line.contains("sampler at") {
+            break;
+        }
+    }
+    // Six burners of 1.5 s each, one after the other (each alive at one
+    // of the sampler's 1-s ticks at least, where its mappings are read);
+    // their CPU time is the ground truth.
+    let (mut pids, mut cpu_ns) = (Vec::new(), 0u64);
+    for _ in 0..6 {
+        let child = Command::new(burn_fp())
+            .args(["1.5", "chain", &comm])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn burner");
+        let pid = child.id();
+        pids.push(pid);
+        // SAFETY: plain data filled by wait4.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut status = 0;
+        // SAFETY: waits for our own child, writing into our locals.
+        let r = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut ru) };
+        assert_eq!(r, pid as i32, "wait4");
+        std::mem::forget(child);
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+        cpu_ns += tv(ru.ru_utime) + tv(ru.ru_stime);
+    }
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+    let status = prof.0.wait().expect("wait profiler");
+    assert!(status.success(), "profiler sample failed: {seen}{rest}");
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    let mine: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| s[0] == comm).collect();
+    let total: u64 = mine.iter().map(|(_, n)| n).sum();
+    let named: u64 = mine
+        .iter()
+        .filter(|(s, _)| has_chain(s, &["a1", "b1", "c1"]))
+        .map(|(_, n)| n)
+        .sum();
+    let want = cpu_ns as f64 * 499.0 / 1e9;
+    let txt = read(out.path(), "cpu.txt");
+    eprintln!(
+        "exited burners {pids:?}: {total} samples ({named} with a1;b1;c1), {want:.0} expected from their CPU time\n{}",
+        txt.lines().take(16).collect::<Vec<_>>().join("\n")
+    );
+    // 9 s of CPU at 499 Hz is about 4,500 samples: 15% covers a busy
+    // machine's timer slack.
+    assert!(
+        (total as f64 / want - 1.0).abs() <= 0.15,
+        "{total} samples of the exited burners, {want:.0} expected"
+    );
+    assert!(
+        named as f64 >= 0.95 * total as f64,
+        "only {named} of {total} samples of the exited burners are named a1;b1;c1:\n{folded_text}"
+    );
+    // Those that exited before the 10-s fold are counted under the first.
+    // (The last ones exit after it and are shown on their own.)
+    let line = txt
+        .lines()
+        .find(|l| l.contains(&format!("PID {} and ", pids[0])))
+        .unwrap_or_else(|| panic!("PID {} not shown with the others folded:\n{txt}", pids[0]));
+    assert!(
+        line.contains("more exited processes of its cgroup"),
+        "{line}"
+    );
+}
