@@ -85,7 +85,10 @@ mod tests {
         release_free();
         let after = rss_kb();
         assert!(during >= before + 15 * 1024, "{before} -> {during} kB");
-        assert!(after < before + 2 * 1024, "{before} -> {during} -> {after} kB");
+        assert!(
+            after < before + 2 * 1024,
+            "{before} -> {during} -> {after} kB"
+        );
         drop(small);
     }
 }

@@ -143,7 +143,9 @@ struct ExitedKey {
     comm: String,
     user: Vec<u64>,
     end: u32,
-    kernel: Vec<u64>,
+    /// The kernel stack's id in the stack-trace map (kernel addresses are
+    /// the same in every process; read at the end).
+    kernel_stack: i32,
 }
 
 /// The samples of processes that exited during the session (on-CPU only;
@@ -218,7 +220,7 @@ impl ExitedProcs {
                 comm,
                 user: sym.normalize(key.pid, &user),
                 end,
-                kernel: read_stack(maps, key.kernel_stack),
+                kernel_stack: key.kernel_stack,
             };
             *self.counts.entry(k).or_default() += count;
         }
@@ -232,8 +234,12 @@ impl ExitedProcs {
     }
 
     /// Adds the exited processes' samples to `folder`, named now.
-    pub fn add_to(&self, folder: &mut Folder, sym: &mut Symbolizer) {
+    pub fn add_to(&self, maps: &CpuMaps, folder: &mut Folder, sym: &mut Symbolizer) {
+        let mut kernel: HashMap<i32, Vec<u64>> = HashMap::new();
         for (k, &count) in &self.counts {
+            let kernel = kernel
+                .entry(k.kernel_stack)
+                .or_insert_with(|| read_stack(maps, k.kernel_stack));
             folder.add(
                 sym,
                 Stacks {
@@ -243,7 +249,7 @@ impl ExitedProcs {
                     count,
                     user: &k.user,
                     end: k.end,
-                    kernel: &k.kernel,
+                    kernel,
                 },
                 false,
                 false,
@@ -283,7 +289,7 @@ fn fold(
     let mut folder = Folder::default();
     // Processes that exited during the session, folded as they went.
     if let Some(e) = exited.filter(|_| !offcpu) {
-        e.add_to(&mut folder, sym);
+        e.add_to(maps, &mut folder, sym);
     }
     let mut walked: HashMap<u64, (Vec<u64>, u32)> = HashMap::new();
     let mut stack_cache: HashMap<i32, Vec<u64>> = HashMap::new();
