@@ -354,6 +354,17 @@ impl Symbolizer {
         }
     }
 
+    /// Forgets the mappings of processes `pids` (their frames named so far
+    /// stay, in the journal): for processes looked at once, such as those
+    /// that woke a dispatch.
+    pub fn forget_mappings(&mut self, pids: &[u32]) {
+        for pid in pids {
+            self.maps.remove(pid);
+            self.refreshed.remove(pid);
+            perfmap::Location::forget(*pid);
+        }
+    }
+
     /// True once `pid`'s mappings were remembered.
     pub fn knows(&self, pid: u32) -> bool {
         self.maps.contains_key(&pid)
@@ -402,7 +413,7 @@ impl Symbolizer {
         let mut missing: Vec<u64> = lookup
             .iter()
             .copied()
-            .filter(|a| !self.cache.contains_key(&(pid, *a)))
+            .filter(|a| self.named(pid, *a).is_none())
             .collect();
         missing.sort_unstable();
         missing.dedup();
@@ -435,17 +446,26 @@ impl Symbolizer {
                     }
                 })
                 .collect();
+            // One copy each: in the journal while it has room (it is
+            // also the cache), else in the cache.
             for (a, f) in missing.into_iter().zip(resolved) {
                 if self.journal.len() < CACHE_CAP {
-                    self.journal.insert((pid, a), f.clone());
+                    self.journal.insert((pid, a), f);
+                } else {
+                    self.cache.insert((pid, a), f);
                 }
-                self.cache.insert((pid, a), f);
             }
         }
         lookup
             .iter()
-            .map(|a| self.cache[&(pid, *a)].clone())
+            .map(|a| self.named(pid, *a).cloned().unwrap_or_else(|| unknown(*a)))
             .collect()
+    }
+
+    /// The frames already resolved for `addr` of `pid`.
+    fn named(&self, pid: u32, addr: u64) -> Option<&Frames> {
+        let key = (pid, addr);
+        self.journal.get(&key).or_else(|| self.cache.get(&key))
     }
 }
 

@@ -188,6 +188,8 @@ pub struct Dispatcher {
     /// How complete the in-dispatch sampler's stacks were.
     pub quality: SampleQuality,
     symbolizer: Symbolizer,
+    /// Other processes whose mappings `on_waker` read during this dispatch.
+    waker_pids: Vec<u32>,
     pid: u32,
     next_index: u64,
     /// When the first dispatch began (startup's default "ready").
@@ -229,6 +231,7 @@ impl Dispatcher {
             hangs_dropped: 0,
             quality: SampleQuality::default(),
             symbolizer: Symbolizer::new(pid),
+            waker_pids: Vec::new(),
             pid,
             next_index: 0,
             first_start_ns: None,
@@ -360,6 +363,7 @@ impl Dispatcher {
         }
         if w.pid != 0 && w.pid != self.pid && !w.kernel_thread && !self.symbolizer.knows(w.pid) {
             self.symbolizer.remember_maps(w.pid);
+            self.waker_pids.push(w.pid);
         }
         self.record(Rec::Waker(Box::new(w)));
     }
@@ -453,6 +457,10 @@ impl Dispatcher {
         if self.recs.capacity() > 1 << 16 {
             self.recs = Vec::new();
         }
+        // Other processes that woke it: named (or not needed) now; their
+        // mappings would otherwise pile up, one set per waker process.
+        let wakers = std::mem::take(&mut self.waker_pids);
+        self.symbolizer.forget_mappings(&wakers);
     }
 
     /// The notices queued since the last call, oldest first.
