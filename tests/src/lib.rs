@@ -10,6 +10,7 @@ use {flate2 as _, profiler as _, roxmltree as _};
 
 pub mod browser;
 pub mod build;
+pub mod cgroup;
 pub mod fixture;
 pub mod kernel;
 pub mod outputs;
@@ -19,6 +20,7 @@ pub use build::{
     build_c, build_c_world, build_with, calls_exe, plugin_exes, rust_fixture_exe, stages_exe,
     Mangling,
 };
+pub use cgroup::{cgroup2_mount, Cgroup};
 pub use fixture::{Fixture, TempDir};
 pub use kernel::{
     assert_none_left_since, assert_nothing_attached, assert_text_unchanged, is_root, prof_prog_ids,

@@ -2,44 +2,7 @@
 //! cgroup v2 subtree, in the kernel; each process labelled with its cgroup
 //! in cpu.txt; a cgroup that does not exist refused in one line.
 use profiler_tests::*;
-use std::path::{Path, PathBuf};
-
-/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or
-/// `/sys/fs/cgroup/unified` on hybrid systems).
-fn cgroup2_mount() -> PathBuf {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
-        .expect("a cgroup2 mount")
-}
-
-/// A fresh cgroup (a child of the v2 root), removed on drop once empty.
-struct Cgroup(PathBuf);
-impl Cgroup {
-    fn new(name: &str) -> Cgroup {
-        let dir = cgroup2_mount().join(name);
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).expect("create a cgroup");
-        Cgroup(dir)
-    }
-    fn add(&self, pid: u32) {
-        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("move into the cgroup");
-    }
-}
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-}
+use std::path::Path;
 
 #[test]
 fn only_the_cgroups_processes_are_sampled() {

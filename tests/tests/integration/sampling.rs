@@ -360,13 +360,16 @@ fn exited_processes_are_folded_as_they_go() {
     // Six burners of 1.5 s each, one after the other (each alive at one
     // of the sampler's 1-s ticks at least, where its mappings are read);
     // their CPU time is the ground truth.
+    // In a cgroup of their own: the folded processes are counted under
+    // the first of their cgroup, and the root cgroup has other processes
+    // exiting (a build, the harness).
+    let cg = Cgroup::new(&format!("profiler-test-{comm}"));
     let (mut pids, mut cpu_ns) = (Vec::new(), 0u64);
     for _ in 0..6 {
-        let child = Command::new(burn_fp())
-            .args(["1.5", "chain", &comm])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn burner");
+        let mut burner = Command::new(burn_fp());
+        burner.args(["1.5", "chain", &comm]).stdout(Stdio::null());
+        let _procs = cg.join_on_spawn(&mut burner);
+        let child = burner.spawn().expect("spawn burner");
         let pid = child.id();
         pids.push(pid);
         // SAFETY: plain data filled by wait4.
@@ -418,4 +421,5 @@ fn exited_processes_are_folded_as_they_go() {
         line.contains("more exited processes of its cgroup"),
         "{line}"
     );
+    drop(cg);
 }
