@@ -1,7 +1,8 @@
 //! A per-thread call tree (a trie of call paths). Each node aggregates the
 //! completed invocations of one function reached by one path. Nodes are
 //! created once per distinct path, so steady-state events allocate nothing.
-use std::collections::HashMap;
+/// Keyed by (parent, function): small integers, hashed on every event.
+type Edges = foldhash::HashMap<(NodeId, u32), NodeId>;
 
 /// Index of a node; [`ROOT`] is the thread itself.
 pub type NodeId = u32;
@@ -27,14 +28,14 @@ pub struct Node {
 #[derive(Debug, Clone)]
 pub struct CallTree {
     nodes: Vec<Node>,
-    children: HashMap<(NodeId, u32), NodeId>,
+    children: Edges,
 }
 
 impl Default for CallTree {
     fn default() -> Self {
         CallTree {
             nodes: vec![Node::default()],
-            children: HashMap::new(),
+            children: Edges::default(),
         }
     }
 }

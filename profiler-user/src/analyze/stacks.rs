@@ -178,7 +178,8 @@ pub struct Stacks {
     pub events: u64,
     /// Events whose function index was out of range (should stay 0).
     pub invalid_events: u64,
-    threads: HashMap<u32, ThreadState>,
+    /// By tid (foldhash: looked up on every event).
+    threads: foldhash::HashMap<u32, ThreadState>,
     /// Exited threads, folded together by name, so memory is bounded by the
     /// distinct thread names rather than by how many threads ever ran.
     exited: HashMap<String, ThreadState>,
@@ -203,7 +204,7 @@ impl Stacks {
             funcs: vec![FuncStats::default(); nfuncs],
             events: 0,
             invalid_events: 0,
-            threads: HashMap::new(),
+            threads: Default::default(),
             exited: HashMap::new(),
             seen_dead: Default::default(),
             new_tids: Vec::new(),
