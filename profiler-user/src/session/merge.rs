@@ -19,7 +19,10 @@
 //! handed out: the time the read began, minus the longest a program takes
 //! between its timestamp and its submit ([`SLACK_NS`]). The rest wait for
 //! the next read. A record that arrives older than a watermark already
-//! passed is handed out at once and counted as late.
+//! passed is handed out at once and counted as late. The ring read last
+//! needs no copy: every other ring's records up to the watermark are held
+//! by then, so its records go out as they are read, after the held ones
+//! older than each ([`Merge::push_or_hand_out`]).
 use std::{
     cmp::Reverse,
     collections::{BinaryHeap, VecDeque},
@@ -103,25 +106,67 @@ impl Merge {
         self.held += 1;
     }
 
+    /// Hands `rec`, read from ring `ring`, straight to `f` when the merge
+    /// allows it, without holding a copy; otherwise holds it, as
+    /// [`Merge::push`]. The caller reads `ring` last in its round, after
+    /// every other ring: their records up to `watermark` are then all held
+    /// already, so a record of `ring` no newer than the watermark, with
+    /// nothing of its own ring held ahead of it, goes out once the held
+    /// records older than it have. With one busy ring (one writing thread,
+    /// or most of the load on one CPU) that is nearly every record.
+    pub fn push_or_hand_out(
+        &mut self,
+        ring: usize,
+        rec: &[u8],
+        watermark: u64,
+        f: &mut impl FnMut(&[u8]),
+    ) {
+        let ts = ts_of(rec);
+        if ts > watermark || !self.queues[ring].recs.is_empty() {
+            self.push(ring, rec);
+            return;
+        }
+        if self
+            .heads
+            .peek()
+            .is_some_and(|Reverse((head, _))| *head <= ts)
+        {
+            self.hand_out(ts, f);
+        }
+        if ts < self.done_to {
+            self.late += 1;
+        }
+        f(rec);
+    }
+
     /// Hands every held record with a timestamp up to `watermark` to `f`,
     /// in merged order (each ring's order kept, the oldest head first).
     pub fn pop_to(&mut self, watermark: u64, mut f: impl FnMut(&[u8])) {
+        self.hand_out(watermark, &mut f);
+        self.done_to = self.done_to.max(watermark);
+        for q in &mut self.queues {
+            q.compact();
+        }
+    }
+
+    /// The held records up to `bound`, in merged order.
+    fn hand_out(&mut self, bound: u64, f: &mut impl FnMut(&[u8])) {
         while let Some(Reverse((ts, ring))) = self.heads.pop() {
-            if ts > watermark {
+            if ts > bound {
                 self.heads.push(Reverse((ts, ring)));
                 break;
             }
             // This ring's records go out while they are no newer than the
-            // next ring's head (and the watermark): one heap operation per
+            // next ring's head (and the bound): one heap operation per
             // run, not per record.
-            let bound = self
+            let run_to = self
                 .heads
                 .peek()
-                .map_or(watermark, |Reverse((next, _))| (*next).min(watermark));
+                .map_or(bound, |Reverse((next, _))| (*next).min(bound));
             let q = &mut self.queues[ring];
             let mut first = true;
             while let Some(&(ts, start, len)) = q.recs.front() {
-                if !first && ts > bound {
+                if !first && ts > run_to {
                     break;
                 }
                 first = false;
@@ -132,10 +177,6 @@ impl Merge {
             if let Some(&(next, _, _)) = q.recs.front() {
                 self.heads.push(Reverse((next, ring)));
             }
-        }
-        self.done_to = self.done_to.max(watermark);
-        for q in &mut self.queues {
-            q.compact();
         }
     }
 
@@ -170,6 +211,31 @@ mod tests {
         let mut out = Vec::new();
         m.pop_to(w, |r| out.push(tag(r)));
         out
+    }
+
+    /// The ring read last hands its records out at once, after the held
+    /// records older than each; past the watermark, or behind a held record
+    /// of its own ring, it holds them.
+    #[test]
+    fn last_ring_hands_out_in_order_without_holding() {
+        let mut m = Merge::new(2);
+        for (ts, t) in [(10, 1), (30, 3), (50, 5)] {
+            m.push(0, &rec(ts, t));
+        }
+        let mut out = Vec::new();
+        let mut f = |r: &[u8]| out.push(tag(r));
+        for (ts, t) in [(20, 2), (40, 4), (45, 45), (60, 6), (42, 42)] {
+            m.push_or_hand_out(1, &rec(ts, t), 55, &mut f);
+        }
+        // 60 is past the watermark: held, and 42 (ring order) behind it.
+        assert_eq!(out, [1, 2, 3, 4, 45]);
+        assert_eq!(m.held(), 3);
+        assert_eq!(pop(&mut m, u64::MAX), [5, 6, 42]);
+        assert_eq!(m.late(), 0);
+        // Older than a watermark already passed: out at once, counted late.
+        let mut out = Vec::new();
+        m.push_or_hand_out(0, &rec(7, 7), 100, &mut |r: &[u8]| out.push(tag(r)));
+        assert_eq!((out, m.late()), (vec![7], 1));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct Rings {
     epoll: OwnedFd,
     /// Several rings: their merge.
     merge: Option<Merge>,
+    /// The ring that had the most records in the last drain: read last, so
+    /// its records can go out without a copy (see [`Merge::push_or_hand_out`]).
+    busiest: usize,
 }
 
 impl Rings {
@@ -64,6 +67,7 @@ impl Rings {
             rings,
             epoll,
             merge,
+            busiest: 0,
         })
     }
 
@@ -74,7 +78,9 @@ impl Rings {
 
     /// Reads every ring and hands records to `f`: with one ring, all of
     /// them in ring order; with several, merged, those older than the
-    /// watermark (all of them with `flush`, once no more can come).
+    /// watermark (all of them with `flush`, once no more can come). The
+    /// busiest ring of the last drain is read last, its records handed out
+    /// as they are read where the merge allows, the others' held first.
     /// Returns the time up to which records were handed out (None: all
     /// that were read, live).
     pub fn drain(&mut self, flush: bool, mut f: impl FnMut(&[u8])) -> Option<u64> {
@@ -86,15 +92,34 @@ impl Rings {
             return None;
         };
         let start = monotonic_ns();
-        for (i, r) in self.rings.iter_mut().enumerate() {
-            while let Some(item) = r.ring.next() {
-                merge.push(i, &item);
-            }
-        }
         let watermark = match flush {
             true => u64::MAX,
             false => start.saturating_sub(SLACK_NS),
         };
+        let last = self.busiest;
+        let mut most = (0, last);
+        for (i, r) in self.rings.iter_mut().enumerate() {
+            if i == last {
+                continue;
+            }
+            let mut n = 0;
+            while let Some(item) = r.ring.next() {
+                merge.push(i, &item);
+                n += 1;
+            }
+            if n > most.0 {
+                most = (n, i);
+            }
+        }
+        let mut n = 0;
+        let ring = &mut self.rings[last].ring;
+        while let Some(item) = ring.next() {
+            merge.push_or_hand_out(last, &item, watermark, &mut f);
+            n += 1;
+        }
+        if n < most.0 {
+            self.busiest = most.1;
+        }
         merge.pop_to(watermark, f);
         Some(watermark.min(start))
     }
