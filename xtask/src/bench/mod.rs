@@ -471,14 +471,22 @@ fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> 
         (RING * cpus) >> 10
     ));
     md.push_str("\n### Agent CPU per million events\n\n");
-    let cpu = rings::cpu_rows_measure(nop, args.nop_iters, args.repeat, work);
+    let mut profs = vec![("this build", crate::util::profiler_bin())];
+    if let Some(base) = &args.base_profiler {
+        match std::fs::canonicalize(base) {
+            Ok(p) => profs.push(("--base-profiler", p)),
+            Err(e) => eprintln!("bench: --base-profiler {}: {e}", base.display()),
+        }
+    }
+    let cpu = rings::cpu_rows_measure(&profs, nop, args.nop_iters, args.repeat, work);
     md.push_str(&rings::cpu_rows(&cpu));
     md.push_str(&format!(
         "\nNop fixture, one thread, {} iterations (6 events each) flat out, under `profiler record --pid P \
          --func leaf --func mid --max-overhead 0 --trace-events 0 --rings MODE` (default ring size, \
          profile.data written). Agent CPU is the profiler's utime + stime (/proc/PID/stat, read until it \
          exits); the same run with 1,000 iterations gives the fixed cost (load, attach, outputs), and \
-         CPU per event is the difference over the events. Median of {} runs.\n",
+         CPU per event is the difference over the events. Median of {} runs, the builds' and modes' \
+         runs interleaved (`--base-profiler PATH` adds an older build's rows).\n",
         args.nop_iters, args.repeat
     ));
     md.push_str(&format!(
@@ -493,7 +501,13 @@ fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> 
     ]
     .into_iter()
     .map(|(mode, ring)| {
-        let r = rings::flat(nop, mode, PINNED, iters, ring, true, work);
+        let load = rings::Load {
+            threads: PINNED,
+            iters,
+            ring,
+            pin: true,
+        };
+        let r = rings::flat(&crate::util::profiler_bin(), nop, mode, load, work);
         if let Ok(f) = &r {
             eprintln!("bench: rings pinned {mode} {ring:?}: {f:?}");
         }

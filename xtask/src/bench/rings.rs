@@ -5,7 +5,7 @@
 //! programs contend for the rings' locks.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,6 @@ use anyhow::{bail, Result};
 
 use super::rate::{self, Sweep};
 use crate::proc::{calls_of, read_functions_json, ReadyOn, Target, Tracer};
-use crate::util::profiler_bin;
 
 /// Both modes, per-CPU first.
 pub const MODES: [&str; 2] = ["per-cpu", "shared"];
@@ -100,18 +99,25 @@ fn cpu_of(pid: u32) -> Option<(f64, bool)> {
     Some((t, *state == "Z"))
 }
 
-/// Runs the nop fixture flat out with `threads` threads of `iters`
-/// iterations each (pinned round-robin to the CPUs with `pin`) under
-/// `profiler record --rings mode`.
-pub fn flat(
-    bin: &Path,
-    mode: &'static str,
-    threads: u32,
-    iters: u64,
-    ring: Option<u64>,
-    pin: bool,
-    work: &Path,
-) -> Result<Flat> {
+/// The nop fixture's load: `threads` threads of `iters` iterations each
+/// (pinned round-robin to the CPUs with `pin`), and the rings' size.
+#[derive(Clone, Copy)]
+pub struct Load {
+    pub threads: u32,
+    pub iters: u64,
+    pub ring: Option<u64>,
+    pub pin: bool,
+}
+
+/// Runs the nop fixture `bin` flat out with `load` under
+/// `prof record --rings mode`.
+pub fn flat(prof: &Path, bin: &Path, mode: &'static str, load: Load, work: &Path) -> Result<Flat> {
+    let Load {
+        threads,
+        iters,
+        ring,
+        pin,
+    } = load;
     let out = work.join(format!("prof-rings-{mode}"));
     let _ = std::fs::remove_dir_all(&out);
     let mut target = Target::start(
@@ -119,7 +125,7 @@ pub fn flat(
             .args([iters.to_string(), threads.to_string()])
             .env("BENCH_PIN", if pin { "1" } else { "0" }),
     )?;
-    let mut cmd = Command::new(profiler_bin());
+    let mut cmd = Command::new(prof);
     cmd.args(["record", "--pid", &target.pid().to_string()])
         .args(["--func", "leaf", "--func", "mid", "--max-overhead", "0"])
         .args(["--trace-events", "0", "--rings", mode, "--out"])
@@ -163,10 +169,13 @@ pub fn flat(
     })
 }
 
-/// Agent CPU per million events, per mode: a flat-out run of `iters`
-/// iterations against one of 1,000 (the fixed cost of loading, attaching
-/// and writing the outputs), median of `repeat` of each.
+/// Agent CPU per million events, per build and mode: a flat-out run of
+/// `iters` iterations against one of 1,000 (the fixed cost of loading,
+/// attaching and writing the outputs), median of `repeat` of each. The
+/// builds' and modes' runs are interleaved, so a change in the machine's
+/// speed falls on all of them.
 pub struct CpuRow {
+    pub build: &'static str,
     pub mode: &'static str,
     pub events: u64,
     pub lost: u64,
@@ -174,26 +183,59 @@ pub struct CpuRow {
     pub cpu_small: f64,
 }
 
-pub fn cpu_rows_measure(bin: &Path, iters: u64, repeat: usize, work: &Path) -> Vec<Result<CpuRow>> {
-    MODES
+pub fn cpu_rows_measure(
+    profs: &[(&'static str, PathBuf)],
+    bin: &Path,
+    iters: u64,
+    repeat: usize,
+    work: &Path,
+) -> Vec<Result<CpuRow>> {
+    let cells: Vec<(&'static str, &Path, &'static str)> = profs
         .iter()
-        .map(|&mode| {
-            let mut big = Vec::new();
-            let mut small = Vec::new();
-            let (mut events, mut lost) = (0, 0);
-            for _ in 0..repeat {
-                let b = flat(bin, mode, 1, iters, None, false, work)?;
-                let s = flat(bin, mode, 1, 1_000, None, false, work)?;
-                eprintln!(
-                    "bench: rings cpu {mode}: {} events, {} lost, agent {:.3} s (small run {:.3} s)",
-                    b.events, b.lost, b.agent_cpu, s.agent_cpu
-                );
-                events = b.events;
-                lost += b.lost;
-                big.push(b.agent_cpu);
-                small.push(s.agent_cpu);
+        .flat_map(|(build, p)| MODES.iter().map(move |&mode| (*build, p.as_path(), mode)))
+        .collect();
+    // Per cell: the big runs' CPU, the small runs', events, lost.
+    type Acc = (Vec<f64>, Vec<f64>, u64, u64);
+    let mut runs: Vec<Result<Acc>> = cells
+        .iter()
+        .map(|_| Ok((Vec::new(), Vec::new(), 0, 0)))
+        .collect();
+    for _ in 0..repeat {
+        for (cell, run) in cells.iter().zip(runs.iter_mut()) {
+            let Ok((big, small, events, lost)) = run else {
+                continue;
+            };
+            let (build, prof, mode) = *cell;
+            let one = |iters| Load {
+                threads: 1,
+                iters,
+                ring: None,
+                pin: false,
+            };
+            let measured = flat(prof, bin, mode, one(iters), work)
+                .and_then(|b| Ok((b, flat(prof, bin, mode, one(1_000), work)?)));
+            match measured {
+                Ok((b, s)) => {
+                    eprintln!(
+                        "bench: rings cpu {build} {mode}: {} events, {} lost, agent {:.3} s (small run {:.3} s)",
+                        b.events, b.lost, b.agent_cpu, s.agent_cpu
+                    );
+                    *events = b.events;
+                    *lost += b.lost;
+                    big.push(b.agent_cpu);
+                    small.push(s.agent_cpu);
+                }
+                Err(e) => *run = Err(e),
             }
+        }
+    }
+    cells
+        .iter()
+        .zip(runs)
+        .map(|(&(build, _, mode), run)| {
+            let (big, small, events, lost) = run?;
             Ok(CpuRow {
+                build,
                 mode,
                 events,
                 lost,
@@ -206,8 +248,8 @@ pub fn cpu_rows_measure(bin: &Path, iters: u64, repeat: usize, work: &Path) -> V
 
 pub fn cpu_rows(rows: &[Result<CpuRow>]) -> String {
     let mut s = String::from(
-        "| rings | events | lost | agent CPU (run) | agent CPU (1,000-iteration run) | agent CPU per M events | events per agent CPU second | goal ≥ 5 M/s |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| build | rings | events | lost | agent CPU (run) | agent CPU (1,000-iteration run) | agent CPU per M events | events per agent CPU second | goal ≥ 5 M/s |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     for r in rows {
         match r {
@@ -217,7 +259,8 @@ pub fn cpu_rows(rows: &[Result<CpuRow>]) -> String {
                 let rate = r.events as f64 / marginal;
                 writeln!(
                     s,
-                    "| {} | {} | {} | {:.2} s | {:.2} s | {:.0} ms | {:.1} M/s | {} |",
+                    "| {} | {} | {} | {} | {:.2} s | {:.2} s | {:.0} ms | {:.1} M/s | {} |",
+                    r.build,
                     r.mode,
                     r.events,
                     r.lost,
@@ -229,7 +272,7 @@ pub fn cpu_rows(rows: &[Result<CpuRow>]) -> String {
                 )
                 .unwrap();
             }
-            Err(e) => writeln!(s, "| failed: {e:#} | | | | | | | | |").unwrap(),
+            Err(e) => writeln!(s, "| failed: {e:#} | | | | | | | | | |").unwrap(),
         }
     }
     s
