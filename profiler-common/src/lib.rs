@@ -56,6 +56,10 @@ pub const WAKEUP_BYTES_GLOBAL: &str = "WAKEUP_BYTES";
 pub const SEEN_THREADS_MAP: &str = "SEEN_THREADS";
 /// Capacity of [`SEEN_THREADS_MAP`].
 pub const SEEN_THREADS_CAPACITY: u32 = 16384;
+/// Processes `sample --all` remembers having told the agent of (LRU).
+pub const NOTICED_CAPACITY: u32 = 16384;
+/// Name of that map.
+pub const NOTICED_MAP: &str = "NOTICED";
 
 /// Entry/exit events that could not be reserved in the ring buffer (it was full).
 pub const COUNTER_LOST: u32 = 0;
@@ -223,6 +227,10 @@ pub const KIND_WAKER: u32 = 12;
 /// watched thread was blocked inside a dispatch: a [`StackEvent`] whose
 /// `tid` is the sampled thread.
 pub const KIND_PEER_SAMPLE: u32 = 13;
+/// `sample --all`: a process was sampled for the first time (an [`Event`]
+/// whose `tid` is the process), so the agent reads its mappings while it
+/// runs rather than at its next scan.
+pub const KIND_NEW_PROCESS: u32 = 14;
 /// [`WakerEvent::flags`] bit: the waker has no user-mode state (a kernel
 /// thread, or the idle task an interrupt arrived on).
 pub const WAKER_KERNEL_THREAD: u32 = 1;
@@ -584,6 +592,8 @@ pub enum RecordKind {
     /// A sample of another thread while the watched one was blocked in a
     /// dispatch: a [`StackEvent`].
     PeerSample,
+    /// A process sampled for the first time (`sample --all`): an [`Event`].
+    NewProcess,
 }
 
 impl RecordKind {
@@ -604,6 +614,7 @@ impl RecordKind {
             KIND_PROBED => RecordKind::Probed,
             KIND_WAKER => RecordKind::Waker,
             KIND_PEER_SAMPLE => RecordKind::PeerSample,
+            KIND_NEW_PROCESS => RecordKind::NewProcess,
             _ => return None,
         })
     }

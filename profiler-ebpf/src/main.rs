@@ -37,7 +37,9 @@ compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers an
 mod unwind;
 
 use aya_ebpf::{
-    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    bindings::{
+        BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,
+    },
     btf_maps::{ArrayOfMaps, RingBuf},
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_stack,
@@ -63,10 +65,11 @@ use profiler_common::{
     COUNTER_LOST, COUNTER_LOST_COMM, COUNTER_LOST_PROC, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS,
     COUNTER_TRACED_FULL, COUNTER_UNTRACED_CHILDREN, COUNTER_USER_STACKS_FULL, CPU_COUNTS_CAPACITY,
     CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, EVENTS_SLOTS, GO_STACK_BASE, KIND_COMM, KIND_DWARF,
-    KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE,
-    KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER, KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES,
-    PROC_EXEC, PROC_EXIT, PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY,
-    TRACED_CAPACITY, WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_NEW_PROCESS, KIND_PEER_SAMPLE,
+    KIND_PROC, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER, KIND_WAKEUP,
+    MAX_KERNEL_FRAMES, MAX_USER_FRAMES, NOTICED_CAPACITY, PROC_EXEC, PROC_EXIT, PROC_FORK,
+    SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY, WAKER_KERNEL_THREAD,
+    WATCH_BLOCKED, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// A value the agent sets at load time (`.rodata`, through
@@ -227,6 +230,35 @@ static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_C
 
 #[map(name = "WATCH")]
 static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
+
+/// Processes the agent was told of ([`notice_new_process`]).
+#[map(name = "NOTICED")]
+static NOTICED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(NOTICED_CAPACITY, 0);
+
+/// `sample --all`: tells the agent of a process sampled for the first time
+/// (a [`KIND_NEW_PROCESS`] record), so that it reads the process's mappings
+/// (names, unwind tables) within a tick, while a short-lived process still
+/// runs, not at its next scan. A notice the ring had no room for costs
+/// nothing but that: the scan finds the process.
+#[inline(always)]
+fn notice_new_process(pid: u32) {
+    if SAMPLE_ALL.load() == 0 || NOTICED.insert(pid, 1, BPF_NOEXIST as u64).is_err() {
+        return;
+    }
+    let Some((mut slot, _)) = reserve::<Event>() else {
+        return;
+    };
+    // SAFETY: a reserved slot of the right size, written whole.
+    unsafe {
+        slot.as_mut_ptr().write(Event {
+            ts_ns: bpf_ktime_get_ns(),
+            tid: pid,
+            word: Event::pack(KIND_NEW_PROCESS, 0),
+            sp: 0,
+        });
+    }
+    slot.submit(BPF_RB_NO_WAKEUP as u64);
+}
 
 /// Copies the top of the user stack and the registers of a user-mode
 /// sample into the ring. Tries shorter copies when the stack's mapping ends
@@ -848,6 +880,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
             if CPU_COUNTS.insert(key, 1, 0).is_err() {
                 bump(COUNTER_CPU_COUNTS_FULL);
             }
+            notice_new_process(pid);
             // A new key: the thread's current name (it changes at exec,
             // and the stacks of the new program are new keys).
             let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);

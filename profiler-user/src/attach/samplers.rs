@@ -2,8 +2,10 @@
 //! (hardware cycles where the machine has a PMU, else `cpu-clock`), and
 //! `prof_offcpu` on `sched_switch`. The kernel aggregates what they see in
 //! maps, which [`CpuMaps`] takes out of the object so they outlive it.
+//! System-wide, [`NewProcesses`] reads the kernel's notices of processes
+//! sampled for the first time.
 use aya::{
-    maps::{HashMap as MapHash, MapData, PerCpuHashMap, StackTraceMap},
+    maps::{HashMap as MapHash, MapData, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent, ProgramError,
@@ -11,8 +13,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, OFFCPU_NS_MAP,
-    PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
+    Event, SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, KIND_NEW_PROCESS,
+    NOTICED_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
 };
 
 use std::collections::HashMap;
@@ -96,6 +98,51 @@ impl ExitedThreads {
         let tid = *self.ids.entry((key.pid, comm)).or_insert(key.tid);
         self.names.entry(tid).or_insert(comm);
         *self.counts.entry(SampleKey { tid, ..key }).or_default() += count;
+    }
+}
+
+/// `sample --all`: the processes the sampler saw for the first time, told
+/// by the kernel through the shared ring as they are sampled, so their
+/// mappings (names, unwind tables) are read within a tick, while a
+/// short-lived process still runs.
+pub struct NewProcesses {
+    ring: RingBuf<MapData>,
+    /// The processes the kernel has told of (it tells each once).
+    noticed: MapHash<MapData, u32, u8>,
+}
+
+impl NewProcesses {
+    /// Reads the notices from `ring` (the sampler's shared ring).
+    pub fn take(ebpf: &mut Ebpf, ring: RingBuf<MapData>) -> Result<Self> {
+        let noticed = ebpf
+            .take_map(NOTICED_MAP)
+            .ok_or_else(|| Error::Load(format!("no {NOTICED_MAP} map")))?;
+        Ok(NewProcesses {
+            ring,
+            noticed: MapHash::try_from(noticed).map_err(Error::ebpf)?,
+        })
+    }
+
+    /// The processes told of since the last call, once each, in order.
+    pub fn drain(&mut self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        while let Some(item) = self.ring.next() {
+            match profiler_common::read::<Event>(&item) {
+                Some(ev) if ev.kind() == KIND_NEW_PROCESS && !pids.contains(&ev.tid) => {
+                    pids.push(ev.tid)
+                }
+                _ => {}
+            }
+        }
+        pids
+    }
+
+    /// Forgets processes that exited, so that a process given one of their
+    /// PIDs later is told of too.
+    pub fn forget(&mut self, pids: &[u32]) {
+        for pid in pids {
+            let _ = self.noticed.remove(pid);
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use crate::{
     attach::{
         probes::Probes,
         rings::RingSpec,
-        samplers::{self, CpuMaps},
+        samplers::{self, CpuMaps, NewProcesses},
     },
     cli::{SampleArgs, UnwindMode},
     output::html::Page,
@@ -81,6 +81,10 @@ impl Dwarf {
 /// then, counted as `no tables`).
 const TABLES_BUDGET: Duration = Duration::from_millis(300);
 
+/// Time spent on the unwind tables of processes just told of (every 20 ms
+/// when there are some); the rest wait, as above.
+const NOTICE_BUDGET: Duration = Duration::from_millis(100);
+
 /// The processes on a CPU now (those of `cgroup` only, with `--cgroup`:
 /// the others are never sampled, so they need no unwind tables).
 fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
@@ -118,7 +122,13 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let copy = unwind == UnwindMode::Copy;
     // copy: 16 KiB per sample through the ring, drained every 20 ms. One
     // shared ring: the samples need no order.
-    let ring_size = if copy { 64 << 20 } else { 4096 };
+    // --all: the notices of new processes (24 bytes each), read every
+    // 20 ms.
+    let ring_size = match (copy, args.all) {
+        (true, _) => 64 << 20,
+        (false, true) => 64 << 10,
+        (false, false) => 4096,
+    };
     let mut probes = Probes::load_in_cgroup(
         pid,
         Default::default(),
@@ -148,6 +158,17 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         samplers::start_offcpu(probes.ebpf_mut())?;
     }
     let mut maps = CpuMaps::take(probes.ebpf_mut(), args.off_cpu)?;
+    let mut news = match args.all && !copy {
+        true => {
+            let ring = probes
+                .take_rings()
+                .pop()
+                .ok_or_else(|| Error::Load("no event ring".into()))?
+                .ring;
+            Some(NewProcesses::take(probes.ebpf_mut(), ring)?)
+        }
+        false => None,
+    };
     let counters = probes.take_counters()?;
     let what = match &target {
         Some(t) => format!("PID {} ({})", t.pid, t.exe.display()),
@@ -176,10 +197,12 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         }),
         false => None,
     };
-    let every = if dwarf.is_some() {
-        Duration::from_millis(20)
-    } else {
-        Duration::from_secs(1)
+    // A fast tick reads the copied stacks, or the new processes; the rest
+    // is done every second (every 50 fast ticks).
+    let fast = dwarf.is_some() || news.is_some();
+    let every = match fast {
+        true => Duration::from_millis(20),
+        false => Duration::from_secs(1),
     };
     let mut ticks = 0u32;
     // System-wide: each sampled process's cgroup, read while it runs.
@@ -192,7 +215,23 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         if let Some(d) = &mut dwarf {
             d.drain(pid);
         }
-        if dwarf.is_none() || ticks.is_multiple_of(50) {
+        if let Some(n) = &mut news {
+            let new = n.drain();
+            for &p in &new {
+                if !sym.knows(p) {
+                    sym.remember_maps(p);
+                }
+                if let Some(cg) = cgroup::of_process(p) {
+                    cgroups.entry(p).or_insert(cg);
+                }
+            }
+            if let (Some(t), false) = (&mut tables, new.is_empty()) {
+                let mut pids = new;
+                pids.append(&mut pending);
+                pending = t.sync(&pids, false, NOTICE_BUDGET);
+            }
+        }
+        if !fast || ticks.is_multiple_of(50) {
             if ticks.is_multiple_of(10) {
                 if args.all {
                     // Processes that exited: named now, then forgotten, so
@@ -202,6 +241,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                     let folded =
                         exited.fold(&mut maps, &mut sym, gone, |p| cgroups.get(&p).cloned());
                     seen.forget(&folded);
+                    if let Some(n) = &mut news {
+                        n.forget(&folded);
+                    }
                     let keep = |p: &u32| !folded.contains(p) || exited.counts_under(*p);
                     cgroups.retain(|p, _| keep(p));
                 }

@@ -316,7 +316,8 @@ impl Sinks {
                     None => self.stacks.invalid_events += 1,
                 }
             }
-            RecordKind::Dwarf => self.stacks.invalid_events += 1,
+            // Only `sample` makes these.
+            RecordKind::Dwarf | RecordKind::NewProcess => self.stacks.invalid_events += 1,
         }
     }
 
