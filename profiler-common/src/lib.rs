@@ -752,6 +752,11 @@ mod tests {
             RecordKind::of(KIND_PEER_SAMPLE),
             Some(RecordKind::PeerSample)
         );
+        assert_eq!(
+            RecordKind::of(KIND_NEW_PROCESS),
+            Some(RecordKind::NewProcess)
+        );
+        assert_eq!(RecordKind::of(KIND_NEW_PROCESS + 1), None);
         let e = Event {
             ts_ns: 1,
             tid: 2,
