@@ -86,10 +86,12 @@ fn cpp_exception_through_probed_frames_by_pid() {
     for f in o.json["functions"].as_array().unwrap() {
         assert_eq!(f["exit_probe"], "ret", "{f}");
     }
-    assert_close(
+    assert_close_probed(
         "outer total",
         o.sum("outer(int)", "total_ns"),
         num(truth_fn(&truth, "outer"), "total_ns"),
+        1000,
+        o.own_probes_ns(),
     );
 }
 
@@ -162,10 +164,12 @@ fn longjmp_out_of_probed_frames_keeps_self_within_total() {
     );
     assert_eq!(o.sum("jumper", "unwound"), 0);
     assert_self_within_total(&o);
-    assert_close(
+    assert_close_probed(
         "jumper total",
         o.sum("jumper", "total_ns"),
         num(truth_fn(&truth, "jumper"), "total_ns"),
+        truth_calls(&truth, "jumper"),
+        o.own_probes_ns(),
     );
     // The unwound via frames fit inside jumper's time.
     assert!(o.sum("via", "total_ns") <= o.sum("jumper", "total_ns"));
