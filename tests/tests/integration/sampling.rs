@@ -192,6 +192,70 @@ fn system_wide_split_follows_cpu_time() {
 }
 
 /// Kills and reaps a child on drop.
+/// `profiler sample --all --hz 499 --duration D --out OUT`, started and
+/// attached (its sampler line read), killed if the test fails.
+struct SampleAll {
+    prof: Kill,
+    err: std::io::BufReader<std::process::ChildStderr>,
+    seen: String,
+}
+
+impl SampleAll {
+    fn start(out: &Path, duration: &str) -> SampleAll {
+        let mut cmd = Command::new(profiler_bin());
+        cmd.args([
+            "sample",
+            "--all",
+            "--hz",
+            "499",
+            "--duration",
+            duration,
+            "--out",
+        ])
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        let mut prof = Kill(cmd.spawn().expect("spawn profiler"));
+        let mut err = std::io::BufReader::new(prof.0.stderr.take().unwrap());
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+            assert!(n > 0, "the profiler ended before attaching:\n{seen}");
+            seen.push_str(&line);
+            if line.contains("sampler at") {
+                return SampleAll { prof, err, seen };
+            }
+        }
+    }
+
+    /// Waits for the session's end; it must succeed.
+    fn finish(mut self) {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.err, &mut rest);
+        let status = self.prof.0.wait().expect("wait profiler");
+        assert!(
+            status.success(),
+            "profiler sample failed: {}{rest}",
+            self.seen
+        );
+    }
+}
+
+/// Samples of processes named `comm` in a cpu.folded, and how many of them
+/// hold the frames `chain` in a row.
+fn samples_of(folded_text: &str, comm: &str, chain: &[&str]) -> (u64, u64) {
+    let stacks = folded(folded_text);
+    let mine = stacks.iter().filter(|(s, _)| s[0] == comm);
+    let total = mine.clone().map(|(_, n)| n).sum();
+    let named = mine
+        .filter(|(s, _)| has_chain(s, chain))
+        .map(|(_, n)| n)
+        .sum();
+    (total, named)
+}
+
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -331,32 +395,7 @@ fn exited_processes_are_folded_as_they_go() {
     require_root!();
     let out = TempDir::new("sample-exited-procs");
     let comm = format!("pexit{}", std::process::id() % 100_000);
-    let mut cmd = Command::new(profiler_bin());
-    cmd.args([
-        "sample",
-        "--all",
-        "--hz",
-        "499",
-        "--duration",
-        "14s",
-        "--out",
-    ])
-    .arg(out.path())
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut prof = Kill(cmd.spawn().expect("spawn profiler"));
-    let mut err = std::io::BufReader::new(prof.0.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(n > 0, "the profiler ended before attaching:\n{seen}");
-        seen.push_str(&line);
-        if line.contains("sampler at") {
-            break;
-        }
-    }
+    let session = SampleAll::start(out.path(), "14s");
     // Six burners of 1.5 s each, one after the other (each alive at one
     // of the sampler's 1-s ticks at least, where its mappings are read);
     // their CPU time is the ground truth.
@@ -382,19 +421,9 @@ fn exited_processes_are_folded_as_they_go() {
         let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
         cpu_ns += tv(ru.ru_utime) + tv(ru.ru_stime);
     }
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-    let status = prof.0.wait().expect("wait profiler");
-    assert!(status.success(), "profiler sample failed: {seen}{rest}");
+    session.finish();
     let folded_text = read(out.path(), "cpu.folded");
-    let stacks = folded(&folded_text);
-    let mine: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| s[0] == comm).collect();
-    let total: u64 = mine.iter().map(|(_, n)| n).sum();
-    let named: u64 = mine
-        .iter()
-        .filter(|(s, _)| has_chain(s, &["a1", "b1", "c1"]))
-        .map(|(_, n)| n)
-        .sum();
+    let (total, named) = samples_of(&folded_text, &comm, &["a1", "b1", "c1"]);
     let want = cpu_ns as f64 * 499.0 / 1e9;
     let txt = read(out.path(), "cpu.txt");
     eprintln!(
@@ -434,32 +463,7 @@ fn short_lived_processes_are_named_from_their_first_samples() {
     require_root!();
     let out = TempDir::new("sample-short-procs");
     let comm = format!("pshort{}", std::process::id() % 100_000);
-    let mut cmd = Command::new(profiler_bin());
-    cmd.args([
-        "sample",
-        "--all",
-        "--hz",
-        "499",
-        "--duration",
-        "8s",
-        "--out",
-    ])
-    .arg(out.path())
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
-    let mut prof = Kill(cmd.spawn().expect("spawn profiler"));
-    let mut err = std::io::BufReader::new(prof.0.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
-        assert!(n > 0, "the profiler ended before attaching:\n{seen}");
-        seen.push_str(&line);
-        if line.contains("sampler at") {
-            break;
-        }
-    }
+    let session = SampleAll::start(out.path(), "8s");
     for _ in 0..12 {
         let status = Command::new(burn_fp())
             .args(["0.3", "chain", &comm])
@@ -468,19 +472,9 @@ fn short_lived_processes_are_named_from_their_first_samples() {
             .expect("run burner");
         assert!(status.success());
     }
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-    let status = prof.0.wait().expect("wait profiler");
-    assert!(status.success(), "profiler sample failed: {seen}{rest}");
+    session.finish();
     let folded_text = read(out.path(), "cpu.folded");
-    let stacks = folded(&folded_text);
-    let mine: Vec<&(Vec<String>, u64)> = stacks.iter().filter(|(s, _)| s[0] == comm).collect();
-    let total: u64 = mine.iter().map(|(_, n)| n).sum();
-    let named: u64 = mine
-        .iter()
-        .filter(|(s, _)| has_chain(s, &["a1", "b1", "c1"]))
-        .map(|(_, n)| n)
-        .sum();
+    let (total, named) = samples_of(&folded_text, &comm, &["a1", "b1", "c1"]);
     eprintln!("short-lived burners: {total} samples, {named} named a1;b1;c1");
     // 3.6 s of CPU at 499 Hz is about 1,800 samples; a busy machine gives
     // the burners less CPU, never none.
