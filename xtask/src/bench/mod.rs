@@ -197,7 +197,7 @@ pub fn run(args: &Args) -> Result<()> {
         md.push_str(&scale_section(&work));
     }
     if args.wants(Part::Rings) {
-        md.push_str(&rings_section(&fx.nop, args, &work));
+        md.push_str(&rings_section(&fx.nop, args, &work)?);
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",
@@ -211,6 +211,16 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// The profiler given with `--base-profiler`, as an absolute path.
+fn base_profiler(args: &Args) -> Result<Option<std::path::PathBuf>> {
+    args.base_profiler
+        .as_ref()
+        .map(|p| {
+            std::fs::canonicalize(p).with_context(|| format!("--base-profiler {}", p.display()))
+        })
+        .transpose()
+}
+
 fn dispatch_section(
     fixture: &std::path::Path,
     args: &Args,
@@ -219,15 +229,9 @@ fn dispatch_section(
     const FAST: u64 = 500_000;
     const PIPE: u64 = 50_000;
     const STORM: u64 = 200_000;
-    let base = match &args.base_profiler {
-        Some(p) => Some(
-            std::fs::canonicalize(p).with_context(|| format!("--base-profiler {}", p.display()))?,
-        ),
-        None => None,
-    };
     let profs = dispatch::Profilers {
         new: crate::util::profiler_bin(),
-        base,
+        base: base_profiler(args)?,
     };
     let cfgs = dispatch::configs(FAST, PIPE, STORM, profs.base.is_some());
     let rows = dispatch::measure(fixture, &profs, &cfgs, args.repeat, work);
@@ -448,7 +452,7 @@ fn scale_section(work: &std::path::Path) -> String {
     md
 }
 
-fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> String {
+fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> Result<String> {
     const RING: u64 = 64 << 10;
     const PINNED: u32 = 8;
     let cpus = rings::cpus();
@@ -472,12 +476,7 @@ fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> 
     ));
     md.push_str("\n### Agent CPU per million events\n\n");
     let mut profs = vec![("this build", crate::util::profiler_bin())];
-    if let Some(base) = &args.base_profiler {
-        match std::fs::canonicalize(base) {
-            Ok(p) => profs.push(("--base-profiler", p)),
-            Err(e) => eprintln!("bench: --base-profiler {}: {e}", base.display()),
-        }
-    }
+    profs.extend(base_profiler(args)?.map(|p| ("--base-profiler", p)));
     let cpu = rings::cpu_rows_measure(&profs, nop, args.nop_iters, args.repeat, work);
     md.push_str(&rings::cpu_rows(&cpu));
     md.push_str(&format!(
@@ -521,7 +520,7 @@ fn rings_section(nop: &std::path::Path, args: &Args, work: &std::path::Path) -> 
          all of them to the shared one, whose lock the CPUs take in turn. Same command as above; \
          the 64 KiB rows give the shared ring the per-CPU rings' memory.\n"
     ));
-    md
+    Ok(md)
 }
 
 fn header() -> String {
