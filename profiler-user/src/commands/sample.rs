@@ -1,7 +1,7 @@
 //! `profiler sample`: a sampling profiler for one process or the whole
 //! system; and `profiler diff`.
 use std::{
-    collections::HashMap,
+    collections::{btree_map::Entry, BTreeMap, HashMap},
     time::{Duration, Instant},
 };
 
@@ -93,6 +93,19 @@ fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
         pids.retain(|&p| cg.contains(p));
     }
     pids
+}
+
+/// A process sampled for the first time (told by the kernel, or found by
+/// the scan): its mappings and its cgroup read while it runs, once.
+fn first_seen(pid: u32, sym: &mut Symbolizer, cgroups: &mut BTreeMap<u32, String>) {
+    if !sym.knows(pid) {
+        sym.remember_maps(pid);
+    }
+    if let Entry::Vacant(e) = cgroups.entry(pid) {
+        if let Some(cg) = cgroup::of_process(pid) {
+            e.insert(cg);
+        }
+    }
 }
 
 /// Runs `profiler sample`.
@@ -206,7 +219,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     };
     let mut ticks = 0u32;
     // System-wide: each sampled process's cgroup, read while it runs.
-    let mut cgroups: std::collections::BTreeMap<u32, String> = Default::default();
+    let mut cgroups: BTreeMap<u32, String> = Default::default();
     let mut seen = cpu_profile::Seen::default();
     // System-wide: processes that exit are folded as they go.
     let mut exited = ExitedProcs::default();
@@ -218,12 +231,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         if let Some(n) = &mut news {
             let new = n.drain();
             for &p in &new {
-                if !sym.knows(p) {
-                    sym.remember_maps(p);
-                }
-                if let Some(cg) = cgroup::of_process(p) {
-                    cgroups.entry(p).or_insert(cg);
-                }
+                first_seen(p, &mut sym, &mut cgroups);
             }
             if let (Some(t), false) = (&mut tables, new.is_empty()) {
                 let mut pids = new;
@@ -265,9 +273,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 // for again.
                 let scan = maps.scan(&mut seen, &mut sym);
                 for &p in &scan.new {
-                    if let Some(cg) = cgroup::of_process(p) {
-                        cgroups.entry(p).or_insert(cg);
-                    }
+                    first_seen(p, &mut sym, &mut cgroups);
                 }
                 if let Some(t) = &mut tables {
                     // Busy now first, then those with new stacks, then
