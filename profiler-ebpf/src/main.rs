@@ -257,7 +257,8 @@ fn notice_new_process(pid: u32) {
             sp: 0,
         });
     }
-    slot.submit(BPF_RB_NO_WAKEUP as u64);
+    // Wakes the agent if it waits (it reads notices at most every 20 ms).
+    slot.submit(0);
 }
 
 /// Copies the top of the user stack and the registers of a user-mode

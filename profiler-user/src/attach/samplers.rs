@@ -123,6 +123,11 @@ impl NewProcesses {
         })
     }
 
+    /// Readable when the kernel has told of new processes.
+    pub fn poll_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.ring)
+    }
+
     /// The processes told of since the last call, once each, in order.
     pub fn drain(&mut self) -> Vec<u32> {
         let mut pids = Vec::new();

@@ -81,9 +81,17 @@ impl Dwarf {
 /// then, counted as `no tables`).
 const TABLES_BUDGET: Duration = Duration::from_millis(300);
 
-/// Time spent on the unwind tables of processes just told of (every 20 ms
-/// when there are some); the rest wait, as above.
+/// Time spent on the unwind tables of processes just told of; the rest
+/// wait, as above.
 const NOTICE_BUDGET: Duration = Duration::from_millis(100);
+
+/// The least time between two ticks for new processes: a machine that
+/// starts hundreds of processes a second wakes the agent 50 times a second,
+/// an idle one not at all.
+const NOTICE_GAP: Duration = Duration::from_millis(20);
+
+/// How often the scans, table refreshes and (every 10th) folds run.
+const SLOW_TICK: Duration = Duration::from_secs(1);
 
 /// The processes on a CPU now (those of `cgroup` only, with `--cgroup`:
 /// the others are never sampled, so they need no unwind tables).
@@ -210,13 +218,16 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         }),
         false => None,
     };
-    // A fast tick reads the copied stacks, or the new processes; the rest
-    // is done every second (every 50 fast ticks).
-    let fast = dwarf.is_some() || news.is_some();
-    let every = match fast {
+    // `--unwind copy`: a fast tick reads the copied stacks. Otherwise a tick
+    // a second, and with `--all` also one whenever the kernel tells of new
+    // processes (at most one every [`NOTICE_GAP`]). The rest is done once a
+    // second, and once every 10 s.
+    let every = match dwarf.is_some() {
         true => Duration::from_millis(20),
         false => Duration::from_secs(1),
     };
+    let wake = news.as_ref().map(NewProcesses::poll_fd);
+    let mut last_slow: Option<Instant> = None;
     let mut ticks = 0u32;
     // System-wide: each sampled process's cgroup, read while it runs.
     let mut cgroups: BTreeMap<u32, String> = Default::default();
@@ -224,7 +235,6 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // System-wide: processes that exit are folded as they go.
     let mut exited = ExitedProcs::default();
     let tick = || {
-        ticks = ticks.wrapping_add(1);
         if let Some(d) = &mut dwarf {
             d.drain(pid);
         }
@@ -236,10 +246,13 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             if let (Some(t), false) = (&mut tables, new.is_empty()) {
                 let mut pids = new;
                 pids.append(&mut pending);
-                pending = t.sync(&pids, false, NOTICE_BUDGET);
+                // Exited processes are looked for at the next slow tick.
+                pending = t.add(&pids, NOTICE_BUDGET);
             }
         }
-        if !fast || ticks.is_multiple_of(50) {
+        if last_slow.is_none_or(|t| t.elapsed() >= SLOW_TICK) {
+            last_slow = Some(Instant::now());
+            ticks = ticks.wrapping_add(1);
             if ticks.is_multiple_of(10) {
                 if args.all {
                     // Processes that exited: named now, then forgotten, so
@@ -293,6 +306,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         target.as_ref().map(|t| &t.pidfd),
         args.duration,
         every,
+        wake.map(|fd| (fd, NOTICE_GAP)),
         tick,
     ))?;
     if let Some(d) = &mut dwarf {

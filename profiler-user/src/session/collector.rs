@@ -686,11 +686,14 @@ pub async fn collect(
 }
 
 /// Waits for a stop condition without reading any ring: for `sample`.
-/// Calls `tick` every `every` meanwhile.
+/// Calls `tick` every `every` meanwhile, and also when `wake`'s descriptor
+/// turns readable (at most once per its gap): `sample --all`'s notices of
+/// new processes.
 pub async fn wait_for_stop(
     pidfd: Option<&OwnedFd>,
     duration: Option<Duration>,
     every: Duration,
+    wake: Option<(RawFd, Duration)>,
     mut tick: impl FnMut(),
 ) -> Result<StopReason> {
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
@@ -714,16 +717,38 @@ pub async fn wait_for_stop(
         signal(SignalKind::terminate()).map_err(|e| io("installing SIGTERM handler", e))?;
     let mut sigint =
         signal(SignalKind::interrupt()).map_err(|e| io("installing SIGINT handler", e))?;
+    let wake_fd = match wake {
+        Some((fd, _)) => Some(
+            // SAFETY: the caller keeps the descriptor open for the whole
+            // call; this AsyncFd is dropped on return.
+            unsafe { AsyncFd::register_with_interest(Fd(fd), Interest::READABLE) }
+                .map_err(|e| io("polling the notice ring", e.into()))?,
+        ),
+        None => None,
+    };
+    let gap = wake.map_or(Duration::ZERO, |(_, gap)| gap);
     let deadline = sleep_or_forever(duration);
-    tokio::pin!(deadline, exited);
+    // Until it elapses, readiness of `wake` waits (at most one tick per gap).
+    let calm = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(deadline, exited, calm);
     let mut second = tokio::time::interval(every);
     Ok(loop {
+        let calm_now = calm.is_elapsed();
         tokio::select! {
             _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
             _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
             _ = &mut deadline => break StopReason::Duration,
             _ = &mut exited => break StopReason::TargetExited,
             _ = second.tick() => tick(),
+            guard = async { wake_fd.as_ref()?.readable().await.ok() }, if wake_fd.is_some() && calm_now => {
+                // Cleared before the tick reads: what comes after wakes us again.
+                if let Some(mut g) = guard {
+                    g.clear_ready();
+                }
+                tick();
+                calm.as_mut().reset(tokio::time::Instant::now() + gap);
+            }
+            _ = &mut calm, if !calm_now => {}
         }
     })
 }

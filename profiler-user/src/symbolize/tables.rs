@@ -480,9 +480,16 @@ impl Tables {
     /// `exact`, also drops those of every other process. Processes that
     /// exited lose theirs either way. Returns the processes not reached.
     pub fn sync(&mut self, pids: &[u32], exact: bool, budget: std::time::Duration) -> Vec<u32> {
-        let start = Instant::now();
         let want: HashSet<u32> = pids.iter().copied().collect();
         self.forget(|p| exact && !want.contains(&p));
+        self.add(pids, budget)
+    }
+
+    /// Adds or refreshes the tables of the processes `pids`, in that order,
+    /// until `budget` is spent, without looking for exited processes (as
+    /// [`Tables::sync`] does). Returns the processes not reached.
+    pub fn add(&mut self, pids: &[u32], budget: std::time::Duration) -> Vec<u32> {
+        let start = Instant::now();
         let mut done = HashSet::new();
         let mut left = Vec::new();
         for &pid in pids {
