@@ -231,19 +231,42 @@ static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_C
 #[map(name = "WATCH")]
 static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 
-/// Processes the agent was told of ([`notice_new_process`]).
+/// Processes the agent was told of ([`notice_new_process`]), with how many
+/// times it was told again.
 #[map(name = "NOTICED")]
 static NOTICED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(NOTICED_CAPACITY, 0);
+
+/// How many times one process is told of again because a stack left the
+/// mappings the agent knows of: JIT code is in none of them, so this stops.
+const RENOTICES: u8 = 4;
 
 /// `sample --all`: tells the agent of a process sampled for the first time
 /// (a [`KIND_NEW_PROCESS`] record), so that it reads the process's mappings
 /// (names, unwind tables) within a tick, while a short-lived process still
-/// runs, not at its next scan. A notice the ring had no room for costs
-/// nothing but that: the scan finds the process.
+/// runs, not at its next scan. Told again, a few times, when a new stack
+/// has a frame outside the mappings it read (`outside`): a first sample in
+/// the dynamic loader, before libc was mapped, or a `dlopen`. A notice the
+/// ring had no room for costs nothing but that: the scan finds the process.
 #[inline(always)]
-fn notice_new_process(pid: u32) {
-    if SAMPLE_ALL.load() == 0 || NOTICED.insert(pid, 1, BPF_NOEXIST as u64).is_err() {
+fn notice_new_process(pid: u32, outside: bool) {
+    if SAMPLE_ALL.load() == 0 {
         return;
+    }
+    if NOTICED.insert(pid, 0, BPF_NOEXIST as u64).is_err() {
+        if !outside {
+            return;
+        }
+        let Some(told) = NOTICED.get_ptr_mut(pid) else {
+            return;
+        };
+        // SAFETY: a value of the map; two CPUs racing here at worst tell
+        // the agent once more.
+        unsafe {
+            if *told >= RENOTICES {
+                return;
+            }
+            *told += 1;
+        }
     }
     let Some((mut slot, _)) = reserve::<Event>() else {
         return;
@@ -724,6 +747,12 @@ pub fn prof_proc_fork(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn prof_proc_exec(_ctx: RawTracePointContext) -> i32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if SAMPLE_ALL.load() != 0 {
+        // A new image, new mappings: its next sample tells the agent again
+        // (a process first sampled between fork and exec was read as its
+        // parent's image).
+        let _ = NOTICED.remove(tgid);
+    }
     if is_traced(tgid) {
         emit_proc(tgid, PROC_EXEC, 0, 0);
     }
@@ -881,7 +910,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
             if CPU_COUNTS.insert(key, 1, 0).is_err() {
                 bump(COUNTER_CPU_COUNTS_FULL);
             }
-            notice_new_process(pid);
+            notice_new_process(pid, tables() && unwind::left_known_mappings());
             // A new key: the thread's current name (it changes at exec,
             // and the stacks of the new program are new keys).
             let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);

@@ -84,6 +84,8 @@ struct Walk {
     map_bias: u64,
     table_start: u32,
     table_len: u32,
+    /// 1 when a frame was in none of the process's known file mappings.
+    outside: u32,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -247,6 +249,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
                 w.map_start = 0;
                 w.map_end = 0;
                 w.table_len = 0;
+                w.outside = 1;
             }
         }
     }
@@ -320,6 +323,7 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
             map_bias: 0,
             table_start: 0,
             table_len: 0,
+            outside: 0,
         };
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,
@@ -339,6 +343,16 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
     }
     let key = (w.hash ^ u64::from(w.end)).wrapping_mul(FNV_PRIME) | 1;
     Some((stack, key))
+}
+
+/// Whether this CPU's last walk met a frame in none of the process's known
+/// file mappings (JIT code, or a mapping that came after the agent read
+/// them).
+#[inline(always)]
+pub fn left_known_mappings() -> bool {
+    // SAFETY: per-CPU scratch, written by the last `walk` on this CPU.
+    WALK.get_ptr_mut(0)
+        .is_some_and(|w| unsafe { (*w).outside } != 0)
 }
 
 /// Walks the user stack and stores it in `USER_STACKS`. Returns its key,

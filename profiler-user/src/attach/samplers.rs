@@ -190,6 +190,12 @@ impl CpuMaps {
     }
 }
 
+/// `sample --all`: a process that execs is told of again at its next
+/// sample (its mappings are new).
+pub fn notice_execs(ebpf: &mut Ebpf) -> Result<()> {
+    super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXEC, "sched_process_exec")
+}
+
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.
 pub fn start_offcpu(ebpf: &mut Ebpf) -> Result<()> {
     super::probes::attach_raw_tp(ebpf, PROG_OFFCPU, "sched_switch")

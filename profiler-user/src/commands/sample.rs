@@ -186,7 +186,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 .pop()
                 .ok_or_else(|| Error::Load("no event ring".into()))?
                 .ring;
-            Some(NewProcesses::take(probes.ebpf_mut(), ring)?)
+            let news = NewProcesses::take(probes.ebpf_mut(), ring)?;
+            samplers::notice_execs(probes.ebpf_mut())?;
+            Some(news)
         }
         false => None,
     };
@@ -227,7 +229,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         false => Duration::from_secs(1),
     };
     let wake = news.as_ref().map(NewProcesses::poll_fd);
-    let mut last_slow: Option<Instant> = None;
+    let mut slow = collector::Pace::new(SLOW_TICK);
     let mut ticks = 0u32;
     // System-wide: each sampled process's cgroup, read while it runs.
     let mut cgroups: BTreeMap<u32, String> = Default::default();
@@ -241,6 +243,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         if let Some(n) = &mut news {
             let new = n.drain();
             for &p in &new {
+                // Told of again after an exec: its mappings are new.
+                sym.remember_maps(p);
                 first_seen(p, &mut sym, &mut cgroups);
             }
             if let (Some(t), false) = (&mut tables, new.is_empty()) {
@@ -250,8 +254,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 pending = t.add(&pids, NOTICE_BUDGET);
             }
         }
-        if last_slow.is_none_or(|t| t.elapsed() >= SLOW_TICK) {
-            last_slow = Some(Instant::now());
+        if slow.due(Instant::now()) {
             ticks = ticks.wrapping_add(1);
             if ticks.is_multiple_of(10) {
                 if args.all {

@@ -753,9 +753,60 @@ pub async fn wait_for_stop(
     })
 }
 
+/// Paces work done on some of [`wait_for_stop`]'s ticks: due once a period.
+/// A tick that comes a little early (timer jitter; the ticks of `every` are
+/// scheduled from the start, not from when the last one ran) still counts,
+/// so a period equal to `every` never skips one.
+#[derive(Debug)]
+pub struct Pace {
+    period: Duration,
+    next: Option<Instant>,
+}
+
+impl Pace {
+    /// Early by up to this much still counts as due.
+    const SLACK: Duration = Duration::from_millis(50);
+
+    pub fn new(period: Duration) -> Self {
+        Self { period, next: None }
+    }
+
+    /// True on the first call and then once per period (give or take
+    /// [`Self::SLACK`]).
+    pub fn due(&mut self, now: Instant) -> bool {
+        if self.next.is_some_and(|n| now + Self::SLACK < n) {
+            return false;
+        }
+        self.next = Some(now + self.period);
+        true
+    }
+}
+
 async fn sleep_or_forever(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pace_counts_ticks_that_come_a_little_early() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pace::new(ms(1000));
+        // Ticks of a 1-s interval, the first run late by 5 ms, the next on
+        // time: every one is due (with a plain `elapsed >= 1 s` the second
+        // was skipped, so slow work ran every 2 s).
+        assert!(p.due(t0 + ms(5)));
+        assert!(p.due(t0 + ms(1000)));
+        assert!(p.due(t0 + ms(2003)));
+        // Ticks in between (new-process wake-ups every 20 ms) are not.
+        assert!(!p.due(t0 + ms(2023)));
+        assert!(!p.due(t0 + ms(2900)));
+        assert!(p.due(t0 + ms(2960)));
     }
 }

@@ -161,11 +161,37 @@ fn parse_exec_maps(text: &str) -> Vec<ExecMap> {
         .collect()
 }
 
+/// A process's mappings read again (`new`), after `old`, of which the last
+/// `earlier` are from images it exec'd from. When it has exec'd since (no
+/// file mapping read last is still where it was), those read last become
+/// earlier ones too. Returns `new`, then the earlier mappings that nothing
+/// newer overlaps (so that samples from before an exec still find their
+/// files), and how many those are.
+fn reread(new: Vec<ExecMap>, old: &[ExecMap], earlier: usize) -> (Vec<ExecMap>, usize) {
+    let same = |a: &ExecMap, b: &ExecMap| {
+        a.kind == Kind::File && (a.start, a.dev, a.inode) == (b.start, b.dev, b.inode)
+    };
+    let split = old.len().saturating_sub(earlier);
+    let exec = !old[..split].iter().any(|o| new.iter().any(|n| same(o, n)));
+    let before = if exec { old } else { &old[split..] };
+    let kept: Vec<ExecMap> = before
+        .iter()
+        .filter(|o| !new.iter().any(|n| n.start < o.end && o.start < n.end))
+        .cloned()
+        .collect();
+    let (mut all, earlier) = (new, kept.len());
+    all.extend(kept);
+    (all, earlier)
+}
+
 /// Address-to-name resolution, with a cache.
 pub struct Symbolizer {
     pid: u32,
     cache: HashMap<(u32, u64), Frames>,
     maps: HashMap<u32, Arc<Vec<ExecMap>>>,
+    /// How many of a process's `maps` (the last ones) are of the images
+    /// it exec'd from.
+    earlier: HashMap<u32, usize>,
     /// When each process's mappings were last read.
     refreshed: HashMap<u32, Instant>,
     /// Every address resolved, kept for `profile.data` (or, offline, the
@@ -208,6 +234,7 @@ impl Symbolizer {
             pid,
             cache: HashMap::new(),
             maps: HashMap::new(),
+            earlier: HashMap::new(),
             refreshed: HashMap::new(),
             journal: HashMap::new(),
             offline: false,
@@ -231,7 +258,12 @@ impl Symbolizer {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             let maps = parse_exec_maps(&text);
             if !maps.is_empty() {
+                let (maps, earlier) = match self.maps.get(&pid) {
+                    Some(old) => reread(maps, old, self.earlier.get(&pid).copied().unwrap_or(0)),
+                    None => (maps, 0),
+                };
                 self.maps.insert(pid, Arc::new(maps));
+                self.earlier.insert(pid, earlier);
             }
         }
     }
@@ -243,6 +275,7 @@ impl Symbolizer {
             pid,
             cache: HashMap::new(),
             maps: HashMap::new(),
+            earlier: HashMap::new(),
             refreshed: HashMap::new(),
             journal,
             offline: true,
@@ -343,6 +376,7 @@ impl Symbolizer {
         }
         for pid in pids {
             self.maps.remove(pid);
+            self.earlier.remove(pid);
             self.refreshed.remove(pid);
             perfmap::Location::forget(*pid);
         }
@@ -360,6 +394,7 @@ impl Symbolizer {
     pub fn forget_mappings(&mut self, pids: &[u32]) {
         for pid in pids {
             self.maps.remove(pid);
+            self.earlier.remove(pid);
             self.refreshed.remove(pid);
             perfmap::Location::forget(*pid);
         }
@@ -988,6 +1023,41 @@ fn to_frames(syms: Option<Vec<Symbolized<'_>>>, addrs: &[u64]) -> Vec<Frames> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mappings_of_the_images_before_an_exec_are_kept_where_free() {
+        let sh = parse_exec_maps(
+            "1000-2000 r-xp 0 fe:01 10 /usr/bin/dash\n\
+             8000-9000 r-xp 0 fe:01 20 /usr/lib/libc.so.6\n",
+        );
+        // dlopen, dlclose: the mappings read last are still in place; the
+        // new read wins.
+        let more = parse_exec_maps(
+            "1000-2000 r-xp 0 fe:01 10 /usr/bin/dash\n\
+             8000-9000 r-xp 0 fe:01 20 /usr/lib/libc.so.6\n\
+             a000-b000 r-xp 0 fe:01 30 /usr/lib/libplugin.so\n",
+        );
+        assert_eq!(reread(more.clone(), &sh, 0), (more.clone(), 0));
+        assert_eq!(reread(sh.clone(), &more, 0), (sh.clone(), 0));
+        // exec: a new image; the shell's libc, which nothing overlaps, is
+        // kept after it, its main program (overlapped) is not.
+        let burner = parse_exec_maps(
+            "1800-2800 r-xp 0 fe:01 40 /usr/bin/burner\n\
+             5000-6000 r-xp 0 fe:01 20 /usr/lib/libc.so.6\n",
+        );
+        let (merged, earlier) = reread(burner[..1].to_vec(), &sh, 0);
+        assert_eq!(
+            (&merged[..1], &merged[1..], earlier),
+            (&burner[..1], &sh[1..], 1)
+        );
+        // Read again, once the new image has mapped its libc: no exec
+        // since, and the shell's libc stays.
+        let (merged, earlier) = reread(burner.clone(), &merged, earlier);
+        assert_eq!(
+            (&merged[..2], &merged[2..], earlier),
+            (&burner[..], &sh[1..], 1)
+        );
+    }
 
     #[inline(never)]
     fn marker_function_for_symbolizer() -> u64 {

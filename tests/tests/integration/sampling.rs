@@ -487,3 +487,77 @@ fn short_lived_processes_are_named_from_their_first_samples() {
         "only {named} of {total} samples of the short-lived burners are named a1;b1;c1:\n{folded_text}"
     );
 }
+
+/// System-wide, a process whose mappings change after its first sample is
+/// read again at once, not at the next scan (nor never, for the names): one
+/// that execs after being sampled as a shell, and one that `dlopen`s a
+/// library after being sampled in its main program. Both live about a
+/// second; their samples after the change must be named, with complete
+/// stacks (the tables of the new mappings in place within a tick).
+#[test]
+fn new_mappings_of_a_sampled_process_are_read_at_once() {
+    require_root!();
+    let out = TempDir::new("sample-remapped");
+    let comm = format!("pexec{}", std::process::id() % 100_000);
+    let lib = build_c(
+        "dlopen_lib.c",
+        "libburn_late.so",
+        &["-O1", "-g", "-fPIC", "-shared"],
+    );
+    let late = build_c("dlopen_main.c", "dlopen_late", &["-O1", "-g", "-ldl"]);
+    let session = SampleAll::start(out.path(), "5s");
+    // Python spins (sampled: the agent reads its mappings), then execs
+    // the burner.
+    let spin_then_exec = "import os, sys, time\n\
+        t = time.time()\n\
+        while time.time() - t < 0.3: pass\n\
+        os.execv(sys.argv[1], sys.argv[1:])";
+    let status = Command::new("/usr/bin/python3")
+        .args(["-c", spin_then_exec])
+        .arg(burn_fp())
+        .args(["1", "chain", &comm])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run python3");
+    assert!(status.success());
+    // Spins 0.3 s in its own code, then dlopens the library and burns 1 s
+    // in it.
+    let mut fx = Fixture::spawn(&late, &[lib.to_str().unwrap(), "1", "0.3"]);
+    fx.run();
+    session.finish();
+    let folded_text = read(out.path(), "cpu.folded");
+    let stacks = folded(&folded_text);
+    // Samples of `comm` after the change (those with no frame containing
+    // `before`): how many, and how many have `chain` from `_start`.
+    // (Samples from before the exec are shown under the name the thread
+    // had last, as all its samples are.)
+    let count = |comm: &str, before: &str, chain: &[&str]| {
+        let mine = stacks
+            .iter()
+            .filter(|(s, _)| s[0] == comm && !s.iter().any(|f| f.contains(before)));
+        let total: u64 = mine.clone().map(|(_, n)| n).sum();
+        let good: u64 = mine
+            .filter(|(s, _)| s[1] == "_start" && has_chain(s, chain))
+            .map(|(_, n)| n)
+            .sum();
+        (total, good)
+    };
+    for (what, (total, good)) in [
+        (
+            "after exec",
+            count(&comm, "Py", &["main", "a1", "b1", "c1"]),
+        ),
+        (
+            "after dlopen",
+            count("dlopen_late", "spin_before_dlopen", &["main", "lib_burn"]),
+        ),
+    ] {
+        eprintln!("{what}: {total} samples, {good} named and complete");
+        // 1 s of CPU at 499 Hz is about 500 samples.
+        assert!(total >= 100, "{what}: {total} samples:\n{folded_text}");
+        assert!(
+            good as f64 >= 0.95 * total as f64,
+            "{what}: only {good} of {total} samples named and complete:\n{folded_text}"
+        );
+    }
+}
