@@ -88,8 +88,11 @@ pub const COUNTER_UNTRACED_CHILDREN: u32 = 10;
 pub const COUNTER_TRACED_FULL: u32 = 11;
 /// Process events (fork, exec, exit) that could not be reserved.
 pub const COUNTER_LOST_PROC: u32 = 12;
+/// `sample --all`: new-process notices that could not be reserved (the
+/// process is told of again at its next new stack).
+pub const COUNTER_NOTICES_LOST: u32 = 13;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 13;
+pub const COUNTER_COUNT: u32 = 14;
 
 /// Hash of traced tgid -> parent tgid (0 for a session's own targets):
 /// the processes whose probe hits count when [`TRACK_GLOBAL`] is set.

@@ -121,18 +121,10 @@ impl Seen {
 }
 
 impl CpuMaps {
-    /// The keys added to the maps since the last scan, by process; the
-    /// mappings of processes seen for the first time are remembered (once:
-    /// one that has exited already is not looked for again).
-    pub fn scan(&self, seen: &mut Seen, sym: &mut Symbolizer) -> Scan {
+    /// The keys added to the maps since the last scan, by process.
+    pub fn scan(&self, seen: &mut Seen) -> Scan {
         let off = self.offcpu.iter().flat_map(|m| m.keys());
-        let scan = seen.update(self.counts.keys().chain(off).filter_map(|k| k.ok()));
-        for &pid in &scan.new {
-            if !sym.knows(pid) {
-                sym.remember_maps(pid);
-            }
-        }
-        scan
+        seen.update(self.counts.keys().chain(off).filter_map(|k| k.ok()))
     }
 }
 

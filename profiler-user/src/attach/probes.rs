@@ -635,14 +635,17 @@ impl Probes {
 pub struct CounterMap(PerCpuArray<MapData, u64>);
 
 impl CounterMap {
+    /// One counter (a `COUNTER_*` index), summed over all CPUs.
+    pub fn sum(&self, idx: u32) -> u64 {
+        self.0
+            .get(&idx, 0)
+            .map(|v| v.iter().sum::<u64>())
+            .unwrap_or(0)
+    }
+
     /// Sums every counter over all CPUs.
     pub fn read(&self) -> Counters {
-        let sum = |idx: u32| {
-            self.0
-                .get(&idx, 0)
-                .map(|v| v.iter().sum::<u64>())
-                .unwrap_or(0)
-        };
+        let sum = |idx: u32| self.sum(idx);
         Counters {
             lost: sum(COUNTER_LOST),
             foreign: sum(COUNTER_FOREIGN),

@@ -1,7 +1,7 @@
 //! `profiler sample`: a sampling profiler for one process or the whole
 //! system; and `profiler diff`.
 use std::{
-    collections::{btree_map::Entry, BTreeMap, HashMap},
+    collections::{btree_map::Entry, BTreeMap, HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -103,15 +103,47 @@ fn running(cgroup: Option<&cgroup::Cgroup>) -> Vec<u32> {
     pids
 }
 
-/// A process sampled for the first time (told by the kernel, or found by
-/// the scan): its mappings and its cgroup read while it runs, once.
-fn first_seen(pid: u32, sym: &mut Symbolizer, cgroups: &mut BTreeMap<u32, String>) {
-    if !sym.knows(pid) {
-        sym.remember_maps(pid);
+/// `sample --all`: the processes whose mappings and cgroup were read while
+/// they ran (at their first sample, told by the kernel or found by the
+/// scan), and those found gone, so that neither is read again (except when
+/// the kernel tells that a process's mappings changed).
+#[derive(Debug, Default)]
+struct Sighted {
+    read: HashSet<u32>,
+    gone: HashSet<u32>,
+}
+
+impl Sighted {
+    /// Reads `pid`'s mappings and its cgroup, unless done already (or
+    /// `again`: its mappings changed). Returns the text of its
+    /// `/proc/PID/maps` when read now (None: read before, or exited).
+    fn read(
+        &mut self,
+        pid: u32,
+        again: bool,
+        sym: &mut Symbolizer,
+        cgroups: &mut BTreeMap<u32, String>,
+    ) -> Option<String> {
+        if self.gone.contains(&pid) || (!self.read.insert(pid) && !again) {
+            return None;
+        }
+        let Some(text) = sym.remember_maps_in_passing(pid) else {
+            self.gone.insert(pid);
+            return None;
+        };
+        if let Entry::Vacant(e) = cgroups.entry(pid) {
+            if let Some(cg) = cgroup::of_process(pid) {
+                e.insert(cg);
+            }
+        }
+        Some(text)
     }
-    if let Entry::Vacant(e) = cgroups.entry(pid) {
-        if let Some(cg) = cgroup::of_process(pid) {
-            e.insert(cg);
+
+    /// Forgets processes folded away (exited, named).
+    fn forget(&mut self, pids: &[u32]) {
+        for p in pids {
+            self.read.remove(p);
+            self.gone.remove(p);
         }
     }
 }
@@ -234,6 +266,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     // System-wide: each sampled process's cgroup, read while it runs.
     let mut cgroups: BTreeMap<u32, String> = Default::default();
     let mut seen = cpu_profile::Seen::default();
+    let mut sighted = Sighted::default();
+    let mut notices_lost = 0;
     // System-wide: processes that exit are folded as they go.
     let mut exited = ExitedProcs::default();
     let tick = || {
@@ -241,17 +275,16 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             d.drain(pid);
         }
         if let Some(n) = &mut news {
-            let new = n.drain();
-            for &p in &new {
-                // Told of again after an exec: its mappings are new.
-                sym.remember_maps(p);
-                first_seen(p, &mut sym, &mut cgroups);
-            }
-            if let (Some(t), false) = (&mut tables, new.is_empty()) {
-                let mut pids = new;
-                pids.append(&mut pending);
+            // Told of again, a process's mappings changed (an exec, libc
+            // mapped after a first sample in the dynamic loader).
+            let read: Vec<(u32, String)> = n
+                .drain()
+                .into_iter()
+                .filter_map(|p| Some((p, sighted.read(p, true, &mut sym, &mut cgroups)?)))
+                .collect();
+            if let (Some(t), false) = (&mut tables, read.is_empty()) {
                 // Exited processes are looked for at the next slow tick.
-                pending = t.add(&pids, NOTICE_BUDGET);
+                pending = t.add_read(read, &std::mem::take(&mut pending), NOTICE_BUDGET);
             }
         }
         if slow.due(Instant::now()) {
@@ -265,6 +298,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                     let folded =
                         exited.fold(&mut maps, &mut sym, gone, |p| cgroups.get(&p).cloned());
                     seen.forget(&folded);
+                    sighted.forget(&folded);
                     if let Some(n) = &mut news {
                         n.forget(&folded);
                     }
@@ -282,21 +316,36 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                     t.add_process(pid);
                 }
             } else {
-                // Only what changed since the last tick: processes sampled
+                // Only what changed since the last scan: processes sampled
                 // for the first time (their cgroup, their mappings), and
                 // those with a new stack (exec, dlopen) or on a CPU now get
                 // their tables refreshed. An exited process is not looked
-                // for again.
-                let scan = maps.scan(&mut seen, &mut sym);
+                // for again. With notices, the kernel tells all that (a
+                // process whose notice found the ring full is told again),
+                // so the scan, which reads every key of the counts map,
+                // runs every 10 s as a safety net, or at once after a
+                // notice was lost.
+                let lost = counters.sum(profiler_common::COUNTER_NOTICES_LOST);
+                let scan = match news.is_none() || ticks.is_multiple_of(10) || lost > notices_lost {
+                    true => maps.scan(&mut seen),
+                    false => Default::default(),
+                };
+                notices_lost = lost;
                 for &p in &scan.new {
-                    first_seen(p, &mut sym, &mut cgroups);
+                    sighted.read(p, false, &mut sym, &mut cgroups);
                 }
                 if let Some(t) = &mut tables {
                     // Busy now first, then those with new stacks, then
                     // those the last tick's budget did not reach.
-                    let mut pids = running(cgroup.as_ref());
+                    // (With notices, a process is told of at its first
+                    // sample: none is busy unknown.)
+                    let mut pids = match news.is_some() {
+                        true => Vec::new(),
+                        false => running(cgroup.as_ref()),
+                    };
                     pids.extend(scan.changed);
                     pids.append(&mut pending);
+                    pids.retain(|p| !sighted.gone.contains(p));
                     pending = t.sync(&pids, false, TABLES_BUDGET);
                 }
             }

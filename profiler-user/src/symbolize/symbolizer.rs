@@ -249,23 +249,42 @@ impl Symbolizer {
     /// symbolized (from the files, by offset) after it exits. Call it again
     /// from time to time to catch `dlopen`.
     pub fn remember_maps(&mut self, pid: u32) {
+        let _ = self.read_maps(pid, true);
+    }
+
+    /// [`Self::remember_maps`] for one of many processes seen in passing
+    /// (`sample --all`): where its perf map is (which costs a read of
+    /// `/proc/PID/status`, the dearest part) is looked up only when it has
+    /// memory where JIT code may live.
+    /// Returns the text of `/proc/PID/maps` (for the unwind tables), or
+    /// None when it could not be read (the process has exited).
+    pub fn remember_maps_in_passing(&mut self, pid: u32) -> Option<String> {
+        self.read_maps(pid, false)
+    }
+
+    fn read_maps(&mut self, pid: u32, perf_map: bool) -> Option<String> {
         if pid == KERNEL || pid == NORMALIZED {
-            return;
+            return None;
         }
         self.refreshed.insert(pid, Instant::now());
-        // Where its perf map is and whose it is, kept for after it exits.
-        let _ = perfmap::Location::of(pid);
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            let maps = parse_exec_maps(&text);
-            if !maps.is_empty() {
-                let (maps, earlier) = match self.maps.get(&pid) {
-                    Some(old) => reread(maps, old, self.earlier.get(&pid).copied().unwrap_or(0)),
-                    None => (maps, 0),
-                };
-                self.maps.insert(pid, Arc::new(maps));
-                self.earlier.insert(pid, earlier);
-            }
+        if perf_map {
+            // Where its perf map is and whose it is, kept for after it exits.
+            let _ = perfmap::Location::of(pid);
         }
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let maps = parse_exec_maps(&text);
+        if !perf_map && maps.iter().any(ExecMap::may_be_jit) {
+            let _ = perfmap::Location::of(pid);
+        }
+        if !maps.is_empty() {
+            let (maps, earlier) = match self.maps.get(&pid) {
+                Some(old) => reread(maps, old, self.earlier.get(&pid).copied().unwrap_or(0)),
+                None => (maps, 0),
+            };
+            self.maps.insert(pid, Arc::new(maps));
+            self.earlier.insert(pid, earlier);
+        }
+        Some(text)
     }
 
     /// A symbolizer that only answers from a journal (offline replay).

@@ -385,6 +385,11 @@ impl Tables {
             self.remove_process(pid);
             return;
         };
+        self.add_process_from(pid, &text);
+    }
+
+    /// [`Self::add_process`] with `/proc/PID/maps` read already (`text`).
+    pub fn add_process_from(&mut self, pid: u32, text: &str) {
         let exec: String = text
             .lines()
             .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
@@ -502,6 +507,29 @@ impl Tables {
                 self.add_process(pid);
             }
         }
+        left
+    }
+}
+
+impl Tables {
+    /// [`Tables::add`] for processes whose `/proc/PID/maps` was just read
+    /// (`read`, first), then `then`, within one `budget`. Returns the
+    /// processes not reached.
+    pub fn add_read(
+        &mut self,
+        read: Vec<(u32, String)>,
+        then: &[u32],
+        budget: std::time::Duration,
+    ) -> Vec<u32> {
+        let start = Instant::now();
+        let mut left = Vec::new();
+        for (pid, text) in read {
+            match start.elapsed() > budget {
+                true => left.push(pid),
+                false => self.add_process_from(pid, &text),
+            }
+        }
+        left.extend(self.add(then, budget.saturating_sub(start.elapsed())));
         left
     }
 }
