@@ -60,6 +60,9 @@ pub const SEEN_THREADS_CAPACITY: u32 = 16384;
 pub const NOTICED_CAPACITY: u32 = 16384;
 /// Name of that map.
 pub const NOTICED_MAP: &str = "NOTICED";
+/// One-slot array: nonzero while the agent polls the notices on a timer
+/// (notices then do not wake it).
+pub const NOTICE_QUIET_MAP: &str = "NOTICE_QUIET";
 
 /// Entry/exit events that could not be reserved in the ring buffer (it was full).
 pub const COUNTER_LOST: u32 = 0;

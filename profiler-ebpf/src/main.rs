@@ -236,6 +236,12 @@ static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 #[map(name = "NOTICED")]
 static NOTICED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(NOTICED_CAPACITY, 0);
 
+/// Nonzero while the agent reads notices on a timer, every few
+/// milliseconds, as it does while they keep coming: a notice then wakes no
+/// one (a wake-up costs the agent more than reading the ring).
+#[map(name = "NOTICE_QUIET")]
+static NOTICE_QUIET: Array<u64> = Array::with_max_entries(1, 0);
+
 /// How many times one process is told of again because a stack left the
 /// mappings the agent knows of: JIT code is in none of them, so this stops.
 const RENOTICES: u8 = 4;
@@ -283,8 +289,9 @@ fn notice_new_process(pid: u32, outside: bool) {
             sp: 0,
         });
     }
-    // Wakes the agent if it waits (it reads notices at most every 20 ms).
-    slot.submit(0);
+    // Wakes the agent if it waits for notices (not while it polls them).
+    let quiet = NOTICE_QUIET.get(0).is_some_and(|q| *q != 0);
+    slot.submit(if quiet { BPF_RB_NO_WAKEUP as u64 } else { 0 });
 }
 
 /// Copies the top of the user stack and the registers of a user-mode
@@ -771,6 +778,10 @@ pub fn prof_proc_exit(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if SAMPLE_ALL.load() != 0 {
+        // A process given this PID later is told of too.
+        let _ = NOTICED.remove(tgid);
+    }
     if !is_traced(tgid) {
         return 0;
     }

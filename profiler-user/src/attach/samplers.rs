@@ -5,7 +5,7 @@
 //! System-wide, [`NewProcesses`] reads the kernel's notices of processes
 //! sampled for the first time.
 use aya::{
-    maps::{HashMap as MapHash, MapData, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{Array, HashMap as MapHash, MapData, PerCpuHashMap, RingBuf, StackTraceMap},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent, ProgramError,
@@ -14,7 +14,7 @@ use aya::{
 };
 use profiler_common::{
     Event, SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, KIND_NEW_PROCESS,
-    NOTICED_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
+    NOTICE_QUIET_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
 };
 
 use std::collections::HashMap;
@@ -105,32 +105,61 @@ impl ExitedThreads {
 /// by the kernel through the shared ring as they are sampled, so their
 /// mappings (names, unwind tables) are read within a tick, while a
 /// short-lived process still runs.
+///
+/// The first notice after a quiet spell wakes the agent; while notices keep
+/// coming, the agent reads them on a timer instead (`polling`), and the
+/// kernel, told so through `NOTICE_QUIET`, no longer wakes it for each
+/// batch: one wake-up per tick, not two.
 pub struct NewProcesses {
     ring: RingBuf<MapData>,
-    /// The processes the kernel has told of (it tells each once).
-    noticed: MapHash<MapData, u32, u8>,
+    quiet: Array<MapData, u64>,
+    polling: bool,
 }
 
 impl NewProcesses {
     /// Reads the notices from `ring` (the sampler's shared ring).
     pub fn take(ebpf: &mut Ebpf, ring: RingBuf<MapData>) -> Result<Self> {
-        let noticed = ebpf
-            .take_map(NOTICED_MAP)
-            .ok_or_else(|| Error::Load(format!("no {NOTICED_MAP} map")))?;
+        let quiet = ebpf
+            .take_map(NOTICE_QUIET_MAP)
+            .ok_or_else(|| Error::Load(format!("no {NOTICE_QUIET_MAP} map")))?;
         Ok(NewProcesses {
             ring,
-            noticed: MapHash::try_from(noticed).map_err(Error::ebpf)?,
+            quiet: Array::try_from(quiet).map_err(Error::ebpf)?,
+            polling: false,
         })
     }
 
-    /// Readable when the kernel has told of new processes.
+    /// Readable when the kernel has told of new processes (and the agent
+    /// is not polling).
     pub fn poll_fd(&self) -> std::os::fd::RawFd {
         std::os::fd::AsRawFd::as_raw_fd(&self.ring)
+    }
+
+    /// Whether the agent should read the notices again after a short gap,
+    /// without waiting to be woken (some came at the last read).
+    pub fn polling(&self) -> bool {
+        self.polling
     }
 
     /// The processes told of since the last call, once each, in order.
     pub fn drain(&mut self) -> Vec<u32> {
         let mut pids = Vec::new();
+        self.read(&mut pids);
+        if !pids.is_empty() && !self.polling {
+            self.set_polling(true);
+        } else if pids.is_empty() && self.polling {
+            self.set_polling(false);
+            // A notice written between the last read and now did not wake
+            // anyone.
+            self.read(&mut pids);
+            if !pids.is_empty() {
+                self.set_polling(true);
+            }
+        }
+        pids
+    }
+
+    fn read(&mut self, pids: &mut Vec<u32>) {
         while let Some(item) = self.ring.next() {
             match profiler_common::read::<Event>(&item) {
                 Some(ev) if ev.kind() == KIND_NEW_PROCESS && !pids.contains(&ev.tid) => {
@@ -139,14 +168,14 @@ impl NewProcesses {
                 _ => {}
             }
         }
-        pids
     }
 
-    /// Forgets processes that exited, so that a process given one of their
-    /// PIDs later is told of too.
-    pub fn forget(&mut self, pids: &[u32]) {
-        for pid in pids {
-            let _ = self.noticed.remove(pid);
+    fn set_polling(&mut self, on: bool) {
+        // On failure the kernel keeps waking the agent (or stays quiet,
+        // and the agent's 1-s tick reads the notices): slower, not wrong.
+        self.polling = on && self.quiet.set(0, u64::from(on), 0).is_ok();
+        if !on {
+            let _ = self.quiet.set(0, 0, 0);
         }
     }
 }
@@ -191,9 +220,11 @@ impl CpuMaps {
 }
 
 /// `sample --all`: a process that execs is told of again at its next
-/// sample (its mappings are new).
-pub fn notice_execs(ebpf: &mut Ebpf) -> Result<()> {
-    super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXEC, "sched_process_exec")
+/// sample (its mappings are new); one that exits is forgotten by the
+/// kernel, so that a process given its PID later is told of too.
+pub fn notice_execs_and_exits(ebpf: &mut Ebpf) -> Result<()> {
+    super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXEC, "sched_process_exec")?;
+    super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXIT, "sched_process_exit")
 }
 
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.

@@ -219,7 +219,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 .ok_or_else(|| Error::Load("no event ring".into()))?
                 .ring;
             let news = NewProcesses::take(probes.ebpf_mut(), ring)?;
-            samplers::notice_execs(probes.ebpf_mut())?;
+            samplers::notice_execs_and_exits(probes.ebpf_mut())?;
             Some(news)
         }
         false => None,
@@ -299,9 +299,6 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                         exited.fold(&mut maps, &mut sym, gone, |p| cgroups.get(&p).cloned());
                     seen.forget(&folded);
                     sighted.forget(&folded);
-                    if let Some(n) = &mut news {
-                        n.forget(&folded);
-                    }
                     let keep = |p: &u32| !folded.contains(p) || exited.counts_under(*p);
                     cgroups.retain(|p, _| keep(p));
                 }
@@ -353,6 +350,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 d.unwinder.refresh();
             }
         }
+        // Notices came: read them again after the gap, unwoken.
+        news.as_ref().is_some_and(NewProcesses::polling)
     };
     let reason = rt.block_on(collector::wait_for_stop(
         target.as_ref().map(|t| &t.pidfd),

@@ -687,14 +687,16 @@ pub async fn collect(
 
 /// Waits for a stop condition without reading any ring: for `sample`.
 /// Calls `tick` every `every` meanwhile, and also when `wake`'s descriptor
-/// turns readable (at most once per its gap): `sample --all`'s notices of
-/// new processes.
+/// turns readable: `sample --all`'s notices of new processes. While `tick`
+/// returns true (notices keep coming), it is called again after `wake`'s
+/// gap instead, without waiting for the descriptor (which the kernel then
+/// leaves quiet).
 pub async fn wait_for_stop(
     pidfd: Option<&OwnedFd>,
     duration: Option<Duration>,
     every: Duration,
     wake: Option<(RawFd, Duration)>,
-    mut tick: impl FnMut(),
+    mut tick: impl FnMut() -> bool,
 ) -> Result<StopReason> {
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
     let exit_fd = match pidfd {
@@ -728,27 +730,30 @@ pub async fn wait_for_stop(
     };
     let gap = wake.map_or(Duration::ZERO, |(_, gap)| gap);
     let deadline = sleep_or_forever(duration);
-    // Until it elapses, readiness of `wake` waits (at most one tick per gap).
-    let calm = tokio::time::sleep(Duration::ZERO);
-    tokio::pin!(deadline, exited, calm);
+    // While polling, the next tick is when this elapses.
+    let next = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(deadline, exited, next);
     let mut second = tokio::time::interval(every);
+    let mut polling = false;
     Ok(loop {
-        let calm_now = calm.is_elapsed();
-        tokio::select! {
+        let ticked = tokio::select! {
             _ = sigint.recv() => break StopReason::Signal(libc::SIGINT),
             _ = sigterm.recv() => break StopReason::Signal(libc::SIGTERM),
             _ = &mut deadline => break StopReason::Duration,
             _ = &mut exited => break StopReason::TargetExited,
             _ = second.tick() => tick(),
-            guard = async { wake_fd.as_ref()?.readable().await.ok() }, if wake_fd.is_some() && calm_now => {
+            guard = async { wake_fd.as_ref()?.readable().await.ok() }, if wake_fd.is_some() && !polling => {
                 // Cleared before the tick reads: what comes after wakes us again.
                 if let Some(mut g) = guard {
                     g.clear_ready();
                 }
-                tick();
-                calm.as_mut().reset(tokio::time::Instant::now() + gap);
+                tick()
             }
-            _ = &mut calm, if !calm_now => {}
+            _ = &mut next, if polling => tick(),
+        };
+        polling = ticked && wake_fd.is_some();
+        if polling {
+            next.as_mut().reset(tokio::time::Instant::now() + gap);
         }
     })
 }
@@ -792,6 +797,59 @@ async fn sleep_or_forever(d: Option<Duration>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn notices_are_polled_after_the_gap_while_they_come() {
+        // A descriptor readable from the start (a pipe with a byte in it)
+        // and a tick that says "more came" four times. The first two ticks
+        // come at once (readiness, and the interval's first), then three a
+        // gap apart, unwoken; the fifth says nothing more came, and the
+        // readiness, cleared at the first, waits for new data: a byte
+        // written at 150 ms gives the sixth.
+        let mut fds = [0; 2];
+        // SAFETY: a two-element array for pipe(2) to fill.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let write = move || {
+            // SAFETY: writes one byte from a static to our own pipe.
+            assert_eq!(unsafe { libc::write(fds[1], b"x".as_ptr().cast(), 1) }, 1);
+        };
+        write();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            write();
+        });
+        let mut at = Vec::new();
+        let t0 = Instant::now();
+        let reason = rt
+            .block_on(wait_for_stop(
+                None,
+                Some(Duration::from_millis(300)),
+                Duration::from_secs(10),
+                Some((fds[0], Duration::from_millis(20))),
+                || {
+                    at.push(t0.elapsed());
+                    at.len() < 5
+                },
+            ))
+            .unwrap();
+        writer.join().unwrap();
+        assert_eq!(reason, StopReason::Duration);
+        let ms = Duration::from_millis;
+        assert_eq!(at.len(), 6, "{at:?}");
+        assert!(at[1] < ms(15), "{at:?}");
+        for w in at[1..5].windows(2) {
+            assert!(w[1] - w[0] >= ms(19), "{at:?}");
+        }
+        assert!(at[4] < ms(150) && at[5] >= ms(150), "{at:?}");
+        for fd in fds {
+            // SAFETY: closes the pipe made above.
+            unsafe { libc::close(fd) };
+        }
+    }
 
     #[test]
     fn pace_counts_ticks_that_come_a_little_early() {

@@ -271,7 +271,7 @@ impl Symbolizer {
             // Where its perf map is and whose it is, kept for after it exits.
             let _ = perfmap::Location::of(pid);
         }
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let text = crate::target::process::read_maps(pid).ok()?;
         let maps = parse_exec_maps(&text);
         if !perf_map && maps.iter().any(ExecMap::may_be_jit) {
             let _ = perfmap::Location::of(pid);

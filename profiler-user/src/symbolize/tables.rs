@@ -380,7 +380,7 @@ impl Tables {
     /// Gives `pid` tables for its executable mappings, or refreshes them if
     /// they changed (dlopen). Does nothing for a process that is gone.
     pub fn add_process(&mut self, pid: u32) {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        let Ok(text) = crate::target::process::read_maps(pid) else {
             // Gone: its tables may go too.
             self.remove_process(pid);
             return;

@@ -321,6 +321,18 @@ impl Target {
     }
 }
 
+/// The text of `/proc/PID/maps` (`pid`'s mappings). Read into one large
+/// buffer: the kernel regenerates the file's lines at every `read`, taking
+/// the process's memory-map lock each time, and `read_to_string` starts
+/// with a 32-byte probe and then grows its buffer a read at a time.
+pub fn read_maps(pid: u32) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut file = fs::File::open(format!("/proc/{pid}/maps"))?;
+    let mut buf = Vec::with_capacity(64 << 10);
+    file.read_to_end(&mut buf)?;
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Parses the text of `/proc/PID/maps` into one [`Mapping`] per file.
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
