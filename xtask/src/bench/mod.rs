@@ -304,7 +304,10 @@ fn sampling_section(burn: &std::path::Path, args: &Args, work: &std::path::Path)
          and a sample record with no stack taken. Median of {} rounds, each round running every \
          row once in turn (interleaved). Overhead = fixture elapsed against the untraced median; \
          `above the no-stack floor` subtracts the floor's overhead, leaving what taking the \
-         stack costs the process. Sampler CPU time \
+         stack costs the process. The per-process rows run again at 9973 Hz (amplified): at \
+         997 Hz the 2,000 stacks of a run cost the fixture a few milliseconds, less than the \
+         run-to-run noise, and ten times as many show each sampler's per-sample cost above it \
+         (the ratios in brackets compare those costs). Sampler CPU time \
          is the sampler process's user + system time (getrusage of the reaped child), including \
          the writing of its outputs (the profiler symbolizes and writes folded/SVG/pprof; perf \
          writes perf.data only). Work done in the sampled process's context (the BPF program or \
