@@ -252,7 +252,8 @@ const RENOTICES: u8 = 4;
 /// runs, not at its next scan. Told again, a few times, when a new stack
 /// has a frame outside the mappings it read (`outside`): a first sample in
 /// the dynamic loader, before libc was mapped, or a `dlopen`. A notice the
-/// ring had no room for costs nothing but that: the scan finds the process.
+/// ring had no room for is counted and forgotten, so the process's next new
+/// stack tells the agent again.
 #[inline(always)]
 fn notice_new_process(pid: u32, outside: bool) {
     if SAMPLE_ALL.load() == 0 {

@@ -173,10 +173,8 @@ impl NewProcesses {
     fn set_polling(&mut self, on: bool) {
         // On failure the kernel keeps waking the agent (or stays quiet,
         // and the agent's 1-s tick reads the notices): slower, not wrong.
-        self.polling = on && self.quiet.set(0, u64::from(on), 0).is_ok();
-        if !on {
-            let _ = self.quiet.set(0, 0, 0);
-        }
+        let told = self.quiet.set(0, u64::from(on), 0).is_ok();
+        self.polling = on && told;
     }
 }
 

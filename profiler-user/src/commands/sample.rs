@@ -85,9 +85,9 @@ const TABLES_BUDGET: Duration = Duration::from_millis(300);
 /// wait, as above.
 const NOTICE_BUDGET: Duration = Duration::from_millis(100);
 
-/// The least time between two ticks for new processes: a machine that
-/// starts hundreds of processes a second wakes the agent 50 times a second,
-/// an idle one not at all.
+/// While notices of new processes keep coming, the agent reads them this
+/// often, on a timer (a machine that starts hundreds of processes a second
+/// costs 50 ticks a second; an idle one none).
 const NOTICE_GAP: Duration = Duration::from_millis(20);
 
 /// How often the scans, table refreshes and (every 10th) folds run.
@@ -253,9 +253,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         false => None,
     };
     // `--unwind copy`: a fast tick reads the copied stacks. Otherwise a tick
-    // a second, and with `--all` also one whenever the kernel tells of new
-    // processes (at most one every [`NOTICE_GAP`]). The rest is done once a
-    // second, and once every 10 s.
+    // a second, and with `--all` also one when the kernel tells of new
+    // processes (then every [`NOTICE_GAP`] while they keep coming). The rest
+    // is done once a second, and once every 10 s.
     let every = match dwarf.is_some() {
         true => Duration::from_millis(20),
         false => Duration::from_secs(1),

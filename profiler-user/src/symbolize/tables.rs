@@ -509,9 +509,7 @@ impl Tables {
         }
         left
     }
-}
 
-impl Tables {
     /// [`Tables::add`] for processes whose `/proc/PID/maps` was just read
     /// (`read`, first), then `then`, within one `budget`. Returns the
     /// processes not reached.

@@ -490,7 +490,7 @@ fn short_lived_processes_are_named_from_their_first_samples() {
 
 /// System-wide, a process whose mappings change after its first sample is
 /// read again at once, not at the next scan (nor never, for the names): one
-/// that execs after being sampled as a shell, and one that `dlopen`s a
+/// that execs after being sampled as python3, and one that `dlopen`s a
 /// library after being sampled in its main program. Both live about a
 /// second; their samples after the change must be named, with complete
 /// stacks (the tables of the new mappings in place within a tick).
