@@ -36,8 +36,105 @@ pub const WATCH_TASK: u32 = 1;
 /// open dispatch (set at its switch-out, cleared when it is woken or runs
 /// again). The waker sampler samples the target's other threads only then.
 pub const WATCH_BLOCKED: u32 = 2;
+/// [`WATCH_MAP`] slot: 1 while the watched thread runs an iteration of its
+/// event loop (from the return of the loop's wait to its next entry), with
+/// [`WAIT_LOOP_GLOBAL`] set. Like [`WATCH_DEPTH`], it opens the samplers.
+pub const WATCH_ITER: u32 = 3;
+/// [`WATCH_MAP`] slot, written by the agent: the user stack pointer of the
+/// loop's own wait. A wait at this stack pointer or above (shallower) is
+/// the loop's; a deeper one is a wait inside an iteration. 0: not learnt
+/// yet, every wait counts as the loop's.
+pub const WATCH_LOOP_SP: u32 = 4;
+/// [`WATCH_MAP`] slot: the [`wait`] word of the wait the watched thread is
+/// in (plus one, so 0 means none), from its entry to its return.
+pub const WATCH_IN_WAIT: u32 = 5;
 /// Number of slots in [`WATCH_MAP`].
-pub const WATCH_SLOTS: u32 = 3;
+pub const WATCH_SLOTS: u32 = 6;
+/// Global (`.rodata`): 1 to bound the watched thread's dispatches by its
+/// event loop's wait syscalls (`prof_sys_enter`/`prof_sys_exit` attached),
+/// 0 otherwise.
+pub const WAIT_LOOP_GLOBAL: &str = "WAIT_LOOP";
+/// Name of the `sys_enter` raw tracepoint program (the watched thread's
+/// wait syscalls).
+pub const PROG_SYS_ENTER: &str = "prof_sys_enter";
+/// Name of the `sys_exit` raw tracepoint program.
+pub const PROG_SYS_EXIT: &str = "prof_sys_exit";
+
+/// The watched thread's wait syscalls: the function field of a
+/// [`KIND_WAIT`] event packs the syscall number, the direction, whether it
+/// is the loop's own wait, and its first argument (the epoll or io_uring
+/// descriptor, clipped).
+pub mod wait {
+    /// x86-64 `poll`.
+    pub const NR_POLL: u32 = 7;
+    /// x86-64 `select`.
+    pub const NR_SELECT: u32 = 23;
+    /// x86-64 `epoll_wait`.
+    pub const NR_EPOLL_WAIT: u32 = 232;
+    /// x86-64 `pselect6`.
+    pub const NR_PSELECT6: u32 = 270;
+    /// x86-64 `ppoll`.
+    pub const NR_PPOLL: u32 = 271;
+    /// x86-64 `epoll_pwait`.
+    pub const NR_EPOLL_PWAIT: u32 = 281;
+    /// x86-64 `io_uring_enter` (a wait only with `IORING_ENTER_GETEVENTS`).
+    pub const NR_IO_URING_ENTER: u32 = 426;
+    /// x86-64 `epoll_pwait2`.
+    pub const NR_EPOLL_PWAIT2: u32 = 441;
+    /// `IORING_ENTER_GETEVENTS`.
+    pub const IORING_ENTER_GETEVENTS: u64 = 1;
+    /// Bits of the syscall number.
+    pub const NR_MASK: u32 = 0x3ff;
+    /// Set on the return of the wait; clear on its entry.
+    pub const EXIT: u32 = 1 << 10;
+    /// Set when the kernel judged it the loop's own wait ([`super::WATCH_LOOP_SP`]).
+    pub const LOOP: u32 = 1 << 11;
+    /// Shift of the first argument (descriptor), clipped to [`FD_MAX`].
+    pub const FD_SHIFT: u32 = 12;
+    /// Largest descriptor kept; larger ones read as this.
+    pub const FD_MAX: u64 = 0x7fff;
+
+    /// True for the syscalls an event loop waits in.
+    #[inline(always)]
+    pub const fn is_wait(nr: u64) -> bool {
+        matches!(
+            nr as u32,
+            NR_POLL
+                | NR_SELECT
+                | NR_EPOLL_WAIT
+                | NR_PSELECT6
+                | NR_PPOLL
+                | NR_EPOLL_PWAIT
+                | NR_IO_URING_ENTER
+                | NR_EPOLL_PWAIT2
+        ) && nr < 512
+    }
+
+    /// The function field of a wait event.
+    #[inline(always)]
+    pub const fn word(nr: u64, fd: u64, exit: bool, is_loop: bool) -> u32 {
+        let fd = if fd > FD_MAX { FD_MAX } else { fd };
+        (nr as u32 & NR_MASK)
+            | if exit { EXIT } else { 0 }
+            | if is_loop { LOOP } else { 0 }
+            | ((fd as u32) << FD_SHIFT)
+    }
+
+    /// The syscall's name.
+    pub const fn name(nr: u32) -> &'static str {
+        match nr {
+            NR_POLL => "poll",
+            NR_SELECT => "select",
+            NR_EPOLL_WAIT => "epoll_wait",
+            NR_PSELECT6 => "pselect6",
+            NR_PPOLL => "ppoll",
+            NR_EPOLL_PWAIT => "epoll_pwait",
+            NR_IO_URING_ENTER => "io_uring_enter",
+            NR_EPOLL_PWAIT2 => "epoll_pwait2",
+            _ => "wait",
+        }
+    }
+}
 /// Bit of a probe cookie that marks a dispatch function.
 pub const COOKIE_DISPATCH: u64 = 1 << 32;
 /// Bit of a probe cookie that marks a Go function: its events are
@@ -237,6 +334,10 @@ pub const KIND_PEER_SAMPLE: u32 = 13;
 /// whose `tid` is the process), so the agent reads its mappings while it
 /// runs rather than at its next scan.
 pub const KIND_NEW_PROCESS: u32 = 14;
+/// The watched thread entered or returned from a wait syscall (with
+/// [`WAIT_LOOP_GLOBAL`]): an [`Event`] whose function field is a
+/// [`wait::word`] and whose `sp` is the user stack pointer at the syscall.
+pub const KIND_WAIT: u32 = 15;
 /// [`WakerEvent::flags`] bit: the waker has no user-mode state (a kernel
 /// thread, or the idle task an interrupt arrived on).
 pub const WAKER_KERNEL_THREAD: u32 = 1;
@@ -600,6 +701,8 @@ pub enum RecordKind {
     PeerSample,
     /// A process sampled for the first time (`sample --all`): an [`Event`].
     NewProcess,
+    /// The watched thread entered or left a wait syscall: an [`Event`].
+    Wait,
 }
 
 impl RecordKind {
@@ -621,6 +724,7 @@ impl RecordKind {
             KIND_WAKER => RecordKind::Waker,
             KIND_PEER_SAMPLE => RecordKind::PeerSample,
             KIND_NEW_PROCESS => RecordKind::NewProcess,
+            KIND_WAIT => RecordKind::Wait,
             _ => return None,
         })
     }
@@ -762,7 +866,8 @@ mod tests {
             RecordKind::of(KIND_NEW_PROCESS),
             Some(RecordKind::NewProcess)
         );
-        assert_eq!(RecordKind::of(KIND_NEW_PROCESS + 1), None);
+        assert_eq!(RecordKind::of(KIND_WAIT), Some(RecordKind::Wait));
+        assert_eq!(RecordKind::of(KIND_WAIT + 1), None);
         let e = Event {
             ts_ns: 1,
             tid: 2,

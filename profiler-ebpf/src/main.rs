@@ -35,6 +35,7 @@
 compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers and stack frames");
 
 mod unwind;
+mod wait;
 
 use aya_ebpf::{
     bindings::{
@@ -69,7 +70,7 @@ use profiler_common::{
     KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER,
     KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, NOTICED_CAPACITY, PROC_EXEC, PROC_EXIT,
     PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY,
-    WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_SLOTS, WATCH_TASK,
+    WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_ITER, WATCH_SLOTS, WATCH_TASK,
 };
 
 /// A value the agent sets at load time (`.rodata`, through
@@ -396,6 +397,13 @@ fn watch_set(slot: u32, value: u64) {
         // CPU writes the same kind of value.
         unsafe { *p = value };
     }
+}
+
+/// True while the watched thread is inside a dispatch: a dispatch
+/// function's frame is open, or an iteration of its event loop runs.
+#[inline(always)]
+fn in_dispatch() -> bool {
+    watch_get(WATCH_DEPTH) > 0 || watch_get(WATCH_ITER) != 0
 }
 
 #[inline(always)]
@@ -810,7 +818,7 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
     let tid = WATCH_TID.load();
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if prev == task {
-        if blocked && watch_get(WATCH_DEPTH) > 0 {
+        if blocked && in_dispatch() {
             // Set first: a waker on another CPU may run before this
             // switch has finished.
             if WAKERS.load() != 0 {
@@ -879,7 +887,7 @@ pub fn prof_peer_sample(ctx: PerfEventContext) -> u32 {
 #[perf_event]
 pub fn prof_sample(ctx: PerfEventContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    if tid == WATCH_TID.load() && tid != 0 && watch_get(WATCH_DEPTH) > 0 {
+    if tid == WATCH_TID.load() && tid != 0 && in_dispatch() {
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         emit_stacks(&ctx, ts_ns, tid, KIND_SAMPLE, 0);
     }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use aya::{
-    maps::{MapData, PerCpuArray},
+    maps::{Array, MapData, PerCpuArray},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -23,7 +23,7 @@ use profiler_common::{
     COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, LINK_GEN, MAX_FUNCS, PROG_ENTRY,
     PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP,
     SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKERS_GLOBAL,
-    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
+    WAKEUP_BYTES_GLOBAL, WATCH_MAP, WATCH_TID_GLOBAL,
 };
 
 use super::{
@@ -100,6 +100,9 @@ pub struct Watch {
     /// Name who wakes it while it is blocked in a dispatch, and sample the
     /// target's other threads meanwhile (off with `record --no-wakers`).
     pub wakers: bool,
+    /// Bound its dispatches by its event loop's wait syscalls
+    /// (`prof_sys_enter`/`prof_sys_exit`).
+    pub wait_loop: bool,
 }
 
 /// Which processes the probes count ([`profiler_common::track`]).
@@ -261,6 +264,11 @@ impl Probes {
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
             .override_global(WATCH_TID_GLOBAL, &watch.tid, true)
             .override_global(WAKERS_GLOBAL, &u32::from(watch.wakers), true)
+            .override_global(
+                profiler_common::WAIT_LOOP_GLOBAL,
+                &u32::from(watch.wait_loop),
+                true,
+            )
             .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
@@ -513,13 +521,28 @@ impl Probes {
     /// stacks at `hz` (0: off) while a dispatch is open, and (unless
     /// `--no-wakers`) the target's other threads, on every CPU, while it is
     /// blocked in one.
+    ///
+    /// With [`Watch::wait_loop`], also its wait syscalls (`sys_enter` and
+    /// `sys_exit`: every syscall in the system then costs one compare).
     pub fn attach_watch(&mut self, hz: u64) -> Result<()> {
-        let Watch { tid, wakers } = self.watch;
+        let Watch {
+            tid,
+            wakers,
+            wait_loop,
+        } = self.watch;
         for (name, tp) in [
             (PROG_SCHED_SWITCH, "sched_switch"),
             (PROG_SCHED_WAKEUP, "sched_waking"),
         ] {
             attach_raw_tp(&mut self.ebpf, name, tp)?;
+        }
+        if wait_loop {
+            for (name, tp) in [
+                (profiler_common::PROG_SYS_ENTER, "sys_enter"),
+                (profiler_common::PROG_SYS_EXIT, "sys_exit"),
+            ] {
+                attach_raw_tp(&mut self.ebpf, name, tp)?;
+            }
         }
         if hz > 0 {
             let prog: &mut PerfEvent = self
@@ -619,6 +642,19 @@ impl Probes {
         std::mem::take(&mut self.rings)
     }
 
+    /// A handle on the watched thread's state that tells the kernel which
+    /// wait is its loop's ([`LoopSp`]): a second descriptor of the map, so
+    /// the programs keep theirs.
+    pub fn loop_sp(&self) -> Result<LoopSp> {
+        let err = |e: &dyn std::fmt::Display| Error::Load(format!("the {WATCH_MAP} map: {e}"));
+        let Some(aya::maps::Map::Array(data)) = self.ebpf.map(WATCH_MAP) else {
+            return Err(err(&"missing, or not an array"));
+        };
+        let id = data.info().map_err(|e| err(&e))?.id();
+        let map = aya::maps::Map::Array(MapData::from_id(id).map_err(|e| err(&e))?);
+        Ok(LoopSp(Array::try_from(map).map_err(|e| err(&e))?))
+    }
+
     /// Takes the counters out, so they outlive the programs.
     pub fn take_counters(&mut self) -> Result<CounterMap> {
         let map = self
@@ -715,5 +751,17 @@ pub fn raise_fd_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+}
+
+/// Tells the kernel the stack pointer of the watched thread's loop wait
+/// (`WATCH_LOOP_SP`), as the agent learns it.
+pub struct LoopSp(Array<MapData, u64>);
+
+impl LoopSp {
+    /// Waits at `sp` or shallower are the loop's from now on.
+    pub fn set(&mut self, sp: u64) {
+        // An array slot always exists; a failure leaves the old rule.
+        let _ = self.0.set(profiler_common::WATCH_LOOP_SP, sp, 0);
     }
 }

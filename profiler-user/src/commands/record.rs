@@ -258,6 +258,13 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         spec.resolve(|name| pipeline::index_of(&sel.funcs, name))?;
     }
     let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread).map_err(gone)?;
+    // No dispatch function: the watched thread's event-loop iterations,
+    // bounded by its wait syscalls (one process; several keep, per
+    // process, every outermost call).
+    let wait_loop = sel.dispatch_fallback && !tracking.by_map();
+    if sel.dispatch_fallback && tracking.by_map() {
+        sel.dispatch_rule = select::FALLBACK_RULE_PER_PROCESS.to_string();
+    }
     probes::raise_fd_limit();
     let unwind = match args.unwind {
         crate::cli::UnwindMode::Copy => return Err(Error::Usage(
@@ -271,6 +278,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         probes::Watch {
             tid: watch_tid,
             wakers: !args.dispatch.no_wakers,
+            wait_loop,
         },
         RingSpec {
             mode: args.rings,
@@ -406,6 +414,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             full_tree: d.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(d.dispatch_hz).unwrap_or(0),
             wakers: !d.no_wakers,
+            wait_loop,
         },
         session_start_ns,
         trace_events: args.trace_events,
@@ -417,6 +426,23 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     })?;
     sinks.cpu = cpu_maps.map(|m| (m, Symbolizer::new(target.pid)));
     sinks.tables = tables.take();
+    if wait_loop {
+        sinks.loop_sp = Some(probes.loop_sp()?);
+        // Blocked in a wait now: most likely idle in its loop, the first
+        // guess of which wait is the loop's.
+        let blocked = process::thread_syscall(target.pid, watch_tid);
+        if let (Some((nr, args, sp)), Some(d)) = (blocked, &mut sinks.dispatch) {
+            let getevents = args[3] & profiler_common::wait::IORING_ENTER_GETEVENTS != 0;
+            let io_uring = nr as u32 == profiler_common::wait::NR_IO_URING_ENTER;
+            if profiler_common::wait::is_wait(nr) && (!io_uring || getevents) {
+                d.loop_wait.at_attach(
+                    nr as u32,
+                    args[0].min(profiler_common::wait::FD_MAX) as u32,
+                    sp,
+                );
+            }
+        }
+    }
     sinks.libs = LibWatch::new(
         target.pid,
         sel.binaries
@@ -488,6 +514,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
                 .collect(),
             dispatch_rule: sel.dispatch_rule.clone(),
             dispatch_fallback: sel.dispatch_fallback,
+            wait_loop,
             exit_rule: sel.exit_rule.clone(),
             watch_tid,
             watch_name: sinks

@@ -66,6 +66,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             full_tree: args.full_tree || h.full_tree,
             sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
             wakers: !h.no_wakers,
+            wait_loop: h.wait_loop,
         },
         session_start_ns: h.session_start_ns,
         trace_events,

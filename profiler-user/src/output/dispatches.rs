@@ -120,6 +120,9 @@ struct WorstJson<'a> {
 #[derive(Serialize)]
 struct DispatchesJson<'a> {
     rule: &'a str,
+    /// CLOCK_MONOTONIC at the session start: every `start_ns` counts from
+    /// it (add it to compare with the target's own monotonic clock).
+    session_start_ns: u64,
     thread: Thread<'a>,
     threshold_ns: u64,
     hang_ns: u64,
@@ -141,6 +144,21 @@ struct DispatchesJson<'a> {
     hangs: Vec<HangJson<'a>>,
     frames: Frames,
     worst: Vec<WorstJson<'a>>,
+    /// With event-loop iterations: the loop's idle time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_loop: Option<LoopJson>,
+}
+
+/// The event loop's idle time (time in its own wait), as libuv's
+/// `uv_metrics_idle_time`.
+#[derive(Serialize)]
+struct LoopJson {
+    /// Returns from the loop's own wait.
+    loop_waits: u64,
+    /// Returns from other waits (inside iterations: blocked time).
+    inner_waits: u64,
+    /// Idle nanoseconds in each second of the session.
+    idle_ns_per_second: Vec<u64>,
 }
 
 /// Name of the flame graph of the `rank`-th group (0-based), if drawn.
@@ -159,7 +177,13 @@ fn key_of(d: &Dispatcher, index: u64) -> &str {
 pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
     let groups = d.sorted_groups();
     let doc = DispatchesJson {
-        rule: &d.cfg.rule,
+        event_loop: d.by_waits().then(|| LoopJson {
+            loop_waits: d.loop_wait.loop_waits,
+            inner_waits: d.loop_wait.inner_waits,
+            idle_ns_per_second: d.loop_wait.idle_per_second(None),
+        }),
+        rule: &d.rule(),
+        session_start_ns: d.session_start_ns(),
         thread: Thread {
             tid: d.cfg.tid,
             name: &d.cfg.thread_name,
@@ -315,7 +339,7 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
         d.stats.count as f64 / (duration_ns.max(1) as f64 / 1e9),
         slow_count,
         fmt_ns(d.cfg.threshold_ns),
-        d.cfg.rule
+        d.rule()
     );
     let _ = writeln!(
         out,
@@ -324,6 +348,17 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
         fmt_ns(d.stats.quantile(0.95)),
         fmt_ns(d.stats.quantile(0.99))
     );
+    if d.by_waits() {
+        let idle: u64 = d.loop_wait.idle_per_second(None).iter().sum();
+        let _ = writeln!(
+            out,
+            "event loop: idle (in its wait) {} of {}, busy {:.1}%; per second in dispatches.json \
+             and trace.json",
+            fmt_ns(idle),
+            fmt_ns(duration_ns),
+            100.0 - idle as f64 * 100.0 / duration_ns.max(1) as f64
+        );
+    }
     if d.cfg.sample_period_ns > 0 {
         let _ = writeln!(out, "{}", sampler_line(&d.quality));
     }

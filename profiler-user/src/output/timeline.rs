@@ -198,6 +198,17 @@ impl Timeline {
             let r = self.w.thread_name(pid, *tid, name);
             self.keep(r);
         }
+        if let Some(d) = dispatch.filter(|d| d.by_waits()) {
+            // The loop's idle share of each second (libuv's idle time).
+            let name = format!("{} loop idle %", d.cfg.thread_name);
+            for (sec, idle) in d.loop_wait.idle_per_second(None).iter().enumerate() {
+                let ts = sec as u64 * 1_000_000_000;
+                let r = self
+                    .w
+                    .counter(self.pid, &name, "idle", ts, *idle as f64 / 1e7);
+                self.keep(r);
+            }
+        }
         if let Some(d) = dispatch {
             for s in &d.slow {
                 self.slow_dispatch(&d.cfg, s, threads);

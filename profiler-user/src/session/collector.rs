@@ -152,6 +152,9 @@ pub struct Sinks {
     /// Drops the second copy of a hit seen by two link generations (set
     /// when the governor may rebuild links).
     pub dedup: Option<LinkDedup>,
+    /// Tells the kernel which wait is the watched thread's loop's, as the
+    /// dispatcher learns it (live, event-loop iterations only).
+    pub loop_sp: Option<crate::attach::probes::LoopSp>,
 }
 
 impl Sinks {
@@ -316,6 +319,18 @@ impl Sinks {
                     None => self.stacks.invalid_events += 1,
                 }
             }
+            RecordKind::Wait => {
+                let Some(d) = &mut self.dispatch else { return };
+                if ev.tid != d.cfg.tid {
+                    return;
+                }
+                d.on_wait(&ev);
+                for s in d.take_evicted() {
+                    if let Some(tl) = &mut self.timeline {
+                        tl.slow_dispatch(&d.cfg, &s, &[]);
+                    }
+                }
+            }
             // Only `sample` makes these.
             RecordKind::Dwarf | RecordKind::NewProcess => self.stacks.invalid_events += 1,
         }
@@ -380,6 +395,11 @@ impl Sinks {
             }
             self.on_record(item);
         });
+        if let (Some(map), Some(d)) = (&mut self.loop_sp, &mut self.dispatch) {
+            if let Some(sp) = d.loop_wait.take_untold() {
+                map.set(sp);
+            }
+        }
         self.tell_notices();
         let pid = self.pid;
         let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
@@ -483,6 +503,7 @@ impl Sinks {
             added: ProbedRecord::default(),
             hits: Vec::new(),
             dedup: None,
+            loop_sp: None,
         }
     }
 

@@ -393,12 +393,47 @@ pub fn children(pid: u32) -> Vec<u32> {
 }
 
 /// Whether thread `tid` of process `pid` still exists.
+/// The syscall thread `tid` of `pid` is blocked in, from
+/// `/proc/PID/task/TID/syscall`: its number, its six arguments and the user
+/// stack pointer. None when it runs, or the file cannot be read.
+pub fn thread_syscall(pid: u32, tid: u32) -> Option<(u64, [u64; 6], u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// Parses `/proc/PID/task/TID/syscall`: `NR ARG1 … ARG6 SP PC` (numbers
+/// in hex after the first); `running` or `-1 SP PC` (not in a syscall)
+/// give None.
+fn parse_syscall(text: &str) -> Option<(u64, [u64; 6], u64)> {
+    let mut it = text.split_whitespace();
+    let nr: u64 = it.next()?.parse().ok()?;
+    let mut hex = it.map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16));
+    let mut args = [0u64; 6];
+    for a in &mut args {
+        *a = hex.next()?.ok()?;
+    }
+    let sp = hex.next()?.ok()?;
+    Some((nr, args, sp))
+}
+
 pub fn thread_alive(pid: u32, tid: u32) -> bool {
     Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn blocked_syscall_from_proc() {
+        let text = "232 0x4 0x7ffc1000 0x400 0xffffffff 0x0 0x0 0x7ffc0ff8 0x7f00123\n";
+        assert_eq!(
+            parse_syscall(text),
+            Some((232, [4, 0x7ffc1000, 0x400, 0xffff_ffff, 0, 0], 0x7ffc0ff8))
+        );
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_syscall("-1 0x7ffc0ff8 0x7f00123\n"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -329,7 +329,10 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         }
     }
     sel.binaries = binaries;
-    if sel.funcs.is_empty() {
+    // With no pattern given, a binary with no symbols of its own (stripped)
+    // still has an event loop: its iterations need no probe.
+    let nothing_asked = args.funcs.is_empty() && args.dispatch.is_empty();
+    if sel.funcs.is_empty() && !(nothing_asked && required.iter().all(|r| !r.must)) {
         let what = if args.funcs.is_empty() {
             "the default selection (all functions minus runtime internals)".to_string()
         } else {
@@ -348,13 +351,22 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
             f.dispatch = true;
         }
         sel.dispatch_fallback = true;
-        sel.dispatch_rule =
-            "every outermost traced call on the watched thread (no dispatch function known: \
-                             use --dispatch)"
-                .to_string();
+        sel.dispatch_rule = FALLBACK_RULE.to_string();
     }
     Ok(sel)
 }
+
+/// How dispatches are found when no dispatch function is known: the
+/// watched thread's event-loop iterations (one traced process), else, per
+/// process, every outermost traced call.
+pub const FALLBACK_RULE: &str =
+    "iterations of the watched thread's event loop, from the return of \
+     its wait syscall (epoll, poll, select, io_uring) to its next entry (no dispatch function \
+     known: --dispatch names one)";
+/// [`FALLBACK_RULE`] with several traced processes.
+pub const FALLBACK_RULE_PER_PROCESS: &str =
+    "every outermost traced call on each process's main thread (no dispatch function known: \
+     --dispatch names one)";
 
 /// Decides how each selected function's returns are observed (see
 /// [`ExitProbes`]) and finds its return sites.

@@ -14,6 +14,7 @@ mod containers;
 mod deleted;
 mod demangle;
 mod dispatch;
+mod event_loops;
 mod exports;
 mod flamegraph;
 mod follow;

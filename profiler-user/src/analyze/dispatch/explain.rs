@@ -35,6 +35,20 @@ struct Frame {
     child_ns: u64,
 }
 
+/// Root of an event-loop iteration's tree ([`super::Config::wait_loop`]).
+pub const ITERATION_ROOT: &str = "(loop iteration)";
+/// The iteration's root in the stack of open frames: no exit matches it.
+const ROOT_FUNC: u32 = u32::MAX;
+
+/// The part of a sampled stack (innermost first) below the open frame
+/// `top` of `tree`, outermost first: all of it below an iteration's root.
+fn chain_below_frame(names: &[String], tree: &Tree, top: &Frame) -> Vec<String> {
+    if top.func == ROOT_FUNC {
+        return names.iter().rev().cloned().collect();
+    }
+    chain_below(names, &tree.nodes[top.node].name)
+}
+
 /// The part of a sampled stack (innermost first) below the traced function
 /// `traced`, outermost first. If the traced function is not in it, the
 /// innermost frame alone.
@@ -62,6 +76,16 @@ pub(super) fn explain(
     let mut peers: Vec<PeerRec> = Vec::new();
     let mut syscalls: HashMap<String, u64> = HashMap::new();
     let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
+    if d.by_waits() {
+        tree = Some(Tree::new(ITERATION_ROOT));
+        stack.push(Frame {
+            node: 0,
+            func: ROOT_FUNC,
+            sp: 0,
+            entry_ns: open.start_ns,
+            child_ns: 0,
+        });
+    }
     for rec in recs {
         match rec {
             Rec::Call(ev) if ev.kind() == KIND_ENTRY => {
@@ -103,7 +127,7 @@ pub(super) fn explain(
                     continue;
                 };
                 let names = d.symbolizer.user_stack(user);
-                let chain = chain_below(&names, &t.nodes[top.node].name);
+                let chain = chain_below_frame(&names, t, top);
                 if !chain.is_empty() {
                     t.add_chain(top.node, &chain, Kind::Sampled, d.cfg.sample_period_ns);
                 }
@@ -113,7 +137,7 @@ pub(super) fn explain(
                     continue;
                 };
                 let names = d.symbolizer.user_stack(user);
-                let chain = chain_below(&names, &t.nodes[top.node].name);
+                let chain = chain_below_frame(&names, t, top);
                 let mut full = d.symbolizer.kernel_stack(kernel);
                 full.extend(names);
                 pending_block = Some((top.node, chain, full, *ts));
@@ -149,8 +173,24 @@ pub(super) fn explain(
             }
         }
     }
+    if d.by_waits() {
+        // Calls still open when the iteration ended ran until its end.
+        let end_ns = open.start_ns + duration_ns;
+        while let Some(f) = stack.pop() {
+            let dur = end_ns.saturating_sub(f.entry_ns);
+            if let Some(t) = &mut tree {
+                t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+            }
+            if let Some(p) = stack.last_mut() {
+                p.child_ns += dur;
+            }
+        }
+    }
     let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
-    let key_node = tree.key_node();
+    let key_node = match d.by_waits() {
+        true => tree.key_node_of_children(),
+        false => tree.key_node(),
+    };
     let mut key = tree.signature(key_node);
     let mut verdict = verdict(&tree, key_node, split, duration_ns);
     let wakers = wakers::attach(

@@ -7,7 +7,12 @@
 //! blocked frames, key, verdict. Hangs are noticed while still running.
 //! What should be told at once (a slow dispatch, a hang) is queued as a
 //! [`Notice`] for the session to print and log; nothing here writes.
+//!
+//! With [`Config::wait_loop`], a dispatch is instead one iteration of the
+//! thread's event loop, from the return of the loop's own wait syscall to
+//! its next entry ([`loop_wait`]); traced calls inside it make its tree.
 pub mod explain;
+pub mod loop_wait;
 pub mod quality;
 pub mod retain;
 pub mod sched;
@@ -54,6 +59,9 @@ pub struct Config {
     pub sample_period_ns: u64,
     /// Wakers were recorded (not `--no-wakers`).
     pub wakers: bool,
+    /// Dispatches are the iterations of the thread's event loop, bounded
+    /// by its wait syscalls (no dispatch function known).
+    pub wait_loop: bool,
 }
 
 /// One buffered record of an open dispatch.
@@ -195,6 +203,10 @@ pub struct Dispatcher {
     /// When the first dispatch began (startup's default "ready").
     pub first_start_ns: Option<u64>,
     notices: Vec<Notice>,
+    /// The loop's wait, learnt, and its idle time ([`Config::wait_loop`]).
+    pub loop_wait: loop_wait::LoopWait,
+    /// The thread has waited in its loop: iterations are bounded by waits.
+    waits_seen: bool,
 }
 
 impl Dispatcher {
@@ -236,6 +248,8 @@ impl Dispatcher {
             next_index: 0,
             first_start_ns: None,
             notices: Vec::new(),
+            loop_wait: loop_wait::LoopWait::new(session_start_ns),
+            waits_seen: false,
         }
     }
 
@@ -263,27 +277,16 @@ impl Dispatcher {
         }
         if ev.kind() == KIND_ENTRY {
             if self.open.is_none() {
-                if !self
-                    .is_dispatch
-                    .get(func as usize)
-                    .copied()
-                    .unwrap_or(false)
+                if self.by_waits()
+                    || !self
+                        .is_dispatch
+                        .get(func as usize)
+                        .copied()
+                        .unwrap_or(false)
                 {
                     return;
                 }
-                self.open = Some(Open {
-                    index: self.next_index,
-                    start_ns: ev.ts_ns,
-                    calls: Vec::new(),
-                    truncated: false,
-                    hang: None,
-                    hang_told: false,
-                    samples: 0,
-                    last_sample: None,
-                });
-                self.next_index += 1;
-                self.first_start_ns.get_or_insert(ev.ts_ns);
-                self.sched.open(ev.ts_ns);
+                self.begin(ev.ts_ns);
             }
             self.record(Rec::Call(*ev));
             if let Some(open) = &mut self.open {
@@ -301,9 +304,68 @@ impl Dispatcher {
         };
         open.calls.truncate(pos);
         self.record(Rec::Call(*ev));
-        if pos == 0 {
+        if pos == 0 && !self.by_waits() {
             self.end(ev.ts_ns);
         }
+    }
+
+    /// A wait syscall of the watched thread (`KIND_WAIT`): the return of
+    /// the loop's own wait opens an iteration, its next entry ends it.
+    ///
+    /// Until the thread first waits in its loop, outermost traced calls
+    /// are its dispatches (a loop that waits some other way, e.g. on a
+    /// condition variable, has no wait to bound it); the first loop wait
+    /// ends the one open then.
+    pub fn on_wait(&mut self, ev: &Event) {
+        let w = loop_wait::Wait::of(ev);
+        if !self.loop_wait.observe(&w) || !self.cfg.wait_loop {
+            return;
+        }
+        if !self.waits_seen {
+            self.waits_seen = true;
+            self.end(w.ts_ns);
+        }
+        if !w.exit {
+            self.end(w.ts_ns);
+        } else if self.open.is_none() && w.ts_ns >= self.session_start_ns {
+            // (The waits are watched from just before the session starts:
+            // an iteration that began earlier is not the session's.)
+            self.begin(w.ts_ns);
+        }
+    }
+
+    /// True when iterations are bounded by the loop's waits (rather than
+    /// by dispatch functions or outermost calls).
+    pub fn by_waits(&self) -> bool {
+        self.cfg.wait_loop && self.waits_seen
+    }
+
+    /// How dispatches were recognised, in words, with what was learnt.
+    pub fn rule(&self) -> String {
+        match (self.cfg.wait_loop, self.waits_seen) {
+            (true, true) => format!("{}; {}", self.cfg.rule, self.loop_wait.describe()),
+            (true, false) => "every outermost traced call on the watched thread: it never waited \
+                 in epoll, poll, select or io_uring, so no event loop was seen (--dispatch names a \
+                 dispatch function)"
+                .to_string(),
+            _ => self.cfg.rule.clone(),
+        }
+    }
+
+    fn begin(&mut self, ts_ns: u64) {
+        self.open = Some(Open {
+            index: self.next_index,
+            start_ns: ts_ns,
+            calls: Vec::new(),
+            truncated: false,
+            hang: None,
+            hang_told: false,
+            samples: 0,
+            last_sample: None,
+        });
+        self.next_index += 1;
+        self.first_start_ns.get_or_insert(ts_ns);
+        self.sched.open(ts_ns);
     }
 
     /// The watched thread left the CPU; stacks are present when it blocked
@@ -521,6 +583,70 @@ mod tests {
         }
     }
 
+    fn wait(ts_ns: u64, exit: bool, is_loop: bool, sp: u64) -> Event {
+        Event {
+            ts_ns,
+            tid: 1,
+            word: Event::pack(
+                profiler_common::KIND_WAIT,
+                profiler_common::wait::word(232, 3, exit, is_loop),
+            ),
+            sp,
+        }
+    }
+
+    #[test]
+    fn loop_iterations_are_bounded_by_the_loops_own_wait() {
+        let cfg = Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "loop".into(),
+            threshold_ns: 50,
+            hang_ns: 1_000,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+            wakers: true,
+            wait_loop: true,
+        };
+        let names = vec!["startup".to_string(), "handler".to_string()];
+        let mut d = Dispatcher::new(cfg, 0, names, vec![true, true], 0);
+        // Before any wait: outermost calls are dispatches.
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_EXIT, 0, 0x1008));
+        assert_eq!(d.stats.count, 1);
+        assert!(d.rule().contains("never waited"), "{}", d.rule());
+        // The loop: a fast iteration, then a slow one with a traced
+        // handler and a deeper wait inside it, which does not split it.
+        d.on_wait(&wait(20, true, true, 0x2000));
+        d.on_wait(&wait(25, false, true, 0x2000));
+        d.on_wait(&wait(100, true, true, 0x2000));
+        d.on_call(&call(110, KIND_ENTRY, 1, 0x1f00));
+        d.on_wait(&wait(120, false, false, 0x1e00));
+        d.on_wait(&wait(180, true, false, 0x1e00));
+        d.on_call(&call(190, KIND_EXIT, 1, 0x1f08));
+        assert!(
+            d.is_open(),
+            "a traced call's return does not end an iteration"
+        );
+        d.on_wait(&wait(200, false, true, 0x2000));
+        assert!(!d.is_open());
+        assert_eq!(d.stats.count, 3, "startup call, then two iterations");
+        let notices = d.take_notices();
+        let [Notice::Slow { duration_ns, .. }] = notices.as_slice() else {
+            panic!("one slow iteration: {notices:?}");
+        };
+        assert_eq!(
+            *duration_ns, 100,
+            "from the loop wait's return to its next entry"
+        );
+        let tree = &d.slow[0].tree;
+        assert_eq!(tree[0].name, explain::ITERATION_ROOT);
+        assert!(tree.iter().any(|n| n.name == "handler"), "{tree:?}");
+        assert!(d.rule().contains("epoll_wait on fd 3"), "{}", d.rule());
+        assert_eq!((d.loop_wait.loop_waits, d.loop_wait.inner_waits), (2, 1));
+    }
+
     #[test]
     fn slow_dispatches_and_hangs_are_queued_as_notices() {
         let cfg = Config {
@@ -533,6 +659,7 @@ mod tests {
             full_tree: false,
             sample_period_ns: 0,
             wakers: true,
+            wait_loop: false,
         };
         let names = vec!["run".to_string(), "work".to_string()];
         let mut d = Dispatcher::new(cfg, 0, names, vec![true, false], 0);

@@ -226,6 +226,7 @@ mod tests {
             full_tree: false,
             sample_period_ns: 0,
             wakers: true,
+            wait_loop: false,
         };
         Dispatcher::new(cfg, 0, vec!["run".into()], vec![true], 0)
     }

@@ -153,7 +153,24 @@ impl Tree {
     /// The key node: Matrix's rule over traced nodes, sampled ones only if
     /// no traced node qualifies.
     pub fn key_node(&self) -> usize {
-        let total = self.nodes[0].total_ns.max(1);
+        self.key_node_of(self.nodes[0].total_ns)
+    }
+
+    /// [`Tree::key_node`] with shares taken of the time the root's children
+    /// account for: for an event-loop iteration, whose root is no traced
+    /// call and whose sampled time is short of its wall time when it waited
+    /// for a CPU.
+    pub fn key_node_of_children(&self) -> usize {
+        let covered = self.nodes[0]
+            .children
+            .iter()
+            .map(|&c| self.nodes[c].total_ns)
+            .sum();
+        self.key_node_of(covered)
+    }
+
+    fn key_node_of(&self, total: u64) -> usize {
+        let total = total.max(1);
         let depths = self.depths();
         let pick = |kinds: &[Kind]| {
             let mut best: Option<(u128, usize)> = None;

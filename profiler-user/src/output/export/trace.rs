@@ -158,6 +158,22 @@ impl TraceWriter {
         ))
     }
 
+    /// A process-scoped counter sample ("C"): a track named `name`
+    /// with one series, `series`, at `value` from `ts_ns` on.
+    pub fn counter(
+        &mut self,
+        pid: u32,
+        name: &str,
+        series: &str,
+        ts_ns: u64,
+        value: f64,
+    ) -> io::Result<()> {
+        let (name, series, ts) = (json_str(name), json_str(series), us(ts_ns));
+        self.event(format_args!(
+            r#""name":{name},"ph":"C","ts":{ts},"pid":{pid},"args":{{{series}:{value:.1}}}"#
+        ))
+    }
+
     /// A thread-scoped instant ("i", `"s":"t"`), e.g. one sample.
     pub fn instant(
         &mut self,

@@ -105,6 +105,9 @@ pub struct Header {
     pub dispatch_rule: String,
     /// No dispatch function was known.
     pub dispatch_fallback: bool,
+    /// Dispatches were event-loop iterations bounded by wait syscalls.
+    #[serde(default)]
+    pub wait_loop: bool,
     /// How returns were observed, in words.
     #[serde(default)]
     pub exit_rule: String,

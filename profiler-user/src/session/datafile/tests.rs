@@ -19,6 +19,7 @@ fn header() -> Header {
         dispatch_rule: "r".into(),
         exit_rule: "x".into(),
         dispatch_fallback: false,
+        wait_loop: false,
         watch_tid: 7,
         watch_name: "x".into(),
         session_start_ns: 5,

@@ -1,0 +1,229 @@
+//! Event loops found from their wait syscalls (no symbols needed): with no
+//! dispatch function known, a dispatch is one iteration of the watched
+//! thread's loop, from the return of its own wait to its next entry.
+//!
+//! - `epoll_loop`, stripped: a hand-written epoll loop whose handlers burn
+//!   the CPU or block in `poll()` on another descriptor; a worker thread
+//!   runs a slow loop of its own.
+//! - Debian's `python3` running an asyncio app that stalls its loop.
+use profiler_tests::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const THRESHOLD_NS: u64 = 50_000_000;
+
+/// `target/fixtures/epoll_loop`, stripped of every symbol.
+fn epoll_loop_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_c("epoll_loop.c", "epoll_loop", &["-O1", "-s", "-pthread"]))
+}
+
+fn dispatches(dir: &Path) -> Value {
+    read_json(dir, "dispatches.json")
+}
+
+fn slow(d: &Value) -> &Vec<Value> {
+    d["slow"].as_array().expect("slow array in dispatches.json")
+}
+
+#[test]
+fn a_stripped_epoll_loop_is_timed_by_its_waits() {
+    require_root!();
+    let out = TempDir::new("epoll-loop");
+    let mut fx = Fixture::spawn(epoll_loop_exe(), &[]);
+    let rec = Recording::start(fx.pid, out.path(), &["--threshold", "50ms"]);
+    let truth = fx.run();
+    fx.release();
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_nothing_attached();
+    let msgs = truth["messages"].as_array().expect("truth messages");
+    assert_eq!(msgs.len(), 60, "fixture message count");
+    let want: Vec<&Value> = msgs
+        .iter()
+        .filter(|m| m["type"].as_str() != Some("fast"))
+        .collect();
+    for m in msgs {
+        let dur = num(m, "duration_ns");
+        let fast = m["type"].as_str() == Some("fast");
+        assert!(
+            if fast {
+                dur < THRESHOLD_NS / 5
+            } else {
+                dur > THRESHOLD_NS * 2
+            },
+            "fixture ran off its design (machine overloaded?): {m}"
+        );
+    }
+    let d = dispatches(out.path());
+    let rule = d["rule"].as_str().unwrap_or_default();
+    assert!(
+        rule.contains("the loop's wait is epoll_wait on fd"),
+        "rule names the learnt wait: {rule:?}"
+    );
+    // 60 messages, "go" and 'q' (the iteration reading "exit" is cut off
+    // by the exit): one iteration each.
+    assert_eq!(num(&d, "dispatches"), 62, "iterations (rule {rule:?})");
+    let got = slow(&d);
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "one slow dispatch per slow message, none from the worker's own slow loop: {got:#?}"
+    );
+    for (g, w) in got.iter().zip(&want) {
+        let (gd, wd) = (num(g, "duration_ns"), num(w, "duration_ns"));
+        assert!(
+            gd.abs_diff(wd) * 50 <= wd,
+            "duration within 2% of the loop's own clock: {gd} vs {wd} ({w})"
+        );
+        let blocked = num(g, "blocked_ns");
+        match w["type"].as_str() {
+            // poll()'s 150 ms timeout, whatever the load adds as runnable time.
+            Some("block") => assert!(
+                blocked >= 145_000_000 && num(g, "on_cpu_ns") < 10_000_000,
+                "a handler blocked in poll() is one dispatch, blocked inside it: {g}"
+            ),
+            _ => assert!(blocked * 10 < gd, "a CPU handler is not blocked: {g}"),
+        }
+    }
+    let starts: Vec<u64> = got.iter().map(|g| num(g, "start_ns")).collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] < w[1]),
+        "start times distinct and in order: {starts:?}"
+    );
+    let idle: u64 = d["event_loop"]["idle_ns_per_second"]
+        .as_array()
+        .expect("event_loop idle per second")
+        .iter()
+        .map(|v| v.as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        idle > 0,
+        "the loop's idle time is reported: {}",
+        d["event_loop"]
+    );
+}
+
+/// The asyncio app: a ticker every 5 ms, and every 0.4 s a stall of
+/// 220 ms, alternately on the CPU (`blocking_parse`) and blocked
+/// (`time.sleep`), each logged with its own clock.
+const ASYNCIO_APP: &str = r#"
+import asyncio, json, os, sys, time
+
+def blocking_parse():
+    t = time.monotonic()
+    x = 0
+    while time.monotonic() - t < 0.22:
+        for i in range(1000):
+            x += i * i % 7
+    return x
+
+async def ticker():
+    while True:
+        await asyncio.sleep(0.005)
+
+async def staller(log):
+    i = 0
+    while True:
+        await asyncio.sleep(0.4)
+        kind = "cpu" if i % 2 == 0 else "sleep"
+        t0 = time.monotonic_ns()
+        if kind == "cpu":
+            blocking_parse()
+        else:
+            time.sleep(0.22)
+        log.write(json.dumps({"kind": kind, "start_ns": t0, "end_ns": time.monotonic_ns()}) + "\n")
+        log.flush()
+        i += 1
+
+async def main():
+    with open(sys.argv[1], "w") as log:
+        await asyncio.gather(ticker(), staller(log))
+
+print("ready", os.getpid(), flush=True)
+asyncio.run(main())
+"#;
+
+#[test]
+fn python_asyncio_stalls_are_one_dispatch_each() {
+    require_root!();
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        eprintln!("SKIP python_asyncio_stalls_are_one_dispatch_each: no /usr/bin/python3");
+        return;
+    }
+    let dir = TempDir::new("asyncio");
+    let app = dir.join("app.py");
+    let log = dir.join("stalls.log");
+    std::fs::write(&app, ASYNCIO_APP).expect("write app.py");
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(&app).arg(&log);
+    let mut fx = Fixture::spawn_cmd(cmd, python);
+    // Let the loop run before attaching, as a user would.
+    std::thread::sleep(Duration::from_millis(500));
+    let out = TempDir::new("asyncio-out");
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &["--threshold", "100ms", "--duration", "6s"],
+    );
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_nothing_attached();
+    assert!(fx.alive(), "the app died while profiled");
+    drop(fx);
+    let d = dispatches(out.path());
+    let hangs = d["hangs"].as_array().map_or(0, Vec::len);
+    assert_eq!(hangs, 0, "no HANG: {}", d["hangs"]);
+    // The app's own log of its stalls, and the session's window on the
+    // same clock (dispatch starts count from the session start).
+    let stalls: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("stalls.log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("stall line"))
+        .collect();
+    let got = slow(&d);
+    assert!(!got.is_empty(), "stalls found: {d}");
+    // Match each slow dispatch to the stall it contains: every slow one is
+    // a stall, every stall inside the recorded window is one dispatch.
+    let session_start = num(&d, "session_start_ns");
+    let window_end = got
+        .iter()
+        .map(|g| session_start + num(g, "start_ns") + num(g, "duration_ns"))
+        .max()
+        .unwrap_or(0);
+    let first_start = session_start + num(&got[0], "start_ns");
+    let mut matched = 0;
+    for g in got {
+        let (s, e) = (
+            session_start + num(g, "start_ns"),
+            session_start + num(g, "start_ns") + num(g, "duration_ns"),
+        );
+        let stall = stalls
+            .iter()
+            .find(|st| num(st, "start_ns") >= s && num(st, "end_ns") <= e)
+            .unwrap_or_else(|| {
+                panic!("slow dispatch {g} contains no stall of the app's log {stalls:?}")
+            });
+        let own = num(stall, "end_ns") - num(stall, "start_ns");
+        assert!(
+            num(g, "duration_ns") >= own,
+            "an iteration is at least its stall: {g} vs {stall}"
+        );
+        let blocked = num(g, "blocked_ns") * 2 > num(g, "duration_ns");
+        assert_eq!(
+            blocked,
+            stall["kind"].as_str() == Some("sleep"),
+            "on-CPU and blocked stalls told apart: {g} vs {stall}"
+        );
+        matched += 1;
+    }
+    let inside = stalls
+        .iter()
+        .filter(|st| num(st, "start_ns") >= first_start && num(st, "end_ns") <= window_end)
+        .count();
+    assert_eq!(matched, inside, "one slow dispatch per stall in the window");
+    assert!(matched >= 6, "about 14 stalls in 6 s: {matched}");
+}
