@@ -506,6 +506,12 @@ impl Probes {
         })
     }
 
+    /// One line per reason the kernel gave for refusing functions: how
+    /// many, why, and the first few names (not one warning each).
+    pub fn refused_summary(&self) -> Vec<String> {
+        refused_summary(&self.failed)
+    }
+
     /// How the probes were attached, for the attached line.
     pub fn attach_kind(&self) -> &'static str {
         if self.multi_links.is_empty() {
@@ -763,5 +769,61 @@ impl LoopSp {
     pub fn set(&mut self, sp: u64) {
         // An array slot always exists; a failure leaves the old rule.
         let _ = self.0.set(profiler_common::WATCH_LOOP_SP, sp, 0);
+    }
+}
+
+/// See [`Probes::refused_summary`].
+fn refused_summary(failed: &[(String, String)]) -> Vec<String> {
+    let mut by_reason: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (func, reason) in failed {
+        match by_reason.iter_mut().find(|(r, _)| r == reason) {
+            Some((_, funcs)) => funcs.push(func),
+            None => by_reason.push((reason, vec![func])),
+        }
+    }
+    by_reason
+        .into_iter()
+        .map(|(reason, funcs)| {
+            // ENOTSUPP from the kernel's uprobe instruction check.
+            let why = if reason.contains("error 524") {
+                " (ENOTSUPP: the kernel cannot place a uprobe on their first instruction)"
+            } else {
+                ""
+            };
+            let mut names = funcs.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+            if funcs.len() > 3 {
+                names.push_str(&format!(" and {} more", funcs.len() - 3));
+            }
+            format!(
+                "profiler: warning: the kernel refused {} function{}: {reason}{why}; not traced: {names}",
+                funcs.len(),
+                if funcs.len() == 1 { "" } else { "s" }
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::refused_summary;
+
+    #[test]
+    fn refused_functions_are_summed_up_by_reason() {
+        let e524 = "perf_event_open failed: Unknown error 524".to_string();
+        let failed: Vec<(String, String)> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|f| (f.to_string(), e524.clone()))
+            .chain([("z".to_string(), "other".to_string())])
+            .collect();
+        let lines = refused_summary(&failed);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("refused 4 functions"), "{}", lines[0]);
+        assert!(lines[0].contains("ENOTSUPP"), "{}", lines[0]);
+        assert!(lines[0].ends_with("a, b, c and 1 more"), "{}", lines[0]);
+        assert!(
+            lines[1].contains("refused 1 function: other"),
+            "{}",
+            lines[1]
+        );
     }
 }

@@ -352,8 +352,8 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if child.is_none() && !target.alive() {
         return Err(Error::TargetGone(target.pid));
     }
-    for (func, reason) in probes.failed.iter().take(3) {
-        eprintln!("profiler: warning: could not probe {func}: {reason}");
+    for line in probes.refused_summary() {
+        eprintln!("{line}");
     }
     let mut what = match &child {
         Some(c) => format!("{} (PID {}, launched)", c.program.display(), c.pid),

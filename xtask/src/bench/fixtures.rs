@@ -22,6 +22,8 @@ pub struct Fixtures {
     pub dispatch: PathBuf,
     /// `bench_burn.c`: a CPU-bound chain burn_a -> burn_b -> burn_c, frame pointers.
     pub burn: PathBuf,
+    /// `bench_loop.c`, stripped: an epoll loop at about 10 kHz.
+    pub event_loop: PathBuf,
 }
 
 pub const NOP_FLAGS: &[&str] = &[
@@ -51,7 +53,13 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         many: dir.join("many-funcs"),
         dispatch: dir.join("dispatch-nop"),
         burn: dir.join("burn"),
+        event_loop: dir.join("loop-stripped"),
     };
+    gcc(
+        &workspace_root().join("xtask/bench/bench_loop.c"),
+        &f.event_loop,
+        &["-O2", "-s"],
+    )?;
     gcc(
         &workspace_root().join("xtask/bench/bench_burn.c"),
         &f.burn,

@@ -5,6 +5,7 @@
 mod attach;
 mod datafile;
 mod dispatch;
+mod event_loop;
 mod fixtures;
 mod governor;
 mod html;
@@ -81,6 +82,8 @@ enum Part {
     Scale,
     /// l: per-CPU rings against one shared ring (zero-loss rate, agent CPU, pinned writers).
     Rings,
+    /// m: event-loop iterations from the loop's waits: cost per iteration on a 10 kHz loop.
+    Loop,
 }
 
 impl Args {
@@ -198,6 +201,20 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if args.wants(Part::Rings) {
         md.push_str(&rings_section(&fx.nop, args, &work)?);
+    }
+    if args.wants(Part::Loop) {
+        let f = event_loop::measure(&fx.event_loop, args.repeat, &work);
+        md.push_str("\n## m. Event-loop iterations from the loop's waits: cost per iteration\n\n");
+        md.push_str(&event_loop::rows(&f));
+        md.push_str(&format!(
+            "\nFixture `xtask/bench/bench_loop.c`, stripped: epoll_wait on a 100 us timerfd, {} \
+             iterations, untraced and under `profiler record --pid P --max-overhead 0 --trace-events 0` \
+             (no function probed: the waits' `sys_enter`/`sys_exit` tracepoints and the scheduler \
+             ones); loop CPU is the fixture's CLOCK_PROCESS_CPUTIME_ID, agent CPU its utime + stime \
+             over a long run minus a 2,000-iteration one; medians of {} interleaved rounds.\n",
+            event_loop::LONG,
+            args.repeat
+        ));
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",

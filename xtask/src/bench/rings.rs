@@ -87,7 +87,7 @@ pub struct Flat {
 }
 
 /// utime + stime of `pid` in seconds, and whether it has exited (zombie).
-fn cpu_of(pid: u32) -> Option<(f64, bool)> {
+pub(super) fn cpu_of(pid: u32) -> Option<(f64, bool)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.rsplit_once(") ")?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
