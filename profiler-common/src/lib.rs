@@ -59,6 +59,19 @@ pub const WAIT_LOOP_GLOBAL: &str = "WAIT_LOOP";
 pub const PROG_SYS_ENTER: &str = "prof_sys_enter";
 /// Name of the `sys_exit` raw tracepoint program.
 pub const PROG_SYS_EXIT: &str = "prof_sys_exit";
+/// The wait syscalls' kernel functions, each with an fentry program
+/// `prof_enter_NAME` and an fexit program `prof_exit_NAME` (preferred to
+/// the `sys_enter`/`sys_exit` tracepoints, which slow every syscall).
+pub const WAIT_SYSCALLS: [&str; 8] = [
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "io_uring_enter",
+];
 
 /// The watched thread's wait syscalls: the function field of a
 /// [`KIND_WAIT`] event packs the syscall number, the direction, whether it

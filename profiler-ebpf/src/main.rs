@@ -815,6 +815,9 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
         next,
         blocked,
     } = SchedSwitch::of(&ctx);
+    if wait::idle_in_loop() {
+        return 0;
+    }
     let tid = WATCH_TID.load();
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if prev == task {
@@ -852,7 +855,7 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
 pub fn prof_sched_wakeup(ctx: RawTracePointContext) -> i32 {
     let task = watch_get(WATCH_TASK);
     let p: u64 = ctx.arg(0);
-    if task != 0 && p == task {
+    if task != 0 && p == task && !wait::idle_in_loop() {
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         let tid = WATCH_TID.load();
         if watch_get(WATCH_BLOCKED) != 0 {

@@ -543,12 +543,7 @@ impl Probes {
             attach_raw_tp(&mut self.ebpf, name, tp)?;
         }
         if wait_loop {
-            for (name, tp) in [
-                (profiler_common::PROG_SYS_ENTER, "sys_enter"),
-                (profiler_common::PROG_SYS_EXIT, "sys_exit"),
-            ] {
-                attach_raw_tp(&mut self.ebpf, name, tp)?;
-            }
+            self.attach_waits()?;
         }
         if hz > 0 {
             let prog: &mut PerfEvent = self
@@ -571,6 +566,71 @@ impl Probes {
             if wakers {
                 self.attach_peer_sampler(hz)?;
             }
+        }
+        Ok(())
+    }
+
+    /// The watched thread's wait syscalls: an fentry and an fexit program
+    /// on each wait syscall's kernel function (nothing runs for other
+    /// syscalls), else, where the kernel cannot (no BTF, no trampolines),
+    /// the `sys_enter`/`sys_exit` tracepoints, which slow every syscall of
+    /// every task a little.
+    fn attach_waits(&mut self) -> Result<()> {
+        match self.attach_wait_trampolines() {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                // Detach the ones that did attach.
+                for name in profiler_common::WAIT_SYSCALLS {
+                    let prog = self.ebpf.program_mut(&format!("prof_enter_{name}"));
+                    if let Some(Ok(p)) = prog.map(<&mut aya::programs::FEntry>::try_from) {
+                        let _ = p.unload();
+                    }
+                    let prog = self.ebpf.program_mut(&format!("prof_exit_{name}"));
+                    if let Some(Ok(p)) = prog.map(<&mut aya::programs::FExit>::try_from) {
+                        let _ = p.unload();
+                    }
+                }
+                eprintln!(
+                    "profiler: note: watching the loop's waits with the syscall tracepoints \
+                     (every syscall on the machine costs a little more while attached): {why}"
+                );
+                for (name, tp) in [
+                    (profiler_common::PROG_SYS_ENTER, "sys_enter"),
+                    (profiler_common::PROG_SYS_EXIT, "sys_exit"),
+                ] {
+                    attach_raw_tp(&mut self.ebpf, name, tp)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn attach_wait_trampolines(&mut self) -> std::result::Result<(), String> {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {e}"))?;
+        for name in profiler_common::WAIT_SYSCALLS {
+            let func = format!("__x64_sys_{name}");
+            let entry: &mut aya::programs::FEntry = self
+                .ebpf
+                .program_mut(&format!("prof_enter_{name}"))
+                .ok_or("program missing")?
+                .try_into()
+                .map_err(|e: ProgramError| chain(&e))?;
+            entry
+                .load(&func, &btf)
+                .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            entry
+                .attach()
+                .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            let exit: &mut aya::programs::FExit = self
+                .ebpf
+                .program_mut(&format!("prof_exit_{name}"))
+                .ok_or("program missing")?
+                .try_into()
+                .map_err(|e: ProgramError| chain(&e))?;
+            exit.load(&func, &btf)
+                .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            exit.attach()
+                .map_err(|e| format!("{func}: {}", chain(&e)))?;
         }
         Ok(())
     }
