@@ -46,6 +46,10 @@ const SHELLS: &[&str] = &[
 /// exec, the caller says why it waits.
 pub const HINT_AFTER: Duration = Duration::from_secs(5);
 
+/// At most this many programs passed through are told (a script that
+/// execs itself in a loop would grow the list for ever).
+const MAX_PASSED: usize = 32;
+
 fn named(path: &Path, list: &[&str]) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
@@ -141,6 +145,7 @@ pub fn follow(
     let mut current = PathBuf::new();
     let mut hinted = false;
     let mut nap = Duration::from_micros(200);
+    let mut passes = 0;
     loop {
         let mut st = 0;
         // SAFETY: waitpid on our own child, with a valid pointer to the status.
@@ -178,7 +183,10 @@ pub fn follow(
             first_exec.get_or_insert_with(Instant::now);
             current = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
             if passes_through(&current) {
-                passed(&current);
+                if passes < MAX_PASSED {
+                    passes += 1;
+                    passed(&current);
+                }
                 cont(pid, libc::PTRACE_CONT, 0);
                 continue;
             }

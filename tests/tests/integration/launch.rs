@@ -537,3 +537,45 @@ fn a_script_is_followed_to_the_program_it_execs() {
     assert_eq!(o.json["stop_reason"], "target exited");
     assert_thread_named(out.path(), "stages");
 }
+
+#[test]
+fn a_pyenv_shim_is_followed_to_python() {
+    require_root!();
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let shim = std::path::Path::new(&home).join(".pyenv/shims/python3");
+    if !shim.exists() {
+        println!(
+            "SKIP a_pyenv_shim_is_followed_to_python: no {}",
+            shim.display()
+        );
+        return;
+    }
+    let out = TempDir::new("launch-pyenv");
+    let before = prof_prog_ids();
+    let fin = Recording::spawn(launch_cmd(
+        out.path(),
+        &["--func", "main"],
+        &[
+            shim.as_os_str(),
+            "-c".as_ref(),
+            "import sys; sys.exit(5)".as_ref(),
+        ],
+    ))
+    .wait();
+    assert_none_left_since(&before, &[]);
+    assert_eq!(
+        fin.status.code(),
+        Some(5),
+        "python's status; stderr {:?}",
+        fin.stderr
+    );
+    let o = Outputs::load(out.path());
+    let exe = o.json["exe"].as_str().unwrap_or_default();
+    assert!(
+        exe.contains("/.pyenv/versions/") && !exe.contains("/shims/"),
+        "the interpreter pyenv chose is probed, not the shim: {exe}"
+    );
+    assert_eq!(o.sum("main", "calls"), 1, "python's main, from its start");
+    let d = read_json(out.path(), "dispatches.json");
+    assert_eq!(d["thread"]["name"], "python3", "{}", d["thread"]);
+}
