@@ -288,6 +288,8 @@ pub struct Launched {
     passed: Mutex<Vec<PathBuf>>,
     /// Stopped at the program's exec, traced, until released.
     held: Mutex<bool>,
+    /// The program's thread name, read at its exec (followed only).
+    comm: Mutex<Option<String>>,
     argv0: OsString,
     user: Option<(u32, u32)>,
     gate: Mutex<Option<OwnedFd>>,
@@ -410,6 +412,7 @@ impl Launched {
             follows,
             passed: Mutex::new(Vec::new()),
             held: Mutex::new(false),
+            comm: Mutex::new(None),
             argv0,
             user,
             gate: Mutex::new(Some(gate_w)),
@@ -444,11 +447,11 @@ impl Launched {
     /// The thread name the program runs under (the kernel's, from the
     /// file name it was exec'd by, as `/proc/PID/comm` shows after exec).
     pub fn comm(&self) -> String {
-        std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
-            .ok()
-            .filter(|_| self.follows)
-            .map(|s| s.trim_end_matches('\n').to_string())
-            .unwrap_or_else(|| exec_chain::comm_of(&self.program))
+        self.comm
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| exec_chain::comm_of(&self.exe()))
     }
 
     /// `NAME (PID N)`, for messages.
@@ -507,6 +510,10 @@ impl Launched {
         };
         match outcome {
             Outcome::Program { exe } => {
+                *self.comm.lock().unwrap() =
+                    std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
+                        .ok()
+                        .map(|s| s.trim_end_matches('\n').to_string());
                 *self.exe.lock().unwrap() = exe;
                 *self.held.lock().unwrap() = true;
                 Ok(())
