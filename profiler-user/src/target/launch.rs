@@ -523,11 +523,16 @@ impl Launched {
                 if let Some(e) = self.exec_error() {
                     return Err(e);
                 }
+                let why = match status.code() {
+                    // The shell's and env's codes for a program they could
+                    // not find or run: they said which, above.
+                    Some(126 | 127) => "it could not run the program it was given (see its message above)",
+                    _ => "a script is followed through its own `exec` only: end it with `exec PROGRAM …`",
+                };
                 Err(cannot_run(
                     &self.argv0,
                     format!(
-                        "it {} before it exec'd a program other than a shell or exec wrapper{}; \
-                         a script is followed through its own `exec` only: end it with `exec PROGRAM …`",
+                        "it {} before it exec'd a program other than a shell or exec wrapper{}; {why}",
                         describe_status(status),
                         chain()
                     ),
