@@ -579,3 +579,132 @@ fn a_pyenv_shim_is_followed_to_python() {
     let d = read_json(out.path(), "dispatches.json");
     assert_eq!(d["thread"]["name"], "python3", "{}", d["thread"]);
 }
+
+/// Runs `cmd` as the session leader of a new terminal (a pty), presses
+/// Ctrl-C on it once `attached` is printed, and returns the exit status and
+/// everything the terminal showed.
+fn ctrl_c_on_a_terminal(mut cmd: std::process::Command) -> (std::process::ExitStatus, String) {
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills in two new descriptors; no name, termios or size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both descriptors were just made and are owned here alone.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    for set in [0, 1, 2] {
+        let fd = slave.try_clone().unwrap();
+        match set {
+            0 => cmd.stdin(fd),
+            1 => cmd.stdout(fd),
+            _ => cmd.stderr(fd),
+        };
+    }
+    // SAFETY: setsid and ioctl are async-signal-safe; the new session's
+    // controlling terminal is the pty on stdin, its foreground group ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(slave);
+    let mut writer = std::fs::File::from(master.try_clone().unwrap());
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = shown.clone();
+    std::thread::spawn(move || {
+        let mut r = std::fs::File::from(master);
+        let mut buf = [0u8; 4096];
+        // EIO once every holder of the terminal has exited.
+        while let Ok(n @ 1..) = r.read(&mut buf) {
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let text = || String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !text().contains("attached") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never attached:\n{}",
+            text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    writer.write_all(b"\x03").unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the profiler did not exit after Ctrl-C:\n{}", text());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    (status, text())
+}
+
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_and_is_not_sent_again() {
+    require_root!();
+    // The command dies of the terminal's SIGINT by itself: its status is
+    // passed on, nothing else is sent to it.
+    let out = TempDir::new("launch-ctrl-c");
+    let before = prof_prog_ids();
+    let (status, shown) = ctrl_c_on_a_terminal(launch_cmd(
+        out.path(),
+        STAGE_FUNCS,
+        &[stages_exe().as_os_str(), "600000".as_ref()],
+    ));
+    assert_none_left_since(&before, &[]);
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{shown}");
+    assert!(
+        !shown.contains("profiler: stopping") && !shown.contains("SIGKILL"),
+        "the command got the terminal's SIGINT, nothing more:\n{shown}"
+    );
+    assert_stage_counts(&Outputs::load(out.path()));
+
+    // A command that ignores SIGINT gets SIGKILL 3 s later (no SIGTERM: it
+    // was asked to stop once already).
+    let out = TempDir::new("launch-ctrl-c-ignored");
+    let dir = TempDir::new("launch-ctrl-c-script");
+    let s = script(
+        &dir,
+        "deaf",
+        &format!(
+            "#!/bin/sh\ntrap '' INT\nexec {} \"$@\"\n",
+            stages_exe().display()
+        ),
+    );
+    let t0 = std::time::Instant::now();
+    let (status, shown) = ctrl_c_on_a_terminal(launch_cmd(
+        out.path(),
+        STAGE_FUNCS,
+        &[s.as_os_str(), "600000".as_ref()],
+    ));
+    assert_none_left_since(&before, &[]);
+    assert!(t0.elapsed() >= GRACE, "{:?}", t0.elapsed());
+    assert_eq!(status.code(), Some(128 + libc::SIGKILL), "{shown}");
+    for want in [
+        "got the terminal's SIGINT too; SIGKILL in 3 s if it does not exit",
+        "did not exit within 3 s: SIGKILL",
+    ] {
+        assert!(shown.contains(want), "no {want:?} in:\n{shown}");
+    }
+    assert!(!shown.contains("SIGTERM"), "{shown}");
+    assert_stage_counts(&Outputs::load(out.path()));
+}
