@@ -231,8 +231,16 @@ pub struct RecordArgs {
     pub follow: bool,
     /// Command to launch under the profiler (after `--`). It runs as the
     /// invoking user under sudo; the profiler exits with its exit status.
+    /// A script (a pyenv shim) or `env …` is followed through its execs to
+    /// the program it runs. When the session ends first (`--duration`,
+    /// Ctrl-C, SIGTERM), the command is stopped: SIGTERM, then SIGKILL 3 s
+    /// later.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+    /// Launch mode: when the session ends before the command, leave the
+    /// command running (every probe removed first) instead of stopping it.
+    #[arg(long, requires = "command")]
+    pub keep_running: bool,
     /// Which functions to probe.
     #[command(flatten)]
     pub select: SelectArgs,

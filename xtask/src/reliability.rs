@@ -194,6 +194,7 @@ pub const ROWS: &[Row] = &[
             It("reliability::lifecycle::row20_sigint_and_sigterm_under_load_end_within_5s_with_outputs"),
             It("tracing::sigterm_and_exclude"),
             It("perfmap::sigterm_ends_a_stalled_symbolization_with_outputs"),
+            It("launch::ctrl_c_on_a_terminal_reaches_the_command_and_is_not_sent_again"),
         ],
     },
     Row {

@@ -86,6 +86,12 @@ fn check_mode(args: &RecordArgs) -> Result<()> {
             "--pid and --pid-of attach to running processes, a command after -- is launched: give one or the other".into(),
         ));
     }
+    if args.keep_running && args.stages.stages.is_empty() && args.stages.runs.is_some_and(|n| n > 1)
+    {
+        return Err(Error::Usage(
+            "--keep-running leaves the command running, and --runs N launches it N times: give one or the other".into(),
+        ));
+    }
     if !launch && (args.stages.ready.is_some() || args.stages.startup_threshold.is_some()) {
         return Err(Error::Usage(
             "--ready and --startup-threshold time a launch: use `profiler record [options] -- COMMAND`".into(),
@@ -217,11 +223,28 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         },
     };
     let (target, child) = if launch {
-        let child = Launched::spawn(&args.command)?;
-        (
-            Target::launched(child.pid, child.program.clone())?,
-            Some(child),
-        )
+        let child = Launched::spawn(&args.command, args.keep_running)?;
+        if child.follows {
+            // A script or wrapper: the program it execs, stopped at its
+            // first instruction, is what gets probed.
+            child.follow(args.duration.map(|d| Instant::now() + d))?;
+            let passed: Vec<String> = child
+                .passed_through()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            eprintln!(
+                "profiler: followed {} (PID {}) through its execs to {}{}",
+                child.program.display(),
+                child.pid,
+                child.exe().display(),
+                match passed.is_empty() {
+                    true => String::new(),
+                    false => format!(" (passing {})", passed.join(", ")),
+                }
+            );
+        }
+        (Target::launched(child.pid, child.exe())?, Some(child))
     } else {
         (Target::open(pids[0])?, None)
     };
@@ -257,7 +280,11 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     for spec in &stage_cfg.stages {
         spec.resolve(|name| pipeline::index_of(&sel.funcs, name))?;
     }
-    let (watch_tid, watch_name) = target.resolve_thread(&args.dispatch.thread).map_err(gone)?;
+    let (watch_tid, mut watch_name) = target.resolve_thread(&args.dispatch.thread).map_err(gone)?;
+    if let Some(c) = child.as_ref().filter(|c| c.pid == watch_tid) {
+        // Not exec'd yet: named after the program, as the kernel will.
+        watch_name = c.comm();
+    }
     // No dispatch function: the watched thread's event-loop iterations,
     // bounded by its wait syscalls (one process; several keep, per
     // process, every outermost call).
@@ -356,6 +383,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         eprintln!("{line}");
     }
     let mut what = match &child {
+        Some(c) if c.follows => format!(
+            "{} (PID {}, launched as {})",
+            c.exe().display(),
+            c.pid,
+            c.program.display()
+        ),
         Some(c) => format!("{} (PID {}, launched)", c.program.display(), c.pid),
         None if others.is_empty() => format!("PID {}", target.pid),
         None => format!(
@@ -592,6 +625,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         }),
         None => Steering::Neither(NoSteer),
     };
+    if child.is_some() {
+        launch::watch_stop_signals();
+    }
     let reason = rt.block_on(collector::collect(
         &mut rings,
         &mut sinks,
@@ -636,11 +672,35 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         ),
         _ => {}
     }
-    if let (Some(c), StopReason::Signal(sig)) = (&child, reason) {
-        // Ctrl-C on a terminal reaches the command directly (same process
-        // group); anything else is passed on.
-        if sig != libc::SIGINT {
-            let _ = c.forward_signal(sig);
+    // The session ended before the command did: it is stopped (its probes
+    // are gone already), or with --keep-running left running.
+    let mut kept = false;
+    let mut stopped_at_duration = false;
+    if let Some(c) = &child {
+        let terminal = reason == StopReason::Signal(libc::SIGINT) && launch::sigint_from_terminal();
+        let ends = matches!(reason, StopReason::Duration | StopReason::Signal(_));
+        if ends && c.try_wait()?.is_none() {
+            if args.keep_running {
+                eprintln!(
+                    "profiler: left {} running, every probe removed (--keep-running){}",
+                    c.describe(),
+                    match terminal {
+                        true => "; it got the terminal's SIGINT too",
+                        false => "",
+                    }
+                );
+                kept = true;
+            } else {
+                let first = match reason {
+                    // Ctrl-C on a terminal reached the command directly
+                    // (same process group).
+                    StopReason::Signal(libc::SIGINT) if terminal => None,
+                    StopReason::Signal(sig) => Some(sig),
+                    _ => Some(libc::SIGTERM),
+                };
+                c.stop(first, launch::STOP_GRACE)?;
+                stopped_at_duration = reason == StopReason::Duration;
+            }
         }
     }
     // Everything is drained: fold the threads that have exited.
@@ -766,9 +826,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     }
     eprintln!("profiler: wrote the outputs to {}", out.path().display());
     match child {
+        // Still running on purpose, or stopped because the recording was
+        // as long as asked: the session succeeded.
+        Some(_) if kept || stopped_at_duration => Ok((0, startup_report)),
         Some(c) => {
             if c.try_wait()?.is_none() {
-                eprintln!("profiler: waiting for PID {} to exit", c.pid);
+                eprintln!("profiler: waiting for {} to exit", c.describe());
             }
             Ok((
                 launch::exit_code(c.wait()?).clamp(0, 255) as u8,

@@ -2,6 +2,13 @@
 //! that waits on a pipe before exec; probes are attached (scoped to its
 //! PID, by binary path and file offset) and then [`Launched::release`] lets
 //! it exec, so the probes are live before the program's first instruction.
+//! A script or exec wrapper (`exec_chain.rs`) is instead let exec at once
+//! and followed ([`Launched::follow`]) to the program it runs, which is
+//! stopped at its exec until [`Launched::release`].
+//!
+//! At the end of a session that the command outlives, [`Launched::stop`]
+//! ends it (SIGTERM, then SIGKILL after a grace period), unless it is to
+//! keep running: then it was spawned without `PR_SET_PDEATHSIG`.
 //!
 //! The child, before exec: resets signal handlers and the signal mask,
 //! drops to the invoking user under sudo (supplementary groups, gid, uid,
@@ -22,10 +29,19 @@ use std::{
     },
     path::{Path, PathBuf},
     process::ExitStatus,
-    sync::{Mutex, OnceLock},
+    sync::{
+        atomic::{AtomicI32, AtomicU64, Ordering},
+        Mutex, Once, OnceLock,
+    },
+    time::{Duration, Instant},
 };
 
+use super::exec_chain::{self, Outcome};
 use crate::{Error, Result};
+
+/// How long a command is given to exit after the signal that ends it,
+/// before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// glibc's `execvp` search path when `PATH` is unset.
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
@@ -178,6 +194,8 @@ struct Plan {
     errors: libc::c_int,
     /// The parent's ends, to close (the gate's EOF must not be held open).
     parent_ends: [libc::c_int; 2],
+    /// Ask to be killed with the profiler (not with `--keep-running`).
+    pdeathsig: bool,
 }
 
 /// Closes every descriptor from 3 up except `keep` (sudo does the same),
@@ -236,7 +254,9 @@ unsafe fn child(p: &Plan) -> ! {
         }
     }
     // After the credential change, which would clear it.
-    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    if p.pdeathsig {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+    }
     if libc::getppid() != p.parent {
         libc::_exit(127);
     }
@@ -257,8 +277,19 @@ unsafe fn child(p: &Plan) -> ! {
 pub struct Launched {
     /// The child's PID (also the program's, after exec).
     pub pid: u32,
-    /// The resolved program path (attach probes to this binary).
+    /// The resolved command path (a script or wrapper when `follows`).
     pub program: PathBuf,
+    /// The command is a script or exec wrapper, followed through its
+    /// execs to the program it runs ([`Launched::follow`]).
+    pub follows: bool,
+    /// The program to probe: `program`, or where following it ended.
+    exe: Mutex<PathBuf>,
+    /// The programs passed through on the way (followed only).
+    passed: Mutex<Vec<PathBuf>>,
+    /// Stopped at the program's exec, traced, until released.
+    held: Mutex<bool>,
+    /// The program's thread name, read at its exec (followed only).
+    comm: Mutex<Option<String>>,
     argv0: OsString,
     user: Option<(u32, u32)>,
     gate: Mutex<Option<OwnedFd>>,
@@ -291,16 +322,22 @@ fn enable_perf_maps(env: &mut Vec<(OsString, OsString)>) {
 }
 
 impl Launched {
-    /// Forks `argv` as a child that waits for [`Launched::release`],
-    /// running as the invoking user under sudo.
-    pub fn spawn(argv: &[OsString]) -> Result<Launched> {
-        Self::spawn_as(argv, invoking_user())
+    /// Forks `argv` as a child that waits for [`Launched::release`] (or
+    /// [`Launched::follow`]), running as the invoking user under sudo. It
+    /// is killed when the profiler exits, unless it is to `outlive` it.
+    pub fn spawn(argv: &[OsString], outlive: bool) -> Result<Launched> {
+        Self::spawn_as(argv, invoking_user(), outlive)
     }
 
     /// Like [`Launched::spawn`], running as `user` (uid, gid) if given.
-    pub fn spawn_as(argv: &[OsString], user: Option<(u32, u32)>) -> Result<Launched> {
+    pub fn spawn_as(
+        argv: &[OsString],
+        user: Option<(u32, u32)>,
+        outlive: bool,
+    ) -> Result<Launched> {
         let argv0 = argv.first().cloned().unwrap_or_default();
         let program = resolve_program(&argv0)?;
+        let follows = exec_chain::is_launcher(&program);
         let args = argv
             .iter()
             .map(|a| cstring(a.as_bytes()))
@@ -343,6 +380,7 @@ impl Launched {
             gate: gate_r.as_raw_fd(),
             errors: err_w.as_raw_fd(),
             parent_ends: [gate_w.as_raw_fd(), err_r.as_raw_fd()],
+            pdeathsig: !outlive,
         };
         // Block signals across fork so no handler runs in the child before
         // it resets them.
@@ -367,9 +405,14 @@ impl Launched {
         let pidfd =
             // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
             unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-        Ok(Launched {
+        let launched = Launched {
             pid: pid as u32,
+            exe: Mutex::new(program.clone()),
             program,
+            follows,
+            passed: Mutex::new(Vec::new()),
+            held: Mutex::new(false),
+            comm: Mutex::new(None),
             argv0,
             user,
             gate: Mutex::new(Some(gate_w)),
@@ -378,31 +421,197 @@ impl Launched {
             pidfd: (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) }),
             exec_ns: OnceLock::new(),
             status: Mutex::new(None),
-        })
+        };
+        if follows {
+            // Before the gate opens: its first exec already stops it.
+            if let Err(e) = exec_chain::seize(launched.pid) {
+                return Err(cannot_run(
+                    &launched.argv0,
+                    format!(
+                        "it is a script or exec wrapper, followed through its execs with ptrace, which failed: {} \
+                         (is the profiler itself being traced?)",
+                        strerror(e.raw_os_error().unwrap_or(0))
+                    ),
+                ));
+            }
+        }
+        Ok(launched)
     }
 
-    /// Lets the child exec, and returns once it has (or failed to: then the
-    /// child is reaped and the error says why). Calling it again does
-    /// nothing.
-    pub fn release(&self) -> Result<()> {
+    /// The program to probe: the command, or (followed) the program it
+    /// exec'd in the end.
+    pub fn exe(&self) -> PathBuf {
+        self.exe.lock().unwrap().clone()
+    }
+
+    /// The thread name the program runs under (the kernel's, from the
+    /// file name it was exec'd by, as `/proc/PID/comm` shows after exec).
+    pub fn comm(&self) -> String {
+        self.comm
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| exec_chain::comm_of(&self.exe()))
+    }
+
+    /// `NAME (PID N)`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} (PID {})", self.comm(), self.pid)
+    }
+
+    /// The programs a followed command ran before the one probed.
+    pub fn passed_through(&self) -> Vec<PathBuf> {
+        self.passed.lock().unwrap().clone()
+    }
+
+    /// A script or exec wrapper ([`Launched::follows`]): lets it exec and
+    /// follows it to the program it runs, which is left stopped before its
+    /// first instruction until [`Launched::release`]. Gives up at
+    /// `deadline` (`--duration` from now), then stops the command. Does
+    /// nothing for a program launched directly.
+    pub fn follow(&self, deadline: Option<Instant>) -> Result<()> {
+        if !self.follows {
+            return Ok(());
+        }
         let Some(gate) = self.gate.lock().unwrap().take() else {
             return Ok(());
         };
-        let _ = self.exec_ns.set(crate::clock::monotonic_ns());
-        // A child that already failed has closed its end: EPIPE, ignored.
         // SAFETY: `gate` is an open pipe end and the buffer holds the one byte written.
         unsafe { libc::write(gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
         drop(gate);
-        let Some(errors) = self.errors.lock().unwrap().take() else {
-            return Ok(());
+        let pid = self.pid;
+        let outcome = exec_chain::follow(
+            pid,
+            deadline,
+            |exe| self.passed.lock().unwrap().push(exe.to_path_buf()),
+            |exe| {
+                eprintln!(
+                    "profiler: PID {pid} still runs {} {} s after its first exec; waiting for it to exec \
+                     a program that is not a shell or exec wrapper (a script's own `exec` is followed, \
+                     not the processes it starts)",
+                    exe.display(),
+                    exec_chain::HINT_AFTER.as_secs()
+                )
+            },
+        );
+        let chain = || {
+            let passed = self.passed_through();
+            match passed.is_empty() {
+                true => String::new(),
+                false => format!(
+                    " (it ran {})",
+                    passed
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", then ")
+                ),
+            }
         };
+        match outcome {
+            Outcome::Program { exe } => {
+                *self.comm.lock().unwrap() =
+                    std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
+                        .ok()
+                        .map(|s| s.trim_end_matches('\n').to_string());
+                *self.exe.lock().unwrap() = exe;
+                *self.held.lock().unwrap() = true;
+                Ok(())
+            }
+            Outcome::Exited(status) => {
+                *self.status.lock().unwrap() = Some(status);
+                if let Some(e) = self.exec_error() {
+                    return Err(e);
+                }
+                let why = match status.code() {
+                    // The shell's and env's codes for a program they could
+                    // not find or run: they said which, above.
+                    Some(126 | 127) => "it could not run the program it was given (see its message above)",
+                    _ => "a script is followed through its own `exec` only: end it with `exec PROGRAM …`",
+                };
+                Err(cannot_run(
+                    &self.argv0,
+                    format!(
+                        "it {} before it exec'd a program other than a shell or exec wrapper{}; {why}",
+                        describe_status(status),
+                        chain()
+                    ),
+                ))
+            }
+            Outcome::Waiting(exe) => {
+                self.untrace();
+                let _ = self.stop(Some(libc::SIGTERM), STOP_GRACE);
+                Err(cannot_run(
+                    &self.argv0,
+                    format!(
+                        "it still ran {} when --duration ended{}, and never exec'd a program other than \
+                         a shell or exec wrapper: a script is followed through its own `exec` only: end it \
+                         with `exec PROGRAM …`",
+                        exe.display(),
+                        chain()
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Ends tracing of a followed child that is running (not stopped):
+    /// interrupts it, then detaches, passing on a signal it was stopped for.
+    fn untrace(&self) {
+        let pid = self.pid as libc::pid_t;
+        // SAFETY: PTRACE_INTERRUPT of our own tracee, no address or data.
+        unsafe {
+            libc::ptrace(
+                libc::PTRACE_INTERRUPT,
+                pid,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_void>(),
+            )
+        };
+        loop {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child, with a valid pointer to the status.
+            let rc = unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
+            if rc < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return;
+            }
+            if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+                *self.status.lock().unwrap() = Some(ExitStatus::from_raw(st));
+                return;
+            }
+            if libc::WIFSTOPPED(st) {
+                let event = (st >> 16) & 0xff;
+                let sig = match event {
+                    0 => libc::WSTOPSIG(st),
+                    _ => 0,
+                };
+                // SAFETY: PTRACE_DETACH of our stopped tracee; data is a signal number.
+                unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_DETACH,
+                        pid,
+                        std::ptr::null_mut::<libc::c_void>(),
+                        sig as libc::c_long as *mut libc::c_void,
+                    )
+                };
+                return;
+            }
+        }
+    }
+
+    /// The exec failure the child reported, if it did (read once it has
+    /// exec'd or exited, so never blocks long).
+    fn exec_error(&self) -> Option<Error> {
+        let errors = self.errors.lock().unwrap().take()?;
         let mut msg = Vec::new();
         let _ = File::from(errors).read_to_end(&mut msg);
         if msg.len() < 5 {
-            return Ok(());
+            return None;
         }
         let errno = i32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
-        let _ = self.wait();
         let reason = match (msg[0], self.user) {
             (STEP_EXEC, _) => strerror(errno),
             (step, Some((uid, gid))) => {
@@ -414,7 +623,38 @@ impl Launched {
             }
             (_, None) => strerror(errno),
         };
-        Err(cannot_run(&self.argv0, reason))
+        Some(cannot_run(&self.argv0, reason))
+    }
+
+    /// Lets the child exec, and returns once it has (or failed to: then the
+    /// child is reaped and the error says why). Calling it again does
+    /// nothing.
+    /// A followed command stopped at its program's exec is let go on
+    /// (detached).
+    pub fn release(&self) -> Result<()> {
+        if self.follows && self.gate.lock().unwrap().is_some() {
+            self.follow(None)?;
+        }
+        if std::mem::take(&mut *self.held.lock().unwrap()) {
+            let _ = self.exec_ns.set(crate::clock::monotonic_ns());
+            exec_chain::detach(self.pid);
+            return Ok(());
+        }
+        let Some(gate) = self.gate.lock().unwrap().take() else {
+            return Ok(());
+        };
+        let _ = self.exec_ns.set(crate::clock::monotonic_ns());
+        // A child that already failed has closed its end: EPIPE, ignored.
+        // SAFETY: `gate` is an open pipe end and the buffer holds the one byte written.
+        unsafe { libc::write(gate.as_raw_fd(), b"g".as_ptr().cast(), 1) };
+        drop(gate);
+        match self.exec_error() {
+            None => Ok(()),
+            Some(e) => {
+                let _ = self.wait();
+                Err(e)
+            }
+        }
     }
 
     /// `CLOCK_MONOTONIC` ns taken at [`Launched::release`], just before the
@@ -484,13 +724,143 @@ impl Launched {
     pub fn try_wait(&self) -> Result<Option<ExitStatus>> {
         self.reap(libc::WNOHANG)
     }
+
+    /// Waits up to `t` for the child to exit (its pidfd turning readable).
+    fn wait_exit(&self, t: Duration) {
+        match &self.pidfd {
+            Some(fd) => {
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = t.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: poll on one pollfd of our open pidfd.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+            None => std::thread::sleep(t.min(Duration::from_millis(10))),
+        }
+    }
+
+    /// Ends the command at the end of a session it outlives: sends `first`
+    /// (None: it got the terminal's SIGINT already, as the profiler did),
+    /// then SIGKILL if it has not exited `grace` later, or at once on
+    /// another SIGINT or SIGTERM to the profiler (once
+    /// [`watch_stop_signals`] was called). Each step is one line on
+    /// stderr. Returns its exit status.
+    pub fn stop(&self, first: Option<i32>, grace: Duration) -> Result<ExitStatus> {
+        if let Some(s) = self.try_wait()? {
+            return Ok(s);
+        }
+        let who = self.describe();
+        let secs = fmt_secs(grace);
+        match first {
+            Some(sig) => {
+                eprintln!(
+                    "profiler: stopping {who}: {}; SIGKILL in {secs} if it does not exit",
+                    signal_name(sig)
+                );
+                self.forward_signal(sig)?;
+            }
+            None => eprintln!(
+                "profiler: {who} got the terminal's SIGINT too; SIGKILL in {secs} if it does not exit"
+            ),
+        }
+        let seen = STOP_SIGNALS.load(Ordering::Relaxed);
+        let end = Instant::now() + grace;
+        let status = loop {
+            if let Some(s) = self.try_wait()? {
+                break s;
+            }
+            let now = Instant::now();
+            let again = STOP_SIGNALS.load(Ordering::Relaxed) != seen;
+            if again || now >= end {
+                match again {
+                    true => eprintln!("profiler: signalled again: SIGKILL to {who} now"),
+                    false => eprintln!("profiler: {who} did not exit within {secs}: SIGKILL"),
+                }
+                self.forward_signal(libc::SIGKILL)?;
+                break self.wait()?;
+            }
+            self.wait_exit((end - now).min(Duration::from_millis(50)));
+        };
+        eprintln!("profiler: {who} {}", describe_status(status));
+        Ok(status)
+    }
+}
+
+/// SIGINTs and SIGTERMs the profiler got since [`watch_stop_signals`].
+static STOP_SIGNALS: AtomicU64 = AtomicU64::new(0);
+/// `si_code` of the last SIGINT (`SI_KERNEL`: sent by a terminal, to its
+/// whole foreground process group, the command included).
+static LAST_SIGINT_CODE: AtomicI32 = AtomicI32::new(0);
+/// `si_code` of a signal the kernel sent, as a terminal's Ctrl-C is.
+const SI_KERNEL: i32 = 0x80;
+
+/// Counts SIGINT and SIGTERM alongside tokio's handling of them (which
+/// ends the session, then swallows them), and notes where each SIGINT came
+/// from. Call before the session waits for them: until then they kill the
+/// profiler (and with it the command).
+pub fn watch_stop_signals() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: the action only stores to atomics, which is
+            // async-signal-safe.
+            let _ = unsafe {
+                signal_hook_registry::register_sigaction(sig, move |info: &libc::siginfo_t| {
+                    if sig == libc::SIGINT {
+                        LAST_SIGINT_CODE.store(info.si_code, Ordering::Relaxed);
+                    }
+                    STOP_SIGNALS.fetch_add(1, Ordering::Relaxed);
+                })
+            };
+        }
+    });
+}
+
+/// True when the last SIGINT came from a terminal (Ctrl-C): the command,
+/// in the profiler's process group, got it too.
+pub fn sigint_from_terminal() -> bool {
+    LAST_SIGINT_CODE.load(Ordering::Relaxed) == SI_KERNEL
+}
+
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+fn fmt_secs(d: Duration) -> String {
+    match d.subsec_millis() {
+        0 => format!("{} s", d.as_secs()),
+        _ => format!("{:.1} s", d.as_secs_f64()),
+    }
+}
+
+/// `exited with status N` or `was killed by SIGTERM`.
+pub fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by {}", signal_name(s)),
+        _ => format!("ended ({status})"),
+    }
 }
 
 impl Drop for Launched {
     /// A child never released is let go to `_exit` (its gate reads EOF)
-    /// and reaped; a running one is left alone (it dies with us anyway).
+    /// and reaped, one held at its program's exec is killed and reaped; a
+    /// running one is left alone (it dies with us anyway, unless it is to
+    /// outlive us).
     fn drop(&mut self) {
-        if self.gate.get_mut().unwrap().take().is_some() {
+        if std::mem::take(self.held.get_mut().unwrap()) {
+            let _ = self.forward_signal(libc::SIGKILL);
+            let _ = self.wait();
+        } else if self.gate.get_mut().unwrap().take().is_some() {
             let _ = self.wait();
         } else {
             let _ = self.try_wait();
@@ -521,7 +891,7 @@ mod tests {
 
     #[test]
     fn exit_code_is_passed_through() {
-        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", "exit 7"]), None).unwrap();
+        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", "exit 7"]), None, false).unwrap();
         l.release().unwrap();
         assert!(l.exec_time_ns().is_some());
         assert_eq!(exit_code(l.wait().unwrap()), 7);
@@ -555,7 +925,7 @@ mod tests {
             e.to_string(),
             "cannot run no-such-command-xyz: No such file or directory"
         );
-        let e = Launched::spawn_as(&argv(&["./no/such/prog"]), None).unwrap_err();
+        let e = Launched::spawn_as(&argv(&["./no/such/prog"]), None, false).unwrap_err();
         assert_eq!(
             e.to_string(),
             "cannot run ./no/such/prog: No such file or directory"
@@ -568,7 +938,7 @@ mod tests {
         let bad = tmp("not-a-program");
         std::fs::write(&bad, b"\x01\x02 garbage, no shebang").unwrap();
         std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let l = Launched::spawn_as(&[bad.clone().into()], None).unwrap();
+        let l = Launched::spawn_as(&[bad.clone().into()], None, false).unwrap();
         let e = l.release().unwrap_err().to_string();
         assert_eq!(
             e,
@@ -584,7 +954,7 @@ mod tests {
         assert!(here.is_err(), "not executable");
         let f = tmp("ran");
         let cmd = format!("echo ran > {}", f.display());
-        let l = Launched::spawn_as(&argv(&["sh", "-c", &cmd]), None).unwrap();
+        let l = Launched::spawn_as(&argv(&["sh", "-c", &cmd]), None, false).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         assert!(!f.exists(), "the child ran before release");
         assert!(l.try_wait().unwrap().is_none());
@@ -596,7 +966,7 @@ mod tests {
 
     #[test]
     fn dropping_unreleased_child_reaps_it() {
-        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", "exit 0"]), None).unwrap();
+        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", "exit 0"]), None, false).unwrap();
         let pid = l.pid as libc::pid_t;
         drop(l);
         // SAFETY: kill with signal 0 only checks whether the process exists.
@@ -605,11 +975,108 @@ mod tests {
 
     #[test]
     fn signals_are_forwarded() {
-        let l = Launched::spawn_as(&argv(&["/bin/sleep", "10"]), None).unwrap();
+        let l = Launched::spawn_as(&argv(&["/bin/sleep", "10"]), None, false).unwrap();
         l.release().unwrap();
         l.forward_signal(libc::SIGTERM).unwrap();
         assert_eq!(exit_code(l.wait().unwrap()), 128 + libc::SIGTERM);
         l.forward_signal(libc::SIGTERM).unwrap(); // reaped: harmless
+    }
+
+    fn script(name: &str, text: &str) -> PathBuf {
+        let p = tmp(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_script_is_followed_to_the_program_it_execs() {
+        // env, then sh (the script), then env again, then sleep: the
+        // program is sleep, stopped at its exec until released.
+        let inner = script("inner", "#!/bin/sh\nexec /usr/bin/env sleep 0.3\n");
+        let outer = script(
+            "outer",
+            &format!("#!/usr/bin/env sh\nexec {}\n", inner.display()),
+        );
+        let l = Launched::spawn_as(&[outer.clone().into()], None, false).unwrap();
+        assert!(l.follows);
+        l.follow(None).unwrap();
+        assert!(l.exe().ends_with("sleep"), "{:?}", l.exe());
+        assert_eq!(l.comm(), "sleep");
+        let passed: Vec<String> = l
+            .passed_through()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(passed.len(), 4, "env, sh, sh, env: {passed:?}");
+        assert_eq!((passed[0].as_str(), passed[3].as_str()), ("env", "env"));
+        // Held: still stopped a while later.
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(l.try_wait().unwrap().is_none(), "ran before release");
+        l.release().unwrap();
+        assert_eq!(exit_code(l.wait().unwrap()), 0);
+        for p in [inner, outer] {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_script_that_exits_without_exec_is_an_error() {
+        let s = script("exits", "#!/bin/sh\nexit 4\n");
+        let l = Launched::spawn_as(&[s.clone().into()], None, false).unwrap();
+        let e = l.follow(None).unwrap_err().to_string();
+        assert!(e.contains("exited with status 4 before it exec'd"), "{e}");
+        assert_eq!(exit_code(l.try_wait().unwrap().unwrap()), 4);
+        let bad = script("bad-interp", "#!/no/such/interpreter\n");
+        let l = Launched::spawn_as(&[bad.clone().into()], None, false).unwrap();
+        let e = l.follow(None).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("cannot run {}: No such file or directory", bad.display())
+        );
+        for p in [s, bad] {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_script_that_never_execs_is_given_up_at_the_deadline() {
+        let s = script("loops", "#!/bin/sh\nsleep 30\n");
+        let l = Launched::spawn_as(&[s.clone().into()], None, false).unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_millis(300);
+        let e = l.follow(Some(deadline)).unwrap_err().to_string();
+        assert!(e.contains("when --duration ended"), "{e}");
+        // Stopped with SIGTERM (sh dies of it at once), untraced.
+        assert_eq!(
+            exit_code(l.try_wait().unwrap().unwrap()),
+            128 + libc::SIGTERM
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        std::fs::remove_file(s).unwrap();
+    }
+
+    #[test]
+    fn stop_sends_sigterm_then_sigkill_after_the_grace() {
+        let l = Launched::spawn_as(&argv(&["/bin/sleep", "10"]), None, false).unwrap();
+        l.release().unwrap();
+        let st = l.stop(Some(libc::SIGTERM), Duration::from_secs(3)).unwrap();
+        assert_eq!(exit_code(st), 128 + libc::SIGTERM);
+        // SIGTERM ignored (and the ignoring kept across exec): SIGKILL.
+        let cmd = "trap '' TERM; exec /bin/sleep 10";
+        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", cmd]), None, false).unwrap();
+        l.release().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = Instant::now();
+        let st = l
+            .stop(Some(libc::SIGTERM), Duration::from_millis(500))
+            .unwrap();
+        let took = t0.elapsed();
+        assert_eq!(exit_code(st), 128 + libc::SIGKILL);
+        assert!(
+            took >= Duration::from_millis(500) && took < Duration::from_millis(1500),
+            "{took:?}"
+        );
     }
 
     #[test]
@@ -619,7 +1086,12 @@ mod tests {
             return; // needs root and a `nobody` user
         }
         let check = r#"test "$(id -u)" = 65534 && test "$(id -g)" = 65534 && test "$(id -un)" = "$USER" && test "$(id -G)" = "$(id -G "$USER")""#;
-        let l = Launched::spawn_as(&argv(&["/bin/sh", "-c", check]), Some((65534, 65534))).unwrap();
+        let l = Launched::spawn_as(
+            &argv(&["/bin/sh", "-c", check]),
+            Some((65534, 65534)),
+            false,
+        )
+        .unwrap();
         l.release().unwrap();
         assert_eq!(exit_code(l.wait().unwrap()), 0);
     }

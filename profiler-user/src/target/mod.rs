@@ -2,7 +2,8 @@
 //! agent may do to it, and which of its functions to probe.
 //!
 //! - [`process`]: the process by pidfd, its mappings and threads;
-//! - [`launch`]: `record -- COMMAND`, gated fork/exec;
+//! - [`launch`]: `record -- COMMAND`, gated fork/exec, stopped at the end;
+//! - [`exec_chain`]: a script or wrapper followed through its execs;
 //! - [`ldso`]: libraries found as the dynamic loader would;
 //! - [`libwatch`]: `--lib`s not mapped yet, polled until they are;
 //! - [`cgroup`]: `sample --all --cgroup`, a process's cgroup;
@@ -13,6 +14,7 @@
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;
 pub mod cgroup;
+pub mod exec_chain;
 pub mod exits;
 pub mod find;
 pub mod launch;
