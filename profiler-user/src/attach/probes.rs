@@ -592,7 +592,7 @@ impl Probes {
                 }
                 eprintln!(
                     "profiler: note: watching the loop's waits with the syscall tracepoints \
-                     (every syscall on the machine costs a little more while attached): {why}"
+                     (meanwhile every syscall on the machine costs a little more): {why}"
                 );
                 for (name, tp) in [
                     (profiler_common::PROG_SYS_ENTER, "sys_enter"),

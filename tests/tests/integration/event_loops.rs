@@ -104,6 +104,16 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
         "the loop's idle time is reported: {}",
         d["event_loop"]
     );
+    // The waits are journaled: a replay finds the same iterations.
+    let again = TempDir::new("epoll-loop-replay");
+    let rep = profiler(&[
+        "report",
+        out.path().to_str().unwrap(),
+        "--out",
+        again.path().to_str().unwrap(),
+    ]);
+    assert!(rep.status.success(), "replay failed: {rep:?}");
+    crate::replay::assert_same_outputs(out.path(), again.path());
 }
 
 /// The asyncio app: a ticker every 5 ms, and every 0.4 s a stall of

@@ -58,7 +58,12 @@ struct Site {
     sp: u64,
     nr: u32,
     fd: u32,
+    /// Waits here, plus a head start for the guess at attach.
     count: u64,
+    /// Returns from waits here that the kernel judged the loop's (what
+    /// the report describes: recorded in the events, so a replay says
+    /// the same).
+    judged_loop: u64,
 }
 
 /// Learns the loop's wait and keeps its idle time.
@@ -98,6 +103,7 @@ impl LoopWait {
             nr,
             fd,
             count: AT_ATTACH,
+            judged_loop: 0,
         });
         self.relearn();
     }
@@ -113,12 +119,14 @@ impl LoopWait {
             }
             if let Some(s) = self.sites.iter_mut().find(|s| s.sp == w.sp) {
                 s.count += 1;
+                s.judged_loop += u64::from(w.is_loop);
             } else if self.sites.len() < MAX_SITES {
                 self.sites.push(Site {
                     sp: w.sp,
                     nr: w.nr,
                     fd: w.fd,
                     count: 1,
+                    judged_loop: u64::from(w.is_loop),
                 });
             }
             self.relearn();
@@ -189,7 +197,13 @@ impl LoopWait {
 
     /// The rule learnt, in words, for the reports.
     pub fn describe(&self) -> String {
-        let Some(site) = self.sites.iter().find(|s| s.sp == self.loop_sp) else {
+        // The site most of the kernel's loop judgements fell on.
+        let Some(site) = self
+            .sites
+            .iter()
+            .filter(|s| s.judged_loop > 0)
+            .max_by_key(|s| (s.judged_loop, s.sp))
+        else {
             return "no wait seen yet: every wait bounds an iteration".to_string();
         };
         let what = match site.nr {
@@ -202,7 +216,7 @@ impl LoopWait {
         format!(
             "the loop's wait is {what} at stack pointer {:#x} ({} of the thread's waits there); \
              {} deeper waits counted as blocked time inside iterations",
-            site.sp, site.count, self.inner_waits
+            site.sp, site.judged_loop, self.inner_waits
         )
     }
 }
