@@ -42,3 +42,4 @@ mod threads;
 mod tracing;
 mod unwinding;
 mod waker;
+mod wrappers;

@@ -8,6 +8,7 @@
 //! What should be told at once (a slow dispatch, a hang) is queued as a
 //! [`Notice`] for the session to print and log; nothing here writes.
 pub mod explain;
+pub mod frames;
 pub mod quality;
 pub mod retain;
 pub mod sched;
@@ -400,7 +401,7 @@ impl Dispatcher {
                 if Some(&n) == traced.as_ref() {
                     break;
                 }
-                stack.push(format!("{n} (sampled)"));
+                stack.push(format!("{} (sampled)", frames::display(&n)));
             }
         }
         stack.extend(
