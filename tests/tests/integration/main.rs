@@ -9,6 +9,7 @@ use anyhow as _;
 use png as _;
 
 mod bad_input;
+mod causes;
 mod cgroups;
 mod containers;
 mod deleted;
@@ -42,4 +43,3 @@ mod threads;
 mod tracing;
 mod unwinding;
 mod waker;
-mod wrappers;

@@ -164,6 +164,7 @@ impl Tree {
     /// wrapper (`__GI_epoll_pwait`, `Builtins_*`) never is the key. A
     /// traced pick with no frame of the program's own above it gives way to
     /// the sampled and blocked frames.
+    #[cfg(test)]
     pub fn key_node(&self) -> usize {
         self.key_node_given(0)
     }
