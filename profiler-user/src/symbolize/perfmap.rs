@@ -619,8 +619,12 @@ mod tests {
             None,
             "not yet: checked less than a second ago"
         );
-        t.checked = None;
-        t.refresh();
+        // A miss may look again sooner (RELOAD_ON_MISS), not at once.
+        t.checked = Some(Instant::now());
+        assert!(!t.refresh_within(RELOAD_ON_MISS));
+        assert_eq!(t.lookup(0x2000), None);
+        std::thread::sleep(RELOAD_ON_MISS);
+        assert!(t.refresh_within(RELOAD_ON_MISS));
         assert_eq!(t.lookup(0x2000), Some("later"));
         assert_eq!(t.lookup(0x1000), Some("jitted"));
         std::fs::remove_dir_all(&d).unwrap();

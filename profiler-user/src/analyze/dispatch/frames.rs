@@ -9,7 +9,8 @@
 //!   `cpu.*`, keep perf's names as the map has them.)
 //! - **Keys hold names, never raw addresses.** [`key_name`] turns an
 //!   unnamed frame into `module+0xoffset`, which ASLR does not change, and
-//!   a frame outside any file mapping into `[unknown]`.
+//!   a frame outside any file mapping into `[unknown]`; glibc's internal
+//!   aliases become the names programs call (`__GI___poll` → `poll`).
 //! - **The program's own frames** ([`is_own`]): a named frame that is not
 //!   the C library's or the dynamic loader's (`__GI_epoll_pwait`,
 //!   `__libc_read`, `_start`, `pthread_*`, the libc calls of [`LIBC`]),
@@ -54,7 +55,33 @@ pub fn key_name(name: &str) -> String {
     match name.strip_prefix("[unknown] ") {
         Some(rest) if rest.starts_with("0x") => "[unknown]".to_string(),
         Some(rest) => rest.to_string(),
-        None => display(name).into_owned(),
+        None => libc_name(&display(name)).to_string(),
+    }
+}
+
+/// A C library function by the name programs call it by: glibc's
+/// internal aliases (`__GI___poll`, `__GI___libc_write`,
+/// `___pthread_mutex_lock`, `__clock_nanosleep`) lose their prefixes
+/// (`poll`, `write`, `pthread_mutex_lock`, `clock_nanosleep`). Names
+/// with fewer than two leading underscores are left alone.
+pub fn libc_name(name: &str) -> &str {
+    if !name.starts_with("__") {
+        return name;
+    }
+    let mut n = name;
+    loop {
+        let before = n;
+        n = n.strip_prefix("__GI_").unwrap_or(n);
+        n = n.trim_start_matches('_');
+        n = n.strip_prefix("libc_").unwrap_or(n);
+        if n == before {
+            break;
+        }
+    }
+    if n.is_empty() {
+        name
+    } else {
+        n
     }
 }
 
@@ -237,6 +264,13 @@ mod tests {
         assert_eq!(key_name("[unknown] 0x7f37665f0409"), "[unknown]");
         assert_eq!(key_name("[unknown] 0x7efc49d94409"), "[unknown]");
         assert_eq!(key_name("handle_request"), "handle_request");
+        // glibc's internal aliases, by the name programs call.
+        assert_eq!(key_name("__GI___poll"), "poll");
+        assert_eq!(key_name("__GI___nanosleep"), "nanosleep");
+        assert_eq!(key_name("__GI___libc_write"), "write");
+        assert_eq!(key_name("__GI_epoll_pwait"), "epoll_pwait");
+        assert_eq!(key_name("___pthread_mutex_lock"), "pthread_mutex_lock");
+        assert_eq!(key_name("_start"), "_start");
     }
 
     #[test]

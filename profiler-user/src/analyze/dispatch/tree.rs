@@ -542,7 +542,7 @@ mod tests {
         let leaf = t.add_chain(h, &chain, Kind::Blocked, 95 * MS);
         // A traced call qualifies: it is the key, as before.
         assert_eq!(t.signature(t.key_node()), "handle_a <- dispatch");
-        assert_eq!(t.call_site(leaf).0, "__GI___nanosleep <- helper_a");
+        assert_eq!(t.call_site(leaf).0, "nanosleep <- helper_a");
         // No traced call below the dispatch: Matrix's rule alone picks the
         // deepest heavy frame, the wrapper; the key is the handler above it.
         let mut b = Tree::new("dispatch");
