@@ -177,6 +177,15 @@ pub(super) fn explain(
             Some(b) => {
                 let (site, call, own) = tree.call_site(b);
                 pinned.extend([b, call, own]);
+                // The waker it names, under the blocked frame.
+                let node = format!("[waited for: {}]", w.who());
+                pinned.extend(
+                    tree.nodes[b]
+                        .children
+                        .iter()
+                        .copied()
+                        .find(|&c| tree.nodes[c].kind == Kind::Waker && tree.nodes[c].name == node),
+                );
                 key = format!("{site} | woken in {}", wakers::key_of(w));
             }
             None => key = format!("{key} | woken in {}", wakers::key_of(w)),

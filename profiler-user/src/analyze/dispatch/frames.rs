@@ -15,8 +15,9 @@
 //!   the C library's or the dynamic loader's (`__GI_epoll_pwait`,
 //!   `__libc_read`, `_start`, `pthread_*`, the libc calls of [`LIBC`]),
 //!   nor a runtime's: V8 and Node (`Builtins_*`, `Builtin:`,
-//!   `BytecodeHandler:`, `v8::`, `node::`, JS frames of Node's own library,
-//!   located `node:…`), libuv (`uv_*`), CPython (`_Py*`, `Py*`). Names are
+//!   `BytecodeHandler:`, `v8::`, `node::`, `llhttp_*`, JS frames of Node's
+//!   own library, located `node:…`), libuv (`uv_*`), CPython (`_Py*`,
+//!   `Py*`); a C++ thunk is judged by the function it calls. Names are
 //!   what decides, not the file a frame came from, so a replay of
 //!   `profile.data` (which keeps names only) decides the same way.
 
@@ -191,7 +192,11 @@ pub fn is_own(name: &str) -> bool {
     {
         return false;
     }
-    // V8 and Node.
+    // A C++ thunk is whose function it calls.
+    if let Some(inner) = thunk_target(name) {
+        return is_own(inner);
+    }
+    // V8 and Node (with its HTTP parser).
     if [
         "Builtins_",
         "Builtin:",
@@ -202,7 +207,7 @@ pub fn is_own(name: &str) -> bool {
     ]
     .iter()
     .any(|p| name.starts_with(p))
-        || ["v8::", "node::", "uv_", "uv__"]
+        || ["v8::", "node::", "uv_", "uv__", "llhttp_"]
             .iter()
             .any(|p| name.starts_with(p))
     {
@@ -226,6 +231,21 @@ pub fn is_own(name: &str) -> bool {
         return false;
     }
     true
+}
+
+/// The function a demangled C++ thunk forwards to:
+/// `{virtual override thunk({offset(-56)}, node::Parser::OnStreamRead(long))}`,
+/// `non-virtual thunk to Foo::bar()`.
+fn thunk_target(name: &str) -> Option<&str> {
+    if let Some(rest) = name
+        .strip_prefix("non-virtual thunk to ")
+        .or_else(|| name.strip_prefix("virtual thunk to "))
+    {
+        return Some(rest);
+    }
+    let rest = name.strip_prefix("{virtual override thunk(")?;
+    let (_, inner) = rest.split_once("}, ")?;
+    Some(inner.strip_suffix(")}").unwrap_or(inner))
 }
 
 #[cfg(test)]
@@ -293,6 +313,9 @@ mod tests {
             "node::SyncProcessRunner::Spawn",
             "uv_run",
             "uv__io_poll",
+            "llhttp__internal_execute",
+            "{virtual override thunk({offset(-56)}, node::(anonymous namespace)::Parser::OnStreamRead(long, uv_buf_t const&))}",
+            "non-virtual thunk to node::StreamBase::ReadStart()",
             "JS:~execSync node:child_process:866:18",
             "JS:*emit node:events:514:28",
             "_PyEval_EvalFrameDefault",
@@ -309,6 +332,7 @@ mod tests {
             "JS:*slowHandler /tmp/app.js:3:21",
             "JS:~ /tmp/app.js:14:35",
             "Widget::render",
+            "non-virtual thunk to Widget::render()",
             "pyramid",
         ] {
             assert!(is_own(f), "{f} is the program's own");

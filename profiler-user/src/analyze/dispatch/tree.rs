@@ -13,7 +13,8 @@
 //! even past the limit.
 //!
 //! The key is Matrix's too, on exact data: among traced calls costing ≥ 30% of
-//! the dispatch, the one with the largest (depth + 1) × cost, skipping the
+//! the dispatch, the one with the largest (depth + 1) × cost (depth counted
+//! in frames of the program's own), skipping the
 //! dispatch function itself if anything else qualifies. Sampled frames only
 //! decide when no traced call does, so repeats of one cause share one key.
 //! A pick that is not the program's own frame (a C library or runtime
@@ -149,11 +150,14 @@ impl Tree {
         id
     }
 
-    /// Depth of every node.
-    fn depths(&self) -> Vec<u32> {
+    /// Depth of every node in frames of the program's own: its own
+    /// ancestors, and itself if it is one ([`frames::is_own`]). The same as
+    /// the depth where every frame is (traced C code); a handler below 15
+    /// frames of libuv and V8 is not weighed as if those were its callers.
+    fn own_depths(&self) -> Vec<u32> {
         let mut d = vec![0u32; self.nodes.len()];
         for i in 1..self.nodes.len() {
-            d[i] = d[self.nodes[i].parent] + 1;
+            d[i] = d[self.nodes[i].parent] + u32::from(frames::is_own(&self.nodes[i].name));
         }
         d
     }
@@ -176,7 +180,7 @@ impl Tree {
     pub fn key_node_given(&self, runnable_ns: u64) -> usize {
         let total = self.nodes[0].total_ns.max(1);
         let seen = total.saturating_sub(runnable_ns).max(1);
-        let depths = self.depths();
+        let depths = self.own_depths();
         let pick = |kinds: &[Kind]| {
             let base = if kinds.contains(&Kind::Traced) {
                 total
@@ -641,6 +645,28 @@ mod tests {
         assert_eq!(
             t.signature(t.key_node_given(140 * MS)),
             "JS:slowHandler /srv/app.js:3:21 <- uv__stream_io"
+        );
+    }
+
+    /// A JS handler under some 15 frames of libuv, Node and V8, with a few
+    /// samples of its caller outside it: it is still the key, as it would
+    /// be were those frames not there.
+    #[test]
+    fn runtime_frames_do_not_flatten_the_depth_weighting() {
+        let mut t = Tree::new("uv__stream_io");
+        t.complete(0, 40 * MS, 0);
+        let mut chain: Vec<String> = (0..15).map(|i| format!("node::Frame{i}")).collect();
+        chain.push("JS: /srv/app.js:14:34".into());
+        for _ in 0..3 {
+            t.add_chain(0, &chain, Kind::Sampled, MS);
+        }
+        chain.push("JS:slowHandler /srv/app.js:3:21".into());
+        for _ in 0..30 {
+            t.add_chain(0, &chain, Kind::Sampled, MS);
+        }
+        assert_eq!(
+            t.signature(t.key_node()),
+            "JS:slowHandler /srv/app.js:3:21 <- JS: /srv/app.js:14:34"
         );
     }
 }
