@@ -186,7 +186,7 @@ pub fn startup(
             text,
             "\nStartup call tree of the main thread (trimmed like a slow dispatch):"
         );
-        dispatches::tree_lines(&mut text, &tree.trimmed(20));
+        dispatches::tree_lines(&mut text, &tree.trimmed(20, &[]));
     }
     let window_top = report::text::render(window);
     let _ = write!(text, "\nStartup window (exec to ready), calls in it (frames open at ready cut there):\n{window_top}");

@@ -34,6 +34,10 @@ pub const MAX_ENTRIES: usize = 4 << 20;
 pub const MAX_NAME: usize = 4096;
 /// A growing perf map is read again at most this often.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(1);
+/// ... or this often when an address in JIT memory had no entry: the
+/// runtime writes an entry when it compiles the code, so one that ran just
+/// now is likely in what was appended since the last read.
+pub const RELOAD_ON_MISS: Duration = Duration::from_millis(20);
 /// Entries examined before an address when looking it up (entries may
 /// overlap when code was moved and the older entry is stale).
 const LOOKBACK: usize = 8;
@@ -401,9 +405,20 @@ impl Tracked {
     /// [`RELOAD_EVERY`]. A file that fails the checks is not read (one
     /// warning); what an earlier, valid version held is kept.
     pub fn refresh(&mut self) {
-        if self.checked.is_some_and(|t| t.elapsed() < RELOAD_EVERY) {
-            return;
+        self.refresh_within(RELOAD_EVERY);
+    }
+
+    /// [`Self::refresh`] if not checked within `every`. Returns whether it
+    /// checked the file.
+    pub fn refresh_within(&mut self, every: Duration) -> bool {
+        if self.checked.is_some_and(|t| t.elapsed() < every) {
+            return false;
         }
+        self.read_new();
+        true
+    }
+
+    fn read_new(&mut self) {
         self.checked = Some(Instant::now());
         let Some((mut f, md)) = self.open() else {
             return;
@@ -604,8 +619,12 @@ mod tests {
             None,
             "not yet: checked less than a second ago"
         );
-        t.checked = None;
-        t.refresh();
+        // A miss may look again sooner (RELOAD_ON_MISS), not at once.
+        t.checked = Some(Instant::now());
+        assert!(!t.refresh_within(RELOAD_ON_MISS));
+        assert_eq!(t.lookup(0x2000), None);
+        std::thread::sleep(RELOAD_ON_MISS);
+        assert!(t.refresh_within(RELOAD_ON_MISS));
         assert_eq!(t.lookup(0x2000), Some("later"));
         assert_eq!(t.lookup(0x1000), Some("jitted"));
         std::fs::remove_dir_all(&d).unwrap();

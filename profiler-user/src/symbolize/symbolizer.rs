@@ -889,9 +889,20 @@ impl Core {
                 .entry(pid)
                 .or_insert_with(|| perfmap::Tracked::new(pid));
             map.refresh();
+            let mut missed = Vec::new();
             for i in jit {
-                if let Some(name) = map.lookup(addrs[i]) {
-                    out[i] = Some(vec![name.to_string()]);
+                match map.lookup(addrs[i]) {
+                    Some(name) => out[i] = Some(vec![name.to_string()]),
+                    None => missed.push(i),
+                }
+            }
+            // Code compiled since the last read (a name is cached for good
+            // once asked for, so it is worth a second look now).
+            if !missed.is_empty() && map.refresh_within(perfmap::RELOAD_ON_MISS) {
+                for i in missed {
+                    if let Some(name) = map.lookup(addrs[i]) {
+                        out[i] = Some(vec![name.to_string()]);
+                    }
                 }
             }
         }

@@ -9,6 +9,7 @@ use anyhow as _;
 use png as _;
 
 mod bad_input;
+mod causes;
 mod cgroups;
 mod containers;
 mod deleted;

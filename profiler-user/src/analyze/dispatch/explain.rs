@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use profiler_common::KIND_ENTRY;
 
 use super::{
+    frames,
     sched::Split,
     tree::{pct, Kind, Tree},
     wakers::{self, Interval, PeerRec, WakeRec, Waker},
@@ -126,7 +127,7 @@ pub(super) fn explain(
                 let (Some(t), Some(top)) = (&mut tree, stack.last()) else {
                     continue;
                 };
-                let names = d.symbolizer.user_stack(user);
+                let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 if !chain.is_empty() {
                     t.add_chain(top.node, &chain, Kind::Sampled, d.cfg.sample_period_ns);
@@ -136,7 +137,7 @@ pub(super) fn explain(
                 let (Some(t), Some(top)) = (&tree, stack.last()) else {
                     continue;
                 };
-                let names = d.symbolizer.user_stack(user);
+                let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 let mut full = d.symbolizer.kernel_stack(kernel);
                 full.extend(names);
@@ -187,12 +188,10 @@ pub(super) fn explain(
         }
     }
     let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
-    let key_node = match d.by_waits() {
-        true => tree.key_node_of_children(),
-        false => tree.key_node(),
-    };
+    let key_node = tree.key_node_given(split.runnable_ns);
     let mut key = tree.signature(key_node);
-    let mut verdict = verdict(&tree, key_node, split, duration_ns);
+    let (mut verdict, mut pinned) = verdict(&tree, key_node, split, duration_ns);
+    pinned.push(key_node);
     let wakers = wakers::attach(
         &mut d.symbolizer,
         &mut tree,
@@ -211,23 +210,28 @@ pub(super) fn explain(
             verdict = verdict.replacen("% blocked in ", &format!("% blocked on {sc} in "), 1);
         }
         verdict.push_str(&wakers::chain_text(w, d.cfg.sample_period_ns > 0));
-        let blocked_frame = tree
-            .heaviest(key_node, Kind::Blocked)
-            .or_else(|| tree.heaviest(0, Kind::Blocked))
-            .map(|b| tree.nodes[b].name.clone());
-        if let Some(b) = blocked_frame {
-            key = format!(
-                "{b} <- {} | woken in {}",
-                tree.nodes[key_node].name, w.function
-            );
-        } else {
-            key = format!("{key} | woken in {}", w.function);
+        match blocked_leaf(&tree, key_node) {
+            Some(b) => {
+                let (site, call, own) = tree.call_site(b);
+                pinned.extend([b, call, own]);
+                // The waker it names, under the blocked frame.
+                let node = format!("[waited for: {}]", w.who());
+                pinned.extend(
+                    tree.nodes[b]
+                        .children
+                        .iter()
+                        .copied()
+                        .find(|&c| tree.nodes[c].kind == Kind::Waker && tree.nodes[c].name == node),
+                );
+                key = format!("{site} | woken in {}", wakers::key_of(w));
+            }
+            None => key = format!("{key} | woken in {}", wakers::key_of(w)),
         }
     }
     let flat = if d.cfg.full_tree {
         tree.full()
     } else {
-        tree.trimmed(TREE_LIMIT)
+        tree.trimmed(TREE_LIMIT, &pinned)
     };
     let mut blocking_stacks: Vec<(u64, Vec<String>)> =
         blocking.into_iter().map(|(s, ns)| (ns, s)).collect();
@@ -268,8 +272,31 @@ fn blocked_mostly(split: Split, wakers: &[Waker]) -> Option<&Waker> {
         .filter(|w| w.blocked_ns.saturating_mul(2) >= blocked_ns)
 }
 
-/// `92% on-CPU in parse_json <- load_config`, `81% blocked in fsync <- save_state`.
-fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> String {
+/// Frame names as dispatch trees hold them ([`frames::display`]: one name
+/// per function, whatever JIT tier ran it).
+fn displayed(names: Vec<String>) -> Vec<String> {
+    names
+        .into_iter()
+        .map(|n| match frames::display(&n) {
+            std::borrow::Cow::Borrowed(_) => n,
+            std::borrow::Cow::Owned(o) => o,
+        })
+        .collect()
+}
+
+/// The blocked frame a verdict names: the heaviest blocked leaf under the
+/// key node, else anywhere.
+fn blocked_leaf(tree: &Tree, key: usize) -> Option<usize> {
+    tree.heaviest(key, Kind::Blocked)
+        .or_else(|| tree.heaviest(0, Kind::Blocked))
+}
+
+/// `92% on-CPU in parse_json <- load_config`, `81% blocked in fsync <-
+/// save_state`: a blocked verdict names the call the program made
+/// ([`Tree::call_site`]: `nanosleep <- handler`, `JS:execSync … <-
+/// JS:sleepHandler …`), not the C library or runtime frames inside it.
+/// Also returns the nodes it names, for the trimmed tree to keep.
+fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> (String, Vec<usize>) {
     let sig = tree.signature(key);
     let Split {
         on_cpu_ns,
@@ -278,21 +305,21 @@ fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> String {
     } = split;
     if blocked_ns >= on_cpu_ns && blocked_ns >= runnable_ns {
         let p = pct(blocked_ns, duration_ns);
-        let leaf = tree
-            .heaviest(key, Kind::Blocked)
-            .or_else(|| tree.heaviest(0, Kind::Blocked));
-        return match leaf {
-            Some(b) => format!(
-                "{p}% blocked in {} <- {}",
-                tree.nodes[b].name, tree.nodes[key].name
-            ),
-            None => format!("{p}% blocked in {sig}"),
+        return match blocked_leaf(tree, key) {
+            Some(b) => {
+                let (site, call, own) = tree.call_site(b);
+                (format!("{p}% blocked in {site}"), vec![b, call, own])
+            }
+            None => (format!("{p}% blocked in {sig}"), Vec::new()),
         };
     }
     if runnable_ns > on_cpu_ns {
-        return format!(
-            "{}% waiting for a CPU in {sig}",
-            pct(runnable_ns, duration_ns)
+        return (
+            format!(
+                "{}% waiting for a CPU in {sig}",
+                pct(runnable_ns, duration_ns)
+            ),
+            Vec::new(),
         );
     }
     let p = pct(on_cpu_ns, duration_ns);
@@ -300,12 +327,15 @@ fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> String {
         .heaviest(key, Kind::Sampled)
         .filter(|&h| tree.nodes[h].self_ns.saturating_mul(2) >= tree.nodes[key].total_ns);
     match hot {
-        Some(h) => format!(
-            "{p}% on-CPU in {sig} (hot: {} ~{}%)",
-            tree.nodes[h].name,
-            pct(tree.nodes[h].self_ns, tree.nodes[key].total_ns)
+        Some(h) => (
+            format!(
+                "{p}% on-CPU in {sig} (hot: {} ~{}%)",
+                frames::key_name(&tree.nodes[h].name),
+                pct(tree.nodes[h].self_ns, tree.nodes[key].total_ns)
+            ),
+            vec![h],
         ),
-        None => format!("{p}% on-CPU in {sig}"),
+        None => (format!("{p}% on-CPU in {sig}"), Vec::new()),
     }
 }
 
@@ -336,11 +366,11 @@ mod tests {
             runnable_ns: 0,
         };
         assert_eq!(
-            verdict(&t, t.key_node(), split(19, 81), 100),
+            verdict(&t, t.key_node(), split(19, 81), 100).0,
             "81% blocked in fsync <- save_state"
         );
         assert_eq!(
-            verdict(&t, t.key_node(), split(92, 8), 100),
+            verdict(&t, t.key_node(), split(92, 8), 100).0,
             "92% on-CPU in save_state <- dispatch"
         );
     }

@@ -12,6 +12,7 @@
 //! thread's event loop, from the return of the loop's own wait syscall to
 //! its next entry ([`loop_wait`]); traced calls inside it make its tree.
 pub mod explain;
+pub mod frames;
 pub mod loop_wait;
 pub mod quality;
 pub mod retain;
@@ -462,7 +463,7 @@ impl Dispatcher {
                 if Some(&n) == traced.as_ref() {
                     break;
                 }
-                stack.push(format!("{n} (sampled)"));
+                stack.push(format!("{} (sampled)", frames::display(&n)));
             }
         }
         stack.extend(

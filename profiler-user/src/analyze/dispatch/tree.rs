@@ -9,10 +9,19 @@
 //! parent, stopping once at most `limit` nodes remain; then drop the cheapest
 //! leaves until `limit` is met.
 //!
+//! The paths down to the frames a verdict names are pinned: never trimmed,
+//! even past the limit.
+//!
 //! The key is Matrix's too, on exact data: among traced calls costing ≥ 30% of
-//! the dispatch, the one with the largest (depth + 1) × cost, skipping the
+//! the dispatch, the one with the largest (depth + 1) × cost (depth counted
+//! in frames of the program's own), skipping the
 //! dispatch function itself if anything else qualifies. Sampled frames only
 //! decide when no traced call does, so repeats of one cause share one key.
+//! A pick that is not the program's own frame (a C library or runtime
+//! wrapper, see `frames.rs`) moves up to the nearest one that is, and a
+//! signature's caller is the nearest frame of the program's own above it.
+
+use super::frames;
 
 /// What a node's time is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -141,41 +150,46 @@ impl Tree {
         id
     }
 
-    /// Depth of every node.
-    fn depths(&self) -> Vec<u32> {
+    /// Depth of every node in frames of the program's own: its own
+    /// ancestors, and itself if it is one ([`frames::is_own`]). The same as
+    /// the depth where every frame is (traced C code); a handler below 15
+    /// frames of libuv and V8 is not weighed as if those were its callers.
+    fn own_depths(&self) -> Vec<u32> {
         let mut d = vec![0u32; self.nodes.len()];
         for i in 1..self.nodes.len() {
-            d[i] = d[self.nodes[i].parent] + 1;
+            d[i] = d[self.nodes[i].parent] + u32::from(frames::is_own(&self.nodes[i].name));
         }
         d
     }
 
     /// The key node: Matrix's rule over traced nodes, sampled ones only if
-    /// no traced node qualifies.
+    /// no traced node qualifies; then moved up to the nearest frame of the
+    /// program's own ([`Self::own_or_ancestor`]), so a C library or runtime
+    /// wrapper (`__GI_epoll_pwait`, `Builtins_*`) never is the key. A
+    /// traced pick with no frame of the program's own above it gives way to
+    /// the sampled and blocked frames.
+    #[cfg(test)]
     pub fn key_node(&self) -> usize {
-        self.key_node_of(self.nodes[0].total_ns)
+        self.key_node_given(0)
     }
 
-    /// [`Tree::key_node`] with shares taken of the time the root's children
-    /// account for: for an event-loop iteration, whose root is no traced
-    /// call and whose sampled time is short of its wall time when it waited
-    /// for a CPU.
-    pub fn key_node_of_children(&self) -> usize {
-        let covered = self.nodes[0]
-            .children
-            .iter()
-            .map(|&c| self.nodes[c].total_ns)
-            .sum();
-        self.key_node_of(covered)
-    }
-
-    fn key_node_of(&self, total: u64) -> usize {
-        let total = total.max(1);
-        let depths = self.depths();
+    /// [`Self::key_node`] when the dispatch spent `runnable_ns` waiting
+    /// for a CPU: time no sample or blocked stack can show, so sampled and
+    /// blocked frames qualify from 30% of the rest (a CPU-bound handler
+    /// starved of CPU is still its own key).
+    pub fn key_node_given(&self, runnable_ns: u64) -> usize {
+        let total = self.nodes[0].total_ns.max(1);
+        let seen = total.saturating_sub(runnable_ns).max(1);
+        let depths = self.own_depths();
         let pick = |kinds: &[Kind]| {
+            let base = if kinds.contains(&Kind::Traced) {
+                total
+            } else {
+                seen
+            };
             let mut best: Option<(u128, usize)> = None;
             for (i, n) in self.nodes.iter().enumerate().skip(1) {
-                if !kinds.contains(&n.kind) || u128::from(n.total_ns) * 10 < u128::from(total) * 3 {
+                if !kinds.contains(&n.kind) || u128::from(n.total_ns) * 10 < u128::from(base) * 3 {
                     continue;
                 }
                 let score = u128::from(depths[i] + 1) * u128::from(n.total_ns);
@@ -183,21 +197,66 @@ impl Tree {
                     best = Some((score, i));
                 }
             }
-            best.map(|(_, i)| i)
+            best.map(|(_, i)| self.own_or_ancestor(i))
         };
         pick(&[Kind::Traced])
+            .filter(|&i| i != 0)
             .or_else(|| pick(&[Kind::Sampled, Kind::Blocked]))
             .unwrap_or(0)
     }
 
-    /// `name <- parent` of node `id`.
-    pub fn signature(&self, id: usize) -> String {
-        let n = &self.nodes[id];
-        if id == 0 {
-            n.name.clone()
-        } else {
-            format!("{} <- {}", n.name, self.nodes[n.parent].name)
+    /// `id` if it is a frame of the program's own ([`frames::is_own`]),
+    /// else its nearest ancestor that is, else the root.
+    pub fn own_or_ancestor(&self, mut id: usize) -> usize {
+        while id != 0 && !frames::is_own(&self.nodes[id].name) {
+            id = self.nodes[id].parent;
         }
+        id
+    }
+
+    /// The nearest strict ancestor of `id` of the program's own, or the
+    /// root.
+    pub fn own_parent(&self, id: usize) -> usize {
+        if id == 0 {
+            return 0;
+        }
+        self.own_or_ancestor(self.nodes[id].parent)
+    }
+
+    /// `name <- caller` of node `id`: its caller is its nearest ancestor of
+    /// the program's own (runtime frames between them left out), names as
+    /// keys hold them ([`frames::key_name`]).
+    pub fn signature(&self, id: usize) -> String {
+        let name = frames::key_name(&self.nodes[id].name);
+        if id == 0 {
+            name
+        } else {
+            let caller = self.own_parent(id);
+            format!("{name} <- {}", frames::key_name(&self.nodes[caller].name))
+        }
+    }
+
+    /// What the program called that blocked (or ran) in `leaf`:
+    /// `call <- own`, where `own` is the nearest frame of the program's own
+    /// at or above `leaf` (its caller when `leaf` itself is one) and `call`
+    /// the frame it called on the way to `leaf` (a wrapper such as
+    /// `nanosleep` or `JS:execSync node:child_process:…`). Returns the
+    /// text and the two nodes.
+    pub fn call_site(&self, leaf: usize) -> (String, usize, usize) {
+        let own = self.own_or_ancestor(leaf);
+        if own == leaf {
+            return (self.signature(leaf), leaf, self.own_parent(leaf));
+        }
+        let mut call = leaf;
+        while self.nodes[call].parent != own {
+            call = self.nodes[call].parent;
+        }
+        let text = format!(
+            "{} <- {}",
+            frames::key_name(&self.nodes[call].name),
+            frames::key_name(&self.nodes[own].name)
+        );
+        (text, call, own)
     }
 
     /// The heaviest leaf-most descendant of `id` of `kind`, if any.
@@ -217,13 +276,22 @@ impl Tree {
     }
 
     /// The tree trimmed to about `limit` nodes (see the module doc), as a
-    /// pre-order list.
-    pub fn trimmed(&self, limit: usize) -> Vec<FlatNode> {
+    /// pre-order list. The paths from the root down to the `pinned` nodes
+    /// (the frames a verdict names) are always kept, even past `limit`.
+    pub fn trimmed(&self, limit: usize, pinned: &[usize]) -> Vec<FlatNode> {
         let total = self.nodes[0].total_ns;
+        let mut pin = vec![false; self.nodes.len()];
+        for &p in pinned {
+            let mut i = p.min(self.nodes.len() - 1);
+            while !pin[i] {
+                pin[i] = true;
+                i = self.nodes[i].parent;
+            }
+        }
         let mut keep = vec![true; self.nodes.len()];
         let count = |keep: &[bool]| keep.iter().filter(|&&k| k).count();
-        for (k, n) in keep.iter_mut().zip(&self.nodes).skip(1) {
-            if n.total_ns.saturating_mul(20) <= total {
+        for ((k, n), &p) in keep.iter_mut().zip(&self.nodes).zip(&pin).skip(1) {
+            if !p && n.total_ns.saturating_mul(20) <= total {
                 *k = false;
             }
         }
@@ -234,6 +302,7 @@ impl Tree {
             }
             for (i, n) in self.nodes.iter().enumerate().skip(1) {
                 if keep[i]
+                    && !pin[i]
                     && u128::from(n.total_ns) * 10
                         <= u128::from(self.nodes[n.parent].total_ns) * u128::from(round)
                 {
@@ -244,7 +313,7 @@ impl Tree {
         }
         while count(&keep) > limit {
             let leaf = (1..self.nodes.len())
-                .filter(|&i| keep[i] && !self.nodes[i].children.iter().any(|&c| keep[c]))
+                .filter(|&i| keep[i] && !pin[i] && !self.nodes[i].children.iter().any(|&c| keep[c]))
                 .min_by_key(|&i| (self.nodes[i].total_ns, std::cmp::Reverse(i)));
             match leaf {
                 Some(i) => keep[i] = false,
@@ -398,7 +467,7 @@ mod tests {
     #[test]
     fn blockcanary_trap_names_a1_then_a3_never_a2() {
         let t = trap();
-        let names: Vec<String> = t.trimmed(20).into_iter().map(|n| n.name).collect();
+        let names: Vec<String> = t.trimmed(20, &[]).into_iter().map(|n| n.name).collect();
         assert_eq!(names, ["dispatch", "handle_trap", "step_a1", "step_a3"]);
         assert_eq!(t.signature(t.key_node()), "step_a1 <- handle_trap");
     }
@@ -416,7 +485,7 @@ mod tests {
         let c = t.enter(0, "c");
         t.complete(c, 100, 100);
         t.complete(0, 1000, 0);
-        let names: Vec<String> = t.trimmed(3).into_iter().map(|n| n.name).collect();
+        let names: Vec<String> = t.trimmed(3, &[]).into_iter().map(|n| n.name).collect();
         assert_eq!(names, ["a", "b", "b2"]);
     }
 
@@ -460,5 +529,144 @@ mod tests {
         assert!(t
             .folded()
             .contains(&"d;parse_json;memcpy [sampled] 90000000".to_string()));
+    }
+
+    /// A dispatch blocked in the C library from a handler: the key and the
+    /// call site name the handler and the call it made, not the wrapper
+    /// the thread slept in.
+    #[test]
+    fn a_libc_wrapper_never_is_the_key() {
+        let mut t = Tree::new("dispatch");
+        let h = t.enter(0, "handle_a");
+        t.complete(h, 100 * MS, 0);
+        t.complete(0, 100 * MS, 0);
+        let chain: Vec<String> = ["helper_a", "__GI___nanosleep", "__GI___clock_nanosleep"]
+            .map(String::from)
+            .to_vec();
+        let leaf = t.add_chain(h, &chain, Kind::Blocked, 95 * MS);
+        // A traced call qualifies: it is the key, as before.
+        assert_eq!(t.signature(t.key_node()), "handle_a <- dispatch");
+        assert_eq!(t.call_site(leaf).0, "nanosleep <- helper_a");
+        // No traced call below the dispatch: Matrix's rule alone picks the
+        // deepest heavy frame, the wrapper; the key is the handler above it.
+        let mut b = Tree::new("dispatch");
+        b.complete(0, 100 * MS, 0);
+        let chain: Vec<String> = ["handle_b", "poll", "__GI___poll"]
+            .map(String::from)
+            .to_vec();
+        let leaf = b.add_chain(0, &chain, Kind::Blocked, 95 * MS);
+        assert_eq!(b.nodes[leaf].name, "__GI___poll");
+        assert_eq!(b.signature(b.key_node()), "handle_b <- dispatch");
+        assert_eq!(b.call_site(leaf).0, "poll <- handle_b");
+        // Only sampled and blocked frames, all of them wrappers: the root.
+        let mut w = Tree::new("uv__stream_io");
+        w.complete(0, 100 * MS, 0);
+        let leaf = w.add_chain(
+            0,
+            &["uv_run".to_string(), "__GI_epoll_pwait".to_string()],
+            Kind::Blocked,
+            90 * MS,
+        );
+        assert_eq!(w.key_node(), 0);
+        assert_eq!(w.call_site(leaf).0, "uv_run <- uv__stream_io");
+    }
+
+    /// Node's execSync route: the verdict names the route's JS function
+    /// and the API it called, through runtime frames in between, whatever
+    /// tier ran them.
+    #[test]
+    fn a_runtime_call_is_named_by_the_programs_js_frame() {
+        let mut t = Tree::new("uv__stream_io");
+        t.complete(0, 200 * MS, 0);
+        let chain: Vec<String> = [
+            "node::LibuvStreamWrap::OnUvRead",
+            "Builtins_JSEntry",
+            "JS:emit node:events:514:28",
+            "JS: /srv/app.js:14:35",
+            "Builtins_InterpreterEntryTrampoline",
+            "JS:sleepHandler /srv/app.js:9:22",
+            "JS:execSync node:child_process:866:18",
+            "JS:spawnSync node:child_process:820:19",
+            "node::SyncProcessRunner::Spawn",
+            "uv_run",
+            "uv__io_poll",
+            "epoll_pwait",
+            "__GI_epoll_pwait",
+        ]
+        .map(String::from)
+        .to_vec();
+        let leaf = t.add_chain(0, &chain, Kind::Blocked, 190 * MS);
+        let k = t.key_node();
+        assert_eq!(
+            t.signature(k),
+            "JS:sleepHandler /srv/app.js:9:22 <- JS: /srv/app.js:14:35"
+        );
+        assert_eq!(
+            t.call_site(leaf).0,
+            "JS:execSync node:child_process:866:18 <- JS:sleepHandler /srv/app.js:9:22"
+        );
+    }
+
+    /// The trimmed tree keeps the path down to the frames a verdict names,
+    /// however deep, and still trims the rest.
+    #[test]
+    fn trimming_keeps_the_path_to_the_named_frames() {
+        let mut t = Tree::new("dispatch");
+        t.complete(0, 100 * MS, 0);
+        let deep: Vec<String> = (0..40).map(|i| format!("frame_{i}")).collect();
+        let leaf = t.add_chain(0, &deep, Kind::Blocked, 90 * MS);
+        for i in 0..30 {
+            t.add_chain(0, &[format!("side_{i}")], Kind::Sampled, MS / 4);
+        }
+        let names =
+            |flat: Vec<FlatNode>| -> Vec<String> { flat.into_iter().map(|n| n.name).collect() };
+        let plain = names(t.trimmed(20, &[]));
+        assert_eq!(plain.len(), 20);
+        assert!(!plain.contains(&"frame_39".to_string()), "{plain:?}");
+        let kept = names(t.trimmed(20, &[leaf]));
+        let mut want = vec!["dispatch".to_string()];
+        want.extend(deep);
+        assert_eq!(kept, want, "the whole path and nothing cheaper");
+    }
+
+    /// A CPU-bound handler starved of CPU: samples see only the time it
+    /// ran, and that is what its frames are weighed against.
+    #[test]
+    fn a_starved_handler_is_still_the_key() {
+        let mut t = Tree::new("uv__stream_io");
+        t.complete(0, 170 * MS, 0);
+        let chain: Vec<String> = ["JS:slowHandler /srv/app.js:3:21", "Builtins_MathSin"]
+            .map(String::from)
+            .to_vec();
+        for _ in 0..30 {
+            t.add_chain(0, &chain, Kind::Sampled, MS);
+        }
+        assert_eq!(t.key_node(), 0, "30 of 170 ms seen: below 30%");
+        assert_eq!(
+            t.signature(t.key_node_given(140 * MS)),
+            "JS:slowHandler /srv/app.js:3:21 <- uv__stream_io"
+        );
+    }
+
+    /// A JS handler under some 15 frames of libuv, Node and V8, with a few
+    /// samples of its caller outside it: it is still the key, as it would
+    /// be were those frames not there.
+    #[test]
+    fn runtime_frames_do_not_flatten_the_depth_weighting() {
+        let mut t = Tree::new("uv__stream_io");
+        t.complete(0, 40 * MS, 0);
+        let mut chain: Vec<String> = (0..15).map(|i| format!("node::Frame{i}")).collect();
+        chain.push("JS: /srv/app.js:14:34".into());
+        for _ in 0..3 {
+            t.add_chain(0, &chain, Kind::Sampled, MS);
+        }
+        chain.push("JS:slowHandler /srv/app.js:3:21".into());
+        for _ in 0..30 {
+            t.add_chain(0, &chain, Kind::Sampled, MS);
+        }
+        assert_eq!(
+            t.signature(t.key_node()),
+            "JS:slowHandler /srv/app.js:3:21 <- JS: /srv/app.js:14:34"
+        );
     }
 }

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::tree::{pct, Kind, Tree};
+use super::{
+    frames,
+    tree::{pct, Kind, Tree},
+};
 use crate::symbolize::Symbolizer;
 
 /// A wake-up of the watched thread while it was blocked in a dispatch.
@@ -196,56 +199,45 @@ pub fn classify(
     (kind, label)
 }
 
-/// Frames of the C library, the dynamic loader and thread start-up: not
-/// where a program "did" something.
-fn is_plumbing(name: &str) -> bool {
-    const LIBC: &[&str] = &[
-        "write",
-        "read",
-        "send",
-        "sendto",
-        "sendmsg",
-        "recv",
-        "recvfrom",
-        "recvmsg",
-        "syscall",
-        "futex",
-        "close",
-        "fsync",
-        "poll",
-        "ppoll",
-        "select",
-        "epoll_wait",
-        "sem_post",
-        "sem_wait",
-        "nanosleep",
-        "clock_nanosleep",
-        "usleep",
-        "sleep",
-        "start_thread",
-        "clone",
-        "clone3",
-        "kill",
-        "raise",
-        "tgkill",
-        "eventfd_write",
-        "[unknown]",
-    ];
-    name.starts_with('_')
-        || name.starts_with("pthread_")
-        || name.starts_with("[unknown")
-        || name.starts_with("0x")
-        || LIBC.contains(&name)
+/// Where a waker woke us, named from its user stack (innermost first) by
+/// names only, never a raw address: `function <- caller`, the first two
+/// frames of the program's own ([`frames::is_own`]: not the C library's,
+/// the loader's or a runtime's); else its first named frame (`write`);
+/// else the system call its kernel stack is in (`exit_group`: a process
+/// whose memory is already gone can have no named user frame); else its
+/// first frame as `module+0xoffset` ([`frames::key_name`]).
+pub fn function_of(stack: &[String], kernel: &[String]) -> String {
+    let own: Vec<&String> = stack.iter().filter(|f| frames::is_own(f)).collect();
+    match own.as_slice() {
+        [f, caller, ..] => {
+            return format!("{} <- {}", frames::key_name(f), frames::key_name(caller))
+        }
+        [f] => return frames::key_name(f),
+        [] => {}
+    }
+    if let Some(f) = stack.iter().find(|f| !frames::is_unnamed(f)) {
+        return frames::key_name(f);
+    }
+    if let Some(sc) = syscall_of(kernel) {
+        return sc;
+    }
+    stack
+        .first()
+        .map_or_else(|| "?".into(), |f| frames::key_name(f))
 }
 
-/// `function <- caller` of the first frames (innermost first) that are
-/// the program's own.
-pub fn function_of(stack: &[String]) -> String {
-    let own: Vec<&String> = stack.iter().filter(|f| !is_plumbing(f)).collect();
-    match own.as_slice() {
-        [] => stack.first().cloned().unwrap_or_else(|| "?".into()),
-        [f] => (*f).clone(),
-        [f, caller, ..] => format!("{f} <- {caller}"),
+/// The waker as a group key holds it: where it woke us when that is in
+/// frames of its program's own (`flush_to_disk <- save_all`), else who it
+/// is (`process sh`, `thread worker-1`), else its label (`timer`). A
+/// process caught exiting or exec'ing has no frame of its own to name, and
+/// which C library or loader frame it is caught in varies from one
+/// wake-up to the next: its name does not.
+pub fn key_of(w: &Waker) -> String {
+    let own = w.stack.iter().any(|f| frames::is_own(f));
+    match w.kind {
+        WakerKind::Thread if !own => format!("thread {}", w.comm),
+        WakerKind::Process if !own => format!("process {}", w.comm),
+        _ => w.function.clone(),
     }
 }
 
@@ -299,7 +291,7 @@ pub fn attach(
                 WakerKind::Thread | WakerKind::Process if !w.user.is_empty() => sym
                     .frames(w.pid, &w.user)
                     .into_iter()
-                    .map(|mut f| f.swap_remove(0))
+                    .map(|mut f| frames::display(&f.swap_remove(0)).into_owned())
                     .collect(),
                 // Without the profiler's own frames (its program, the
                 // tracepoint's runner).
@@ -310,7 +302,7 @@ pub fn attach(
                     .collect(),
             };
             let function = match kind {
-                WakerKind::Thread | WakerKind::Process => function_of(&stack),
+                WakerKind::Thread | WakerKind::Process => function_of(&stack, &kernel),
                 _ => label.unwrap_or("kernel").to_string(),
             };
             wakers.push(Waker {
@@ -345,11 +337,15 @@ pub fn attach(
             .iter()
             .filter(|p| p.tid == w.tid && p.ts_ns >= iv.out_ns && p.ts_ns <= iv.end_ns)
         {
-            let names = sym.user_stack(&p.user);
+            let names: Vec<String> = sym
+                .user_stack(&p.user)
+                .iter()
+                .map(|n| frames::display(n).into_owned())
+                .collect();
             // Where it was: its innermost frame of its own (not the C
             // library's, nor a clock read's).
-            if let Some(top) = names.iter().find(|f| !is_plumbing(f)).or(names.first()) {
-                *hot[at].entry(top.clone()).or_default() += 1;
+            if let Some(top) = names.iter().find(|f| frames::is_own(f)).or(names.first()) {
+                *hot[at].entry(frames::key_name(top)).or_default() += 1;
             }
             let chain: Vec<String> = names.into_iter().rev().collect();
             tree.add_chain(node, &chain, Kind::Waker, period_ns);
@@ -461,8 +457,68 @@ mod tests {
             "worker_main",
             "start_thread",
         ]);
-        assert_eq!(function_of(&stack), "flush_to_disk <- save_all");
-        assert_eq!(function_of(&names(&["write"])), "write");
+        assert_eq!(function_of(&stack, &[]), "flush_to_disk <- save_all");
+        assert_eq!(function_of(&names(&["write"]), &[]), "write");
+    }
+
+    /// A waker's name is never a raw address: its nearest named frame, or
+    /// its system call (a process exiting has no user memory left to name
+    /// its frames from), or its frame's module and offset.
+    #[test]
+    fn the_waker_function_is_never_a_raw_address() {
+        let exiting = names(&["[unknown] 0x7f37665f0409"]);
+        let kernel = names(&[
+            "__wake_up_parent_[k]",
+            "do_notify_parent_[k]",
+            "do_exit_[k]",
+            "do_group_exit_[k]",
+            "__x64_sys_exit_group_[k]",
+        ]);
+        assert_eq!(function_of(&exiting, &kernel), "exit_group");
+        // Another run, another address: the same name.
+        let again = names(&["[unknown] 0x7efc49d94409"]);
+        assert_eq!(function_of(&again, &kernel), "exit_group");
+        assert_eq!(function_of(&again, &[]), "[unknown]");
+        let waker = |stack: &[&str], function: &str| Waker {
+            kind: WakerKind::Process,
+            label: None,
+            tid: 9,
+            pid: 9,
+            comm: "sh".into(),
+            blocked_ns: 0,
+            stack: names(stack),
+            on_cpu_ns: 0,
+            function: function.into(),
+            hot: None,
+            wakes_ns: Vec::new(),
+        };
+        // Caught in the loader, or exiting with no memory left: one key.
+        assert_eq!(key_of(&waker(&["_start"], "_start")), "process sh");
+        assert_eq!(
+            key_of(&waker(&["[unknown] 0x7f37665f0409"], "exit_group")),
+            "process sh"
+        );
+        assert_eq!(
+            key_of(&waker(
+                &["write", "write_reply", "main"],
+                "write_reply <- main"
+            )),
+            "write_reply <- main"
+        );
+        let unnamed = names(&["[unknown] libfoo.so+0x1a2", "[unknown] 0x5"]);
+        assert_eq!(function_of(&unnamed, &[]), "libfoo.so+0x1a2");
+        // The nearest named frame, past unnamed ones and the C library.
+        let mixed = names(&[
+            "[unknown] 0x7f0000001000",
+            "__GI___libc_write",
+            "JS:~reply /srv/app.js:4:9",
+            "JS:*emit node:events:514:28",
+            "JS:^onData /srv/app.js:20:3",
+        ]);
+        assert_eq!(
+            function_of(&mixed, &kernel),
+            "JS:reply /srv/app.js:4:9 <- JS:onData /srv/app.js:20:3"
+        );
     }
 
     #[test]
