@@ -30,7 +30,7 @@ use crate::{
     output::timeline::Timeline,
     session::datafile::{DataWriter, Entry},
     session::notices,
-    session::probed::ProbedRecord,
+    session::probed::{DetachRecord, ProbedRecord},
     session::rings::Rings,
     session::status::Status,
     target::process::{thread_alive, thread_name},
@@ -152,6 +152,8 @@ pub struct Sinks {
     /// Drops the second copy of a hit seen by two link generations (set
     /// when the governor may rebuild links).
     pub dedup: Option<LinkDedup>,
+    /// Detaches done, to apply once every event before them is read.
+    pending_detach: Vec<DetachRecord>,
 }
 
 impl Sinks {
@@ -261,9 +263,10 @@ impl Sinks {
                 (Some(_), None) => {}
                 (None, _) => self.stacks.invalid_events += 1,
             },
-            RecordKind::Probed => match ProbedRecord::decode(rec) {
-                Some(added) => self.add_functions(added),
-                None => self.stacks.invalid_events += 1,
+            RecordKind::Probed => match (DetachRecord::decode(rec), ProbedRecord::decode(rec)) {
+                (Some(d), _) => self.detached(&d),
+                (None, Some(added)) => self.add_functions(added),
+                (None, None) => self.stacks.invalid_events += 1,
             },
             RecordKind::SchedOut | RecordKind::Sample => {
                 let Some(d) = &mut self.dispatch else { return };
@@ -330,6 +333,45 @@ impl Sinks {
         self.on_record(rec);
     }
 
+    /// The governor's detach of `d.funcs` is done (at `d.ts_ns`): once
+    /// every record up to then has been read, [`DetachRecord`] is applied
+    /// and journaled, so a replay closes the same frames at the same point.
+    pub fn detach_later(&mut self, d: DetachRecord) {
+        self.pending_detach.push(d);
+    }
+
+    /// Applies the pending detaches done by `upto_ns` (all with None).
+    fn apply_detaches(&mut self, upto_ns: Option<u64>) {
+        while let Some(i) = self
+            .pending_detach
+            .iter()
+            .position(|d| upto_ns.is_none_or(|t| d.ts_ns <= t))
+        {
+            let d = self.pending_detach.remove(i);
+            self.inject(&d.encode());
+        }
+    }
+
+    /// Frames of functions whose probes are all gone can never see their
+    /// return: they close at the detach, marked detached.
+    fn detached(&mut self, d: &DetachRecord) {
+        for &f in &d.funcs {
+            self.stacks.detach_from(f, d.decided_ns);
+        }
+        self.stacks.detached(&d.funcs, d.ts_ns);
+        if let Some((_, window)) = &mut self.startup {
+            window.detached(&d.funcs, d.ts_ns);
+        }
+        if let Some(disp) = &mut self.dispatch {
+            disp.on_detached(&d.funcs, d.ts_ns);
+            for s in disp.take_evicted() {
+                if let Some(tl) = &mut self.timeline {
+                    tl.slow_dispatch(&disp.cfg, &s, &[]);
+                }
+            }
+        }
+    }
+
     /// Functions probed after process `added.pid` exec'd: every aggregate
     /// grows to hold them.
     fn add_functions(&mut self, added: ProbedRecord) {
@@ -374,12 +416,21 @@ impl Sinks {
     }
 
     fn drain_rings(&mut self, rings: &mut Rings, flush: bool) {
+        // Every record stamped before this is in the rings by now.
+        let before = monotonic_ns();
         self.horizon = rings.drain(flush, |item| {
             if let Some(w) = &mut self.data {
                 w.record(item);
             }
             self.on_record(item);
         });
+        if !self.pending_detach.is_empty() {
+            let read_up_to = match flush {
+                true => None,
+                false => Some(self.horizon.map_or(before, |h| h.min(before))),
+            };
+            self.apply_detaches(read_up_to);
+        }
         self.tell_notices();
         let pid = self.pid;
         let named = self.stacks.name_new_threads(|tid| thread_name(pid, tid));
@@ -483,6 +534,7 @@ impl Sinks {
             added: ProbedRecord::default(),
             hits: Vec::new(),
             dedup: None,
+            pending_detach: Vec::new(),
         }
     }
 

@@ -81,7 +81,7 @@ pub(super) fn explain(
                     child_ns: 0,
                 });
             }
-            Rec::Call(ev) => {
+            Rec::Call(ev) | Rec::Detached(ev) => {
                 let Some(pos) = stack
                     .iter()
                     .rposition(|f| f.func == ev.func() && same_frame(f.sp, ev.sp))
@@ -93,6 +93,9 @@ pub(super) fn explain(
                 let dur = ev.ts_ns.saturating_sub(f.entry_ns);
                 if let Some(t) = &mut tree {
                     t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                    if matches!(rec, Rec::Detached(_)) {
+                        t.nodes[f.node].detached += 1;
+                    }
                 }
                 if let Some(p) = stack.last_mut() {
                     p.child_ns += dur;
@@ -208,6 +211,7 @@ pub(super) fn explain(
             blocking_stacks,
             truncated: open.truncated,
             wakers,
+            detached_frames: open.detached,
         },
     }
 }

@@ -61,6 +61,10 @@ pub struct Config {
 pub enum Rec {
     /// A traced entry or exit.
     Call(Event),
+    /// The end of a frame whose function the overhead governor detached:
+    /// an exit made by the agent, at the detach (or when the traced call
+    /// above it returned).
+    Detached(Event),
     /// A cpu-clock sample: time and user stack, innermost first.
     Sample(
         #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
@@ -85,6 +89,8 @@ struct Open {
     hang: Option<usize>,
     /// Reported as a hang (kept or counted).
     hang_told: bool,
+    /// Frames closed because their function was detached.
+    detached: u32,
     samples: u32,
     last_sample: Option<Box<[u64]>>,
 }
@@ -116,6 +122,10 @@ pub struct Slow {
     pub truncated: bool,
     /// Who woke it in its blocked intervals, most blocked time first.
     pub wakers: Vec<wakers::Waker>,
+    /// Frames closed when the overhead governor detached their function
+    /// (their return could not be seen); when the dispatch function's own
+    /// frame is one, the dispatch ended at the detach.
+    pub detached_frames: u32,
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -195,6 +205,12 @@ pub struct Dispatcher {
     /// When the first dispatch began (startup's default "ready").
     pub first_start_ns: Option<u64>,
     notices: Vec<Notice>,
+    /// Per function, true once the governor detached it: a frame of it can
+    /// never see its return.
+    gone: Vec<bool>,
+    /// Dispatches that ended when the governor detached the dispatch
+    /// function of their outermost frame (their end is the detach time).
+    pub ended_by_detach: u64,
 }
 
 impl Dispatcher {
@@ -236,6 +252,50 @@ impl Dispatcher {
             next_index: 0,
             first_start_ns: None,
             notices: Vec::new(),
+            gone: Vec::new(),
+            ended_by_detach: 0,
+        }
+    }
+
+    /// Every probe of `funcs` was gone at `ts_ns` and every event before it
+    /// has been applied: the open dispatch's frames of them close there
+    /// (those under a traced call still open, when it returns). If that
+    /// closes its outermost frame, the dispatch ends at `ts_ns`.
+    pub fn on_detached(&mut self, funcs: &[u32], ts_ns: u64) {
+        self.gone.resize(self.names.len(), false);
+        for &f in funcs {
+            if let Some(g) = self.gone.get_mut(f as usize) {
+                *g = true;
+            }
+        }
+        self.close_detached(ts_ns);
+    }
+
+    /// Closes the innermost frames of the open dispatch while they are of
+    /// detached functions, at `ts_ns`; ends the dispatch if none is left.
+    fn close_detached(&mut self, ts_ns: u64) {
+        let Some(open) = &mut self.open else { return };
+        let mut closed = Vec::new();
+        while let Some(&(func, sp)) = open.calls.last() {
+            if !self.gone.get(func as usize).copied().unwrap_or(false) {
+                break;
+            }
+            open.calls.pop();
+            open.detached += 1;
+            closed.push(Event {
+                ts_ns,
+                tid: self.cfg.tid,
+                word: Event::pack(profiler_common::KIND_EXIT, func),
+                sp: if sp == 0 { 0 } else { sp + 8 },
+            });
+        }
+        let ended = open.calls.is_empty() && !closed.is_empty();
+        for ev in closed {
+            self.record(Rec::Detached(ev));
+        }
+        if ended {
+            self.ended_by_detach += 1;
+            self.end(ts_ns);
         }
     }
 
@@ -278,6 +338,7 @@ impl Dispatcher {
                     truncated: false,
                     hang: None,
                     hang_told: false,
+                    detached: 0,
                     samples: 0,
                     last_sample: None,
                 });
@@ -303,6 +364,8 @@ impl Dispatcher {
         self.record(Rec::Call(*ev));
         if pos == 0 {
             self.end(ev.ts_ns);
+        } else {
+            self.close_detached(ev.ts_ns);
         }
     }
 
@@ -563,6 +626,86 @@ mod tests {
         d.on_call(&call(200, KIND_ENTRY, 0, 0x1000));
         d.on_call(&call(210, KIND_EXIT, 0, 0x1008));
         assert!(d.take_notices().is_empty(), "a fast dispatch is not told");
+        assert_eq!(d.stats.count, 2);
+    }
+
+    fn config(threshold_ns: u64, hang_ns: u64) -> Config {
+        Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "--dispatch run".into(),
+            threshold_ns,
+            hang_ns,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+            wakers: true,
+        }
+    }
+
+    #[test]
+    fn detached_frames_close_at_the_detach_and_the_dispatch_ends_at_its_return() {
+        // run { call { hash x150 } }: hash is detached at 500; its returns
+        // never come. No hang; the dispatch ends at run's return, and its
+        // tree marks the hash frames detached.
+        let names = vec!["run".to_string(), "call".to_string(), "hash".to_string()];
+        let mut d = Dispatcher::new(config(50, 600), 0, names, vec![true, false, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x10000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0xf000));
+        for i in 0..150 {
+            d.on_call(&call(20 + i, KIND_ENTRY, 2, 0xe000 - i * 64));
+        }
+        d.on_detached(&[2], 500);
+        assert!(d.is_open());
+        // It really runs past --hang: its stack no longer holds hash.
+        d.tick(650);
+        assert_eq!(
+            d.take_notices(),
+            [Notice::Hang {
+                index: 0,
+                tid: 1,
+                running_ns: 650,
+                stack: vec!["call".into(), "run".into()],
+            }]
+        );
+        d.on_call(&call(700, KIND_EXIT, 1, 0xf008));
+        d.on_call(&call(800, KIND_EXIT, 0, 0x10008));
+        assert!(!d.is_open());
+        assert_eq!(d.hangs[0].duration_ns, Some(800));
+        assert_eq!(d.stats.count, 1);
+        assert_eq!(d.ended_by_detach, 0);
+        let s = &d.slow[0];
+        assert_eq!((s.duration_ns, s.detached_frames), (800, 150));
+        let hash = s
+            .tree
+            .iter()
+            .find(|n| n.name == "hash")
+            .expect("hash in the tree");
+        assert_eq!(hash.detached, hash.calls, "{:?}", s.tree);
+        assert!(hash.total_ns <= 500, "{hash:?}");
+    }
+
+    #[test]
+    fn a_detached_dispatch_function_ends_its_dispatch_at_the_detach() {
+        // The fallback rule: every function is a dispatch function, and
+        // any may be detached. The outermost one's return never comes.
+        let names = vec!["outer".to_string(), "inner".to_string()];
+        let mut d = Dispatcher::new(config(50, 100), 0, names, vec![true, true], 0);
+        d.on_call(&call(10, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(20, KIND_ENTRY, 1, 0x0f00));
+        d.on_call(&call(30, KIND_EXIT, 1, 0x0f08));
+        d.on_detached(&[0], 60);
+        assert!(!d.is_open());
+        assert_eq!((d.stats.count, d.ended_by_detach), (1, 1));
+        assert_eq!(d.stats.worst()[0].duration_ns, 50);
+        // Later dispatches open and end as usual.
+        d.on_call(&call(200, KIND_ENTRY, 1, 0x1000));
+        d.on_call(&call(230, KIND_EXIT, 1, 0x1008));
+        d.tick(1000);
+        assert!(d
+            .take_notices()
+            .iter()
+            .all(|n| !matches!(n, Notice::Hang { .. })));
         assert_eq!(d.stats.count, 2);
     }
 }
