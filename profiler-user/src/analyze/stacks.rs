@@ -105,7 +105,7 @@ const STACK_SPAN: u64 = 8 << 20;
 /// True when an event whose frame is at `level` (the stack pointer at its
 /// function's entry) proves the frame entered at `sp` gone.
 #[inline]
-fn is_dead(sp: u64, level: u64) -> bool {
+pub fn is_dead(sp: u64, level: u64) -> bool {
     sp != 0 && sp <= level && level - sp < STACK_SPAN
 }
 

@@ -140,6 +140,10 @@ struct DispatchesJson<'a> {
     /// Dispatches whose outermost frame was of a function the governor
     /// detached: they ended at the detach (their return could not be seen).
     ended_by_detach: u64,
+    /// Dispatches whose outermost return was never seen (a later call's
+    /// stack pointer proved the frame gone): they end at their last traced
+    /// event.
+    ended_unseen: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
@@ -182,6 +186,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         slow_in_other_keys: d.groups_merged,
         hangs_not_listed: d.hangs_dropped,
         ended_by_detach: d.ended_by_detach,
+        ended_unseen: d.ended_unseen,
         sampler: SamplerJson {
             samples: d.quality.samples,
             complete_stacks_share: d.quality.complete_share(),
@@ -348,6 +353,14 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
             "{} dispatches ended when the overhead governor detached their function: its return \
              could no longer be seen, so they end at the detach",
             d.ended_by_detach
+        );
+    }
+    if d.ended_unseen > 0 {
+        let _ = writeln!(
+            out,
+            "{} dispatches ended without their return seen (a later call showed the frame gone): \
+             they end at their last traced event",
+            d.ended_unseen
         );
     }
     if d.slow_dropped > 0 {

@@ -52,6 +52,9 @@ pub enum StopReason {
     TargetExeced,
     /// Every traced process has exited (`--follow`, several targets).
     AllExited,
+    /// Something failed while recording (the error is told at the end,
+    /// after the outputs are written).
+    Failed,
 }
 
 impl StopReason {
@@ -64,6 +67,7 @@ impl StopReason {
             StopReason::RunsComplete => "runs complete",
             StopReason::TargetExeced => "target exec'd another program",
             StopReason::AllExited => "every traced process exited",
+            StopReason::Failed => "failed",
         }
     }
 }

@@ -12,7 +12,7 @@ use super::{
     wakers::{self, Interval, PeerRec, WakeRec, Waker},
     Dispatcher, Open, Rec, Slow,
 };
-use crate::analyze::stacks::same_frame;
+use crate::analyze::stacks::{is_dead, same_frame};
 
 /// Trimmed tree size.
 const TREE_LIMIT: usize = 20;
@@ -64,6 +64,18 @@ pub(super) fn explain(
     let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
     for rec in recs {
         match rec {
+            Rec::Unwound(level, ts) => {
+                while stack.last().is_some_and(|f| is_dead(f.sp, *level)) {
+                    let f = stack.pop().expect("checked");
+                    let dur = ts.saturating_sub(f.entry_ns);
+                    if let Some(t) = &mut tree {
+                        t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                    }
+                    if let Some(p) = stack.last_mut() {
+                        p.child_ns += dur;
+                    }
+                }
+            }
             Rec::Call(ev) if ev.kind() == KIND_ENTRY => {
                 let name = d.name(ev.func()).to_string();
                 let node = match (&mut tree, stack.last()) {

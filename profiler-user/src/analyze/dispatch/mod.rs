@@ -26,7 +26,10 @@ use self::{
     stats::{Stats, Worst},
     tree::FlatNode,
 };
-use crate::{analyze::stacks::same_frame, symbolize::Symbolizer};
+use crate::{
+    analyze::stacks::{is_dead, same_frame},
+    symbolize::Symbolizer,
+};
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
 const MAX_RECORDS: usize = 2_000_000;
@@ -74,6 +77,9 @@ pub enum Rec {
     Block(u64, Box<[u64]>, Box<[u64]>),
     /// Woken or switched back in.
     Resume(u64),
+    /// A traced event at stack level `.0` (at `.1`) proved the innermost
+    /// open frames at or below it gone: they ended without a return seen.
+    Unwound(u64, u64),
     /// Who woke the thread (written just before its wake-up).
     Waker(Box<wakers::WakeRec>),
     /// A sample of another thread while this one was blocked.
@@ -91,6 +97,9 @@ struct Open {
     hang_told: bool,
     /// Frames closed because their function was detached.
     detached: u32,
+    /// The last traced event inside it, and the on-CPU/blocked/runnable
+    /// split then: where it ends if its outermost return is never seen.
+    last: (u64, sched::Split),
     samples: u32,
     last_sample: Option<Box<[u64]>>,
 }
@@ -211,6 +220,10 @@ pub struct Dispatcher {
     /// Dispatches that ended when the governor detached the dispatch
     /// function of their outermost frame (their end is the detach time).
     pub ended_by_detach: u64,
+    /// Dispatches whose outermost return was never seen: a later call's
+    /// stack pointer proved the frame gone. They end at their last traced
+    /// event (a lower bound).
+    pub ended_unseen: u64,
 }
 
 impl Dispatcher {
@@ -254,6 +267,7 @@ impl Dispatcher {
             notices: Vec::new(),
             gone: Vec::new(),
             ended_by_detach: 0,
+            ended_unseen: 0,
         }
     }
 
@@ -313,6 +327,30 @@ impl Dispatcher {
         }
     }
 
+    /// Closes the open dispatch's innermost frames that an event at stack
+    /// level `level` (at `ts_ns`) proves gone, as the shadow stacks do. If
+    /// that is every frame, its outermost return was never seen: it ends
+    /// at its last traced event, with the split it had then.
+    fn unwind_to(&mut self, level: u64, ts_ns: u64) {
+        let Some(open) = &mut self.open else { return };
+        let before = open.calls.len();
+        while open.calls.last().is_some_and(|&(_, sp)| is_dead(sp, level)) {
+            open.calls.pop();
+        }
+        if open.calls.len() == before {
+            return;
+        }
+        let empty = open.calls.is_empty();
+        let (last_ns, split) = open.last;
+        self.record(Rec::Unwound(level, if empty { last_ns } else { ts_ns }));
+        if empty {
+            self.ended_unseen += 1;
+            self.end_with(last_ns, Some(split));
+        } else {
+            self.close_detached(ts_ns);
+        }
+    }
+
     /// A traced entry or exit on the watched thread.
     pub fn on_call(&mut self, ev: &Event) {
         let func = ev.func();
@@ -322,6 +360,9 @@ impl Dispatcher {
             return;
         }
         if ev.kind() == KIND_ENTRY {
+            if ev.sp != 0 {
+                self.unwind_to(ev.sp, ev.ts_ns);
+            }
             if self.open.is_none() {
                 if !self
                     .is_dispatch
@@ -339,6 +380,7 @@ impl Dispatcher {
                     hang: None,
                     hang_told: false,
                     detached: 0,
+                    last: (ev.ts_ns, sched::Split::default()),
                     samples: 0,
                     last_sample: None,
                 });
@@ -349,6 +391,7 @@ impl Dispatcher {
             self.record(Rec::Call(*ev));
             if let Some(open) = &mut self.open {
                 open.calls.push((func, ev.sp));
+                open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
             }
             return;
         }
@@ -358,9 +401,15 @@ impl Dispatcher {
             .iter()
             .rposition(|&(f, sp)| f == func && same_frame(sp, ev.sp))
         else {
+            // The returning frame was never seen entering, yet frames at
+            // or below its level are gone.
+            if ev.sp != 0 {
+                self.unwind_to(ev.sp.wrapping_sub(8), ev.ts_ns);
+            }
             return;
         };
         open.calls.truncate(pos);
+        open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
         self.record(Rec::Call(*ev));
         if pos == 0 {
             self.end(ev.ts_ns);
@@ -495,9 +544,16 @@ impl Dispatcher {
     }
 
     fn end(&mut self, end_ns: u64) {
+        self.end_with(end_ns, None);
+    }
+
+    /// Ends the open dispatch at `end_ns`; with `split`, that is its split
+    /// (the tracker's, which may have run on past `end_ns`, is dropped).
+    fn end_with(&mut self, end_ns: u64, split: Option<sched::Split>) {
         let Some(open) = self.open.take() else { return };
         let duration_ns = end_ns.saturating_sub(open.start_ns);
-        let split = self.sched.close(end_ns);
+        let tracked = self.sched.close(end_ns);
+        let split = split.unwrap_or(tracked);
         let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
         self.stats.add(
             Worst {
@@ -707,5 +763,29 @@ mod tests {
             .iter()
             .all(|n| !matches!(n, Notice::Hang { .. })));
         assert_eq!(d.stats.count, 2);
+    }
+
+    #[test]
+    fn a_dispatch_whose_return_is_never_seen_ends_at_its_last_event() {
+        // outer(0x1000) { inner(0xf00) }, outer's return lost; the next
+        // outermost call (same stack level, 900 later) proves it gone: the
+        // first dispatch ends at its last event (inner's return, 40), not at
+        // 900 or never.
+        let names = vec!["outer".to_string(), "inner".to_string()];
+        let mut d = Dispatcher::new(config(50, 100), 0, names, vec![true, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0x0f00));
+        d.on_call(&call(40, KIND_EXIT, 1, 0x0f08));
+        d.on_switch_out(45, true, None);
+        d.on_wakeup(890);
+        d.on_switch_in(895);
+        d.on_call(&call(900, KIND_ENTRY, 0, 0x1000));
+        assert_eq!((d.stats.count, d.ended_unseen), (1, 1));
+        assert_eq!(d.stats.worst()[0].duration_ns, 40);
+        assert!(d.is_open(), "the new call opens the next dispatch");
+        d.on_call(&call(920, KIND_EXIT, 0, 0x1008));
+        assert_eq!(d.stats.count, 2);
+        d.tick(5000);
+        assert!(d.take_notices().is_empty(), "no hang, nothing slow");
     }
 }
