@@ -204,14 +204,33 @@ impl ThreadState {
     }
 
     /// Closes, as unwound, the open frames that an event whose frame sits
-    /// at stack level `level` proves gone.
-    fn unwind_to(&mut self, funcs: &mut [FuncStats], gone: &[bool], level: u64, ts_ns: u64) {
+    /// at stack level `level` proves gone (as detached, those of functions
+    /// being detached by then: their return was no longer probed).
+    fn unwind_to(&mut self, funcs: &mut [FuncStats], det: Detaching, level: u64, ts_ns: u64) {
         while self.stack.last().is_some_and(|f| is_dead(f.sp, level)) {
-            let how = match gone.get(self.stack[self.stack.len() - 1].func as usize) {
-                Some(true) => Closed::Detached,
-                _ => Closed::Unwound,
-            };
-            self.close_top(funcs, gone, ts_ns, how);
+            let how = det.how(self.stack[self.stack.len() - 1].func, ts_ns);
+            self.close_top(funcs, det.gone, ts_ns, how);
+        }
+    }
+}
+
+/// What is known of the governor's detaches: when each function's began
+/// (`from`, `u64::MAX`: never), and which are done (`gone`).
+#[derive(Clone, Copy)]
+struct Detaching<'a> {
+    from: &'a [u64],
+    gone: &'a [bool],
+}
+
+impl Detaching<'_> {
+    /// How a frame of `func` closed without a return at `ts_ns` is marked.
+    fn how(&self, func: u32, ts_ns: u64) -> Closed {
+        let i = func as usize;
+        match self.gone.get(i).copied().unwrap_or(false)
+            || self.from.get(i).is_some_and(|&from| ts_ns >= from)
+        {
+            true => Closed::Detached,
+            false => Closed::Unwound,
         }
     }
 }
@@ -356,6 +375,10 @@ impl Stacks {
         }
         let funcs = &mut self.funcs;
         let gone = &self.gone;
+        let det = Detaching {
+            from: &self.detached_from,
+            gone,
+        };
         let new_tids = &mut self.new_tids;
         let t = self.threads.entry(ev.tid).or_insert_with(|| {
             new_tids.push(ev.tid);
@@ -374,7 +397,7 @@ impl Stacks {
             }
             KIND_ENTRY => {
                 if ev.sp != 0 {
-                    t.unwind_to(funcs, gone, ev.sp, ev.ts_ns);
+                    t.unwind_to(funcs, det, ev.sp, ev.ts_ns);
                 }
                 let parent = t.stack.last().map_or(ROOT, |f| f.node);
                 let node = t.tree.child(parent, func);
@@ -397,7 +420,7 @@ impl Stacks {
                     // The returning frame was never seen entering, yet
                     // frames at or below its level are gone.
                     if ev.sp != 0 {
-                        t.unwind_to(funcs, gone, ev.sp.wrapping_sub(8), ev.ts_ns);
+                        t.unwind_to(funcs, det, ev.sp.wrapping_sub(8), ev.ts_ns);
                     }
                     match self.detached_from.get(func as usize) {
                         Some(&from) if ev.ts_ns >= from => self.exits_after_detach += 1,
@@ -406,10 +429,7 @@ impl Stacks {
                     return None;
                 };
                 while t.stack.len() > pos + 1 {
-                    let how = match gone.get(t.stack[t.stack.len() - 1].func as usize) {
-                        Some(true) => Closed::Detached,
-                        _ => Closed::Unwound,
-                    };
+                    let how = det.how(t.stack[t.stack.len() - 1].func, ev.ts_ns);
                     t.close_one(funcs, ev.ts_ns, how);
                 }
                 let f = t.close_top(funcs, gone, ev.ts_ns, Closed::Returned);
@@ -847,9 +867,12 @@ mod tests {
         s.on_event(&at(50, X, 0, 808));
         s.on_event(&at(100, X, 0, 1008));
         assert_eq!((s.funcs[0].calls, s.funcs[0].total_ns), (2, 100));
-        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!((s.funcs[1].calls, s.funcs[1].detached), (1, 1));
         assert_eq!(s.funcs[1].total_ns, 90);
-        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+        assert_eq!(
+            s.orphan_exits() + s.unfinished_frames() + s.unwound_frames(),
+            0
+        );
         for f in &s.funcs {
             assert!(f.self_ns <= f.total_ns, "{f:?}");
         }

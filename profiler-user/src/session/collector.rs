@@ -337,6 +337,19 @@ impl Sinks {
         self.on_record(rec);
     }
 
+    /// The governor chose to detach `func` at `decided_ns`: its returns
+    /// from then on without an entry are not orphans, and its frames
+    /// proven gone are closed by the detach.
+    pub fn detach_from(&mut self, func: u32, decided_ns: u64) {
+        self.stacks.detach_from(func, decided_ns);
+        if let Some((_, window)) = &mut self.startup {
+            window.detach_from(func, decided_ns);
+        }
+        if let Some(d) = &mut self.dispatch {
+            d.detach_from(func, decided_ns);
+        }
+    }
+
     /// The governor's detach of `d.funcs` is done (at `d.ts_ns`): once
     /// every record up to then has been read, [`DetachRecord`] is applied
     /// and journaled, so a replay closes the same frames at the same point.
@@ -360,7 +373,7 @@ impl Sinks {
     /// return: they close at the detach, marked detached.
     fn detached(&mut self, d: &DetachRecord) {
         for &f in &d.funcs {
-            self.stacks.detach_from(f, d.decided_ns);
+            self.detach_from(f, d.decided_ns);
         }
         self.stacks.detached(&d.funcs, d.ts_ns);
         if let Some((_, window)) = &mut self.startup {
@@ -423,6 +436,13 @@ impl Sinks {
         // Every record stamped before this is in the rings by now.
         let before = monotonic_ns();
         self.horizon = rings.drain(flush, |item| {
+            // A detach applies before the first record after it.
+            if let Some(first) = self.pending_detach.first() {
+                if decode(item).is_some_and(|(_, ev)| ev.ts_ns > first.ts_ns) {
+                    let upto = first.ts_ns;
+                    self.apply_detaches(Some(upto));
+                }
+            }
             if let Some(w) = &mut self.data {
                 w.record(item);
             }

@@ -186,7 +186,7 @@ impl crate::session::collector::Steer for Governor<'_> {
         // Returns from now on without an entry are not orphans; the frames
         // left open close once every event up to the detach is read.
         for (f, decided_ns) in gone {
-            sinks.stacks.detach_from(f, decided_ns);
+            sinks.detach_from(f, decided_ns);
         }
         sinks.detach_later(record);
         Ok(())

@@ -68,8 +68,12 @@ pub(super) fn explain(
                 while stack.last().is_some_and(|f| is_dead(f.sp, *level)) {
                     let f = stack.pop().expect("checked");
                     let dur = ts.saturating_sub(f.entry_ns);
+                    let detached = d.closed_by_detach(f.func, *ts);
                     if let Some(t) = &mut tree {
                         t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                        if detached {
+                            t.nodes[f.node].detached += 1;
+                        }
                     }
                     if let Some(p) = stack.last_mut() {
                         p.child_ns += dur;

@@ -217,6 +217,9 @@ pub struct Dispatcher {
     /// Per function, true once the governor detached it: a frame of it can
     /// never see its return.
     gone: Vec<bool>,
+    /// Per function, when the governor chose to detach it (`u64::MAX`:
+    /// never): a frame of it proven gone after that closed unprobed.
+    detaching: Vec<u64>,
     /// Dispatches that ended when the governor detached the dispatch
     /// function of their outermost frame (their end is the detach time).
     pub ended_by_detach: u64,
@@ -266,9 +269,27 @@ impl Dispatcher {
             first_start_ns: None,
             notices: Vec::new(),
             gone: Vec::new(),
+            detaching: Vec::new(),
             ended_by_detach: 0,
             ended_unseen: 0,
         }
+    }
+
+    /// The governor chose to detach `func` at `ts_ns`: its frames proven
+    /// gone from then on are counted as closed by the detach.
+    pub fn detach_from(&mut self, func: u32, ts_ns: u64) {
+        self.detaching.resize(self.names.len(), u64::MAX);
+        if let Some(d) = self.detaching.get_mut(func as usize) {
+            *d = (*d).min(ts_ns);
+        }
+    }
+
+    /// True when a frame of `func` ending unseen at `ts_ns` ended because
+    /// the function was being detached.
+    fn closed_by_detach(&self, func: u32, ts_ns: u64) -> bool {
+        let i = func as usize;
+        self.gone.get(i).copied().unwrap_or(false)
+            || self.detaching.get(i).is_some_and(|&from| ts_ns >= from)
     }
 
     /// Every probe of `funcs` was gone at `ts_ns` and every event before it
@@ -332,19 +353,32 @@ impl Dispatcher {
     /// that is every frame, its outermost return was never seen: it ends
     /// at its last traced event, with the split it had then.
     fn unwind_to(&mut self, level: u64, ts_ns: u64) {
-        let Some(open) = &mut self.open else { return };
-        let before = open.calls.len();
-        while open.calls.last().is_some_and(|&(_, sp)| is_dead(sp, level)) {
-            open.calls.pop();
+        let Some(open) = &self.open else { return };
+        let mut popped = Vec::new();
+        for &(func, sp) in open.calls.iter().rev() {
+            if !is_dead(sp, level) {
+                break;
+            }
+            popped.push(func);
         }
-        if open.calls.len() == before {
+        if popped.is_empty() {
             return;
         }
+        let by_detach: Vec<bool> = popped
+            .iter()
+            .map(|&f| self.closed_by_detach(f, ts_ns))
+            .collect();
+        let Some(open) = &mut self.open else { return };
+        open.calls.truncate(open.calls.len() - popped.len());
+        open.detached += by_detach.iter().filter(|&&d| d).count() as u32;
         let empty = open.calls.is_empty();
         let (last_ns, split) = open.last;
         self.record(Rec::Unwound(level, if empty { last_ns } else { ts_ns }));
         if empty {
-            self.ended_unseen += 1;
+            match by_detach.last() {
+                Some(true) => self.ended_by_detach += 1,
+                _ => self.ended_unseen += 1,
+            }
             self.end_with(last_ns, Some(split));
         } else {
             self.close_detached(ts_ns);
