@@ -549,7 +549,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
     let mut steer = match hit_cost {
-        Some(cost) => Steering::Govern(Governor::new(
+        Some(cost) => Steering::Govern(Box::new(Governor::new(
             &mut probes,
             &sel,
             target.pid,
@@ -557,7 +557,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             cost,
             &protected,
             session_start_ns,
-        )),
+        ))),
         None if tracking.by_map() => Steering::Follow(ExecProber {
             probes: &mut probes,
             sel: &mut sel,
@@ -810,7 +810,7 @@ fn print_data_line(w: &datafile::Written, duration_ns: u64) {
 /// change the probes).
 enum Steering<'a> {
     /// The overhead governor detaches hot functions.
-    Govern(Governor<'a>),
+    Govern(Box<Governor<'a>>),
     /// New programs of traced processes are probed after an exec.
     Follow(ExecProber<'a>),
     Neither(NoSteer),
@@ -819,7 +819,7 @@ enum Steering<'a> {
 impl Steering<'_> {
     fn as_mut(&mut self) -> &mut dyn Steer {
         match self {
-            Steering::Govern(g) => g,
+            Steering::Govern(g) => g.as_mut(),
             Steering::Follow(p) => p,
             Steering::Neither(n) => n,
         }
