@@ -157,6 +157,24 @@ impl Fixture {
         (status, rest)
     }
 
+    /// Waits (at most 30 s) for a fixture that exits by itself, without
+    /// writing to it; returns its exit status.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait fixture") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fixture {} did not exit",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -16,6 +16,12 @@
 //! exact, and a frame's time never exceeds its parent's, so self time never
 //! exceeds total time. Frames still open at the end are unfinished and get
 //! no invented duration.
+//!
+//! Frames of a function the overhead governor detached can never see their
+//! return: once every event up to the detach is in, they close at the
+//! detach time, marked *detached* (counted as calls, like unwound ones). A
+//! detached frame with a traced call still open above it closes when that
+//! call does, so a frame's time still never exceeds its parent's.
 use std::collections::HashMap;
 
 use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
@@ -43,6 +49,9 @@ pub struct FuncStats {
     /// `calls`): an exception or `longjmp` went through them, or a return
     /// was not seen.
     pub unwound: u64,
+    /// Invocations closed when the overhead governor detached the function
+    /// (included in `calls`): their return could no longer be seen.
+    pub detached: u64,
 }
 
 impl FuncStats {
@@ -96,7 +105,7 @@ const STACK_SPAN: u64 = 8 << 20;
 /// True when an event whose frame is at `level` (the stack pointer at its
 /// function's entry) proves the frame entered at `sp` gone.
 #[inline]
-fn is_dead(sp: u64, level: u64) -> bool {
+pub fn is_dead(sp: u64, level: u64) -> bool {
     sp != 0 && sp <= level && level - sp < STACK_SPAN
 }
 
@@ -124,6 +133,8 @@ pub struct ThreadState {
     pub unfinished_frames: u64,
     /// Frames closed by stack pointer, without a return.
     pub unwound_frames: u64,
+    /// Frames closed when the governor detached their function.
+    pub detached_frames: u64,
     /// The thread's name when first seen.
     pub name: Option<String>,
     /// For the aggregate of exited threads of one name: how many it holds
@@ -141,17 +152,37 @@ impl ThreadState {
         self.stack.len()
     }
 
-    /// Completes the innermost open frame at `ts_ns`; `unwound` when no
-    /// return closed it.
-    fn close_top(&mut self, funcs: &mut [FuncStats], ts_ns: u64, unwound: bool) -> Frame {
+    /// Completes the innermost open frame at `ts_ns` (`how`: by its
+    /// return, unwound, or detached), then the detached frames under it
+    /// that it leaves on top (see [`Stacks::detached`]).
+    fn close_top(
+        &mut self,
+        funcs: &mut [FuncStats],
+        gone: &[bool],
+        ts_ns: u64,
+        how: Closed,
+    ) -> Frame {
+        let f = self.close_one(funcs, ts_ns, how);
+        self.close_detached(funcs, gone, ts_ns);
+        f
+    }
+
+    fn close_one(&mut self, funcs: &mut [FuncStats], ts_ns: u64, how: Closed) -> Frame {
         let f = self.stack.pop().expect("an open frame");
         let dur = ts_ns.saturating_sub(f.entry_ns);
         let self_ns = dur.saturating_sub(f.child_ns);
         let stats = &mut funcs[f.func as usize];
         stats.complete(dur, self_ns, f.outermost);
-        if unwound {
-            stats.unwound += 1;
-            self.unwound_frames += 1;
+        match how {
+            Closed::Returned => {}
+            Closed::Unwound => {
+                stats.unwound += 1;
+                self.unwound_frames += 1;
+            }
+            Closed::Detached => {
+                stats.detached += 1;
+                self.detached_frames += 1;
+            }
         }
         self.tree.complete(f.node, dur, self_ns);
         if let Some(parent) = self.stack.last_mut() {
@@ -160,13 +191,59 @@ impl ThreadState {
         f
     }
 
-    /// Closes, as unwound, the open frames that an event whose frame sits
-    /// at stack level `level` proves gone.
-    fn unwind_to(&mut self, funcs: &mut [FuncStats], level: u64, ts_ns: u64) {
-        while self.stack.last().is_some_and(|f| is_dead(f.sp, level)) {
-            self.close_top(funcs, ts_ns, true);
+    /// Closes at `ts_ns`, detached, the innermost frames while they are of
+    /// functions `gone` (detached, so their return will never be seen).
+    fn close_detached(&mut self, funcs: &mut [FuncStats], gone: &[bool], ts_ns: u64) {
+        while self
+            .stack
+            .last()
+            .is_some_and(|f| gone.get(f.func as usize).copied().unwrap_or(false))
+        {
+            self.close_one(funcs, ts_ns, Closed::Detached);
         }
     }
+
+    /// Closes, as unwound, the open frames that an event whose frame sits
+    /// at stack level `level` proves gone (as detached, those of functions
+    /// being detached by then: their return was no longer probed).
+    fn unwind_to(&mut self, funcs: &mut [FuncStats], det: Detaching, level: u64, ts_ns: u64) {
+        while self.stack.last().is_some_and(|f| is_dead(f.sp, level)) {
+            let how = det.how(self.stack[self.stack.len() - 1].func, ts_ns);
+            self.close_top(funcs, det.gone, ts_ns, how);
+        }
+    }
+}
+
+/// What is known of the governor's detaches: when each function's began
+/// (`from`, `u64::MAX`: never), and which are done (`gone`).
+#[derive(Clone, Copy)]
+struct Detaching<'a> {
+    from: &'a [u64],
+    gone: &'a [bool],
+}
+
+impl Detaching<'_> {
+    /// How a frame of `func` closed without a return at `ts_ns` is marked.
+    fn how(&self, func: u32, ts_ns: u64) -> Closed {
+        let i = func as usize;
+        match self.gone.get(i).copied().unwrap_or(false)
+            || self.from.get(i).is_some_and(|&from| ts_ns >= from)
+        {
+            true => Closed::Detached,
+            false => Closed::Unwound,
+        }
+    }
+}
+
+/// How a frame was closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    /// By its return.
+    Returned,
+    /// Proven gone by the stack pointer, without a return.
+    Unwound,
+    /// Its function was detached: its return can no longer be seen.
+    Detached,
 }
 
 /// Shadow stacks of every thread, plus per-function aggregates.
@@ -195,6 +272,9 @@ pub struct Stacks {
     /// Exits of detached functions with no open entry: calls entered after
     /// the entry probe was gone and before the exit probe was (not orphans).
     pub exits_after_detach: u64,
+    /// Per function, true once its probes are all gone ([`Stacks::detached`]):
+    /// its open frames can never see their return.
+    gone: Vec<bool>,
 }
 
 impl Stacks {
@@ -211,6 +291,7 @@ impl Stacks {
             entry_only: Vec::new(),
             detached_from: Vec::new(),
             exits_after_detach: 0,
+            gone: Vec::new(),
         }
     }
 
@@ -221,8 +302,28 @@ impl Stacks {
             self.detached_from.resize(self.funcs.len(), u64::MAX);
         }
         if let Some(d) = self.detached_from.get_mut(func as usize) {
-            *d = ts_ns;
+            *d = (*d).min(ts_ns);
         }
+    }
+
+    /// Every probe of `funcs` was gone at `ts_ns`, and every event before
+    /// it has been applied: their frames still open close at `ts_ns`,
+    /// detached; one under a traced call still open closes when that call
+    /// does (or is proven gone). Returns how many frames it closed.
+    pub fn detached(&mut self, funcs: &[u32], ts_ns: u64) -> u64 {
+        self.gone.resize(self.funcs.len(), false);
+        for &f in funcs {
+            if let Some(g) = self.gone.get_mut(f as usize) {
+                *g = true;
+            }
+        }
+        let mut closed = 0;
+        for t in self.threads.values_mut() {
+            let before = t.detached_frames;
+            t.close_detached(&mut self.funcs, &self.gone, ts_ns);
+            closed += t.detached_frames - before;
+        }
+        closed
     }
 
     /// Marks the functions that have no exit probe (`true` at their index).
@@ -273,6 +374,11 @@ impl Stacks {
             return None;
         }
         let funcs = &mut self.funcs;
+        let gone = &self.gone;
+        let det = Detaching {
+            from: &self.detached_from,
+            gone,
+        };
         let new_tids = &mut self.new_tids;
         let t = self.threads.entry(ev.tid).or_insert_with(|| {
             new_tids.push(ev.tid);
@@ -291,7 +397,7 @@ impl Stacks {
             }
             KIND_ENTRY => {
                 if ev.sp != 0 {
-                    t.unwind_to(funcs, ev.sp, ev.ts_ns);
+                    t.unwind_to(funcs, det, ev.sp, ev.ts_ns);
                 }
                 let parent = t.stack.last().map_or(ROOT, |f| f.node);
                 let node = t.tree.child(parent, func);
@@ -314,7 +420,7 @@ impl Stacks {
                     // The returning frame was never seen entering, yet
                     // frames at or below its level are gone.
                     if ev.sp != 0 {
-                        t.unwind_to(funcs, ev.sp.wrapping_sub(8), ev.ts_ns);
+                        t.unwind_to(funcs, det, ev.sp.wrapping_sub(8), ev.ts_ns);
                     }
                     match self.detached_from.get(func as usize) {
                         Some(&from) if ev.ts_ns >= from => self.exits_after_detach += 1,
@@ -323,9 +429,10 @@ impl Stacks {
                     return None;
                 };
                 while t.stack.len() > pos + 1 {
-                    t.close_top(funcs, ev.ts_ns, true);
+                    let how = det.how(t.stack[t.stack.len() - 1].func, ev.ts_ns);
+                    t.close_one(funcs, ev.ts_ns, how);
                 }
-                let f = t.close_top(funcs, ev.ts_ns, false);
+                let f = t.close_top(funcs, gone, ev.ts_ns, Closed::Returned);
                 return Some(Completed {
                     func,
                     start_ns: f.entry_ns,
@@ -361,7 +468,7 @@ impl Stacks {
         let mut cut = 0;
         for t in self.threads.values_mut() {
             while !t.stack.is_empty() {
-                t.close_top(&mut self.funcs, cut_ns, false);
+                t.close_one(&mut self.funcs, cut_ns, Closed::Returned);
                 cut += 1;
             }
         }
@@ -413,6 +520,11 @@ impl Stacks {
         self.threads().map(|t| t.unwound_frames).sum()
     }
 
+    /// Frames closed when their function was detached, over all threads.
+    pub fn detached_frames(&self) -> u64 {
+        self.threads().map(|t| t.detached_frames).sum()
+    }
+
     /// Folds exited threads into one aggregate per thread name: their open
     /// frames become unfinished, their call paths are summed. A thread is
     /// folded once `alive` said no at the previous call too, so everything
@@ -454,6 +566,7 @@ impl Stacks {
                     agg.orphan_exits += t.orphan_exits;
                     agg.unfinished_frames += t.unfinished_frames;
                     agg.unwound_frames += t.unwound_frames;
+                    agg.detached_frames += t.detached_frames;
                     agg.tree.absorb(&t.tree);
                     agg.exited_threads += 1;
                 }
@@ -754,12 +867,71 @@ mod tests {
         s.on_event(&at(50, X, 0, 808));
         s.on_event(&at(100, X, 0, 1008));
         assert_eq!((s.funcs[0].calls, s.funcs[0].total_ns), (2, 100));
-        assert_eq!((s.funcs[1].calls, s.funcs[1].unwound), (1, 1));
+        assert_eq!((s.funcs[1].calls, s.funcs[1].detached), (1, 1));
         assert_eq!(s.funcs[1].total_ns, 90);
-        assert_eq!(s.orphan_exits() + s.unfinished_frames(), 0);
+        assert_eq!(
+            s.orphan_exits() + s.unfinished_frames() + s.unwound_frames(),
+            0
+        );
         for f in &s.funcs {
             assert!(f.self_ns <= f.total_ns, "{f:?}");
         }
+    }
+
+    #[test]
+    fn frames_of_a_detached_function_close_at_the_detach_and_their_caller_normally() {
+        // dispatch(sp 100000) { call(99000) { hash x150 (recursing, 98000
+        // down) } }: hash is detached at 500, its returns never come; call
+        // and dispatch then return normally.
+        let mut s = Stacks::new(3);
+        s.on_event(&at(0, E, 0, 100_000));
+        s.on_event(&at(10, E, 1, 99_000));
+        for i in 0..150u64 {
+            s.on_event(&at(20 + i, E, 2, 98_000 - i * 64));
+        }
+        s.detach_from(2, 400);
+        assert_eq!(s.detached(&[2], 500), 150);
+        let t = s.thread_state(1).unwrap();
+        assert_eq!(t.stack.len(), 2, "only the callers stay open");
+        assert_eq!((s.funcs[2].calls, s.funcs[2].detached), (150, 150));
+        assert_eq!(
+            s.funcs[2].total_ns,
+            500 - 20,
+            "outermost hash: entry to detach"
+        );
+        s.on_event(&at(700, X, 1, 99_008));
+        s.on_event(&at(800, X, 0, 100_008));
+        assert_eq!((s.funcs[1].calls, s.funcs[1].total_ns), (1, 690));
+        assert_eq!((s.funcs[0].calls, s.funcs[0].total_ns), (1, 800));
+        assert_eq!(s.funcs[0].self_ns, 110);
+        assert_eq!(s.funcs[1].self_ns, 690 - 480);
+        assert_eq!(s.detached_frames(), 150);
+        assert_eq!(
+            s.unwound_frames() + s.orphan_exits() + s.unfinished_frames(),
+            0
+        );
+        for f in &s.funcs {
+            assert!(f.self_ns <= f.total_ns, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_detached_frame_under_a_traced_call_closes_when_that_call_returns() {
+        // hot(1000) { kept(900) still running at the detach (300) }: hot
+        // closes at kept's return (400), not before it.
+        let mut s = Stacks::new(2);
+        s.on_event(&at(0, E, 0, 1000));
+        s.on_event(&at(100, E, 1, 900));
+        assert_eq!(s.detached(&[0], 300), 0);
+        s.on_event(&at(400, X, 1, 908));
+        assert_eq!((s.funcs[0].calls, s.funcs[0].detached), (1, 1));
+        assert_eq!(s.funcs[0].total_ns, 400);
+        assert_eq!(s.funcs[0].self_ns, 100);
+        assert!(s.thread_state(1).unwrap().stack.is_empty());
+        // Its later calls (none should come) are not affected by the mark
+        // until they are left on top by a return.
+        assert_eq!(s.detached_frames(), 1);
+        assert_eq!(s.unwound_frames(), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! after SIGKILL.
 use std::{
     num::NonZeroU32,
-    os::fd::{AsFd, OwnedFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd},
+    path::{Path, PathBuf},
     time::Instant,
 };
 
@@ -138,6 +139,20 @@ struct BinLinks {
     /// The [`LINK_GEN`] bit of their cookies.
     gen: bool,
     links: Vec<OwnedFd>,
+    /// The binary, held open so that links rebuilt later name the same
+    /// file even once its path in `/proc/PID` is gone (the target's main
+    /// thread exited, or the target is exiting).
+    file: Option<std::fs::File>,
+}
+
+impl BinLinks {
+    /// Where to attach rebuilt links: the file held open, else its path.
+    fn path(&self, sel: &Selection) -> PathBuf {
+        match &self.file {
+            Some(f) => format!("/proc/self/fd/{}", f.as_raw_fd()).into(),
+            None => sel.binaries[self.bin].open_path.clone(),
+        }
+    }
 }
 
 /// The probe cookie of function `i`: its index, the link generation bit,
@@ -345,7 +360,7 @@ impl Probes {
                 // close (one RCU grace period each).
                 let mut todo = vec![idx];
                 while let Some(idx) = todo.pop() {
-                    match multi_links(progs, sel, bi, &idx, false, pid) {
+                    match multi_links(progs, sel, &bin.open_path, &idx, false, pid) {
                         Ok(links) => {
                             for &i in &idx {
                                 pending[i] = false;
@@ -355,6 +370,7 @@ impl Probes {
                                 funcs: idx,
                                 gen: false,
                                 links,
+                                file: std::fs::File::open(&bin.open_path).ok(),
                             });
                         }
                         Err(e) if e.contains("os error 3)") || e.contains("os error 2)") => {
@@ -456,8 +472,12 @@ impl Probes {
             let keep: Vec<usize> = set.funcs.iter().copied().filter(|i| !is_gone(i)).collect();
             let gen = !set.gen;
             let links = match (&self.multi, keep.is_empty()) {
-                (Some(progs), false) => multi_links(progs, sel, set.bin, &keep, gen, pid)
-                    .map_err(|e| Error::Load(format!("rebuilding the probes: {e}")))?,
+                (Some(progs), false) => multi_links(progs, sel, &set.path(sel), &keep, gen, pid)
+                    .map_err(|e| match e.contains("os error 3)") {
+                        // ESRCH: the process is gone.
+                        true => Error::TargetGone(pid),
+                        false => Error::Load(format!("rebuilding the probes: {e}")),
+                    })?,
                 _ => Vec::new(),
             };
             let old = std::mem::replace(&mut set.links, links);
@@ -770,7 +790,7 @@ impl CounterMap {
 fn multi_links(
     progs: &MultiPrograms,
     sel: &Selection,
-    bi: usize,
+    path: &Path,
     idx: &[usize],
     gen: bool,
     pid: u32,
@@ -787,7 +807,7 @@ fn multi_links(
         }
         links.push(multi::attach_uprobe_multi(
             prog.as_fd(),
-            &sel.binaries[bi].open_path,
+            path,
             &offsets,
             &cookies,
             pid,

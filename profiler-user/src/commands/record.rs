@@ -2,7 +2,10 @@
 //! launches, before its first instruction), collect until told to stop,
 //! detach, then write every output. Anything that can be refused is refused
 //! before a probe is attached.
-use std::{collections::HashMap, time::Instant};
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use crate::{
     analyze::cpu_fold,
@@ -359,6 +362,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             FALLBACK_COST
         })
     });
+    // The session starts before the first probe that reports events goes
+    // on: every time in the outputs counts from here, so none is earlier.
+    let started = Instant::now();
+    let session_start_ns = crate::clock::monotonic_ns();
     let mut rings = Rings::new(probes.take_rings())?;
     let counters = probes.take_counters()?;
     probes
@@ -423,8 +430,6 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             c.ret_site_ns / 1000.0,
         );
     }
-    let started = Instant::now();
-    let session_start_ns = crate::clock::monotonic_ns();
     let mut exec_ns = 0;
     if let Some(c) = &child {
         c.release()?;
@@ -604,7 +609,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         .build()
         .map_err(|e| Error::io("starting the runtime", e))?;
     let mut steer = match hit_cost {
-        Some(cost) => Steering::Govern(Governor::new(
+        Some(cost) => Steering::Govern(Box::new(Governor::new(
             &mut probes,
             &sel,
             target.pid,
@@ -612,7 +617,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             cost,
             &protected,
             session_start_ns,
-        )),
+        ))),
         None if tracking.by_map() => Steering::Follow(ExecProber {
             probes: &mut probes,
             sel: &mut sel,
@@ -628,7 +633,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if child.is_some() {
         launch::watch_stop_signals();
     }
-    let reason = rt.block_on(collector::collect(
+    let collected = rt.block_on(collector::collect(
         &mut rings,
         &mut sinks,
         &target.pidfd,
@@ -639,7 +644,30 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             attached: &attached,
         },
         steer.as_mut(),
-    ))?;
+    ));
+    // A failure from here on (the target exiting while the governor
+    // rebuilds its probes, a ring that cannot be polled) ends the session,
+    // never the recording: every output is still written.
+    let (reason, failure) = match collected {
+        Ok(reason) => (reason, None),
+        Err(e) if matches!(e, Error::TargetGone(_)) || target.exits_within(LATE_EXIT_WAIT) => {
+            status.finish();
+            eprintln!(
+                "profiler: PID {} exited while the session was changing its probes ({})",
+                target.pid,
+                crate::error::chain(&e)
+            );
+            (StopReason::TargetExited, None)
+        }
+        Err(e) => {
+            status.finish();
+            eprintln!(
+                "profiler: the session stopped early: {}; writing the outputs",
+                crate::error::chain(&e)
+            );
+            (StopReason::Failed, Some(e))
+        }
+    };
     let governed = steer.governed();
     let duration_ns = started.elapsed().as_nanos() as u64;
     // Detach first, so the target runs unprobed while we finish up; then
@@ -825,6 +853,9 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         }
     }
     eprintln!("profiler: wrote the outputs to {}", out.path().display());
+    if let Some(e) = failure {
+        return Err(e);
+    }
     match child {
         // Still running on purpose, or stopped because the recording was
         // as long as asked: the session succeeded.
@@ -841,6 +872,11 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         None => Ok((0, None)),
     }
 }
+
+/// How long a late failure waits for the target's exit to complete before
+/// calling the failure an error: an exiting process loses its memory
+/// (and `/proc/PID/exe`) before its last thread is gone.
+const LATE_EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// One line on what `profile.data` took (the bench reads it).
 fn print_data_line(w: &datafile::Written, duration_ns: u64) {
@@ -864,7 +900,7 @@ fn print_data_line(w: &datafile::Written, duration_ns: u64) {
 /// change the probes).
 enum Steering<'a> {
     /// The overhead governor detaches hot functions.
-    Govern(Governor<'a>),
+    Govern(Box<Governor<'a>>),
     /// New programs of traced processes are probed after an exec.
     Follow(ExecProber<'a>),
     Neither(NoSteer),
@@ -873,7 +909,7 @@ enum Steering<'a> {
 impl Steering<'_> {
     fn as_mut(&mut self) -> &mut dyn Steer {
         match self {
-            Steering::Govern(g) => g,
+            Steering::Govern(g) => g.as_mut(),
             Steering::Follow(p) => p,
             Steering::Neither(n) => n,
         }

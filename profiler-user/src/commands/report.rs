@@ -93,7 +93,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         // As recorded: the governor may have rebuilt links (record.rs).
         sinks.dedup = Some(Default::default());
         for d in &g.detached {
-            sinks.stacks.detach_from(d.func, d.decided_ns);
+            sinks.detach_from(d.func, d.decided_ns);
         }
     }
     for entry in &data.entries {

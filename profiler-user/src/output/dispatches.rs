@@ -70,6 +70,8 @@ struct SlowJson<'a> {
     verdict: &'a str,
     samples: u32,
     truncated: bool,
+    /// Frames closed when the overhead governor detached their function.
+    detached_frames: u32,
     tree: &'a [FlatNode],
     blocking_stacks: Vec<BlockingJson<'a>>,
     /// Absent with `--no-wakers` (not recorded, rather than none found).
@@ -138,6 +140,13 @@ struct DispatchesJson<'a> {
     /// Slow dispatches counted in the group of keys beyond the limit.
     slow_in_other_keys: u64,
     hangs_not_listed: u64,
+    /// Dispatches whose outermost frame was of a function the governor
+    /// detached: they ended at the detach (their return could not be seen).
+    ended_by_detach: u64,
+    /// Dispatches whose outermost return was never seen (a later call's
+    /// stack pointer proved the frame gone): they end at their last traced
+    /// event.
+    ended_unseen: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
@@ -200,6 +209,8 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         slow_not_detailed: d.slow_dropped,
         slow_in_other_keys: d.groups_merged,
         hangs_not_listed: d.hangs_dropped,
+        ended_by_detach: d.ended_by_detach,
+        ended_unseen: d.ended_unseen,
         sampler: SamplerJson {
             samples: d.quality.samples,
             complete_stacks_share: d.quality.complete_share(),
@@ -221,6 +232,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                 verdict: &s.verdict,
                 samples: s.samples,
                 truncated: s.truncated,
+                detached_frames: s.detached_frames,
                 tree: &s.tree,
                 blocking_stacks: s
                     .blocking_stacks
@@ -286,9 +298,14 @@ pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
             Kind::Waker => "  [waker]",
         };
         let approx = if n.kind == Kind::Sampled { "~" } else { "" };
+        let detached = match n.detached {
+            0 => String::new(),
+            d if d == n.calls => "  [detached]".into(),
+            d => format!("  [{d} detached]"),
+        };
         let _ = writeln!(
             out,
-            "    {}{} {}x {}{} (self {}{}){}",
+            "    {}{} {}x {}{} (self {}{}){}{detached}",
             ".".repeat(n.depth as usize),
             n.name,
             n.calls,
@@ -364,6 +381,22 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
     }
     if !d.cfg.wakers {
         let _ = writeln!(out, "wakers: not recorded (--no-wakers)");
+    }
+    if d.ended_by_detach > 0 {
+        let _ = writeln!(
+            out,
+            "{} dispatches ended when the overhead governor detached their function: its return \
+             could no longer be seen, so they end at the detach",
+            d.ended_by_detach
+        );
+    }
+    if d.ended_unseen > 0 {
+        let _ = writeln!(
+            out,
+            "{} dispatches ended without their return seen (a later call showed the frame gone): \
+             they end at their last traced event",
+            d.ended_unseen
+        );
     }
     if d.slow_dropped > 0 {
         let _ = writeln!(

@@ -30,7 +30,7 @@ use crate::{
     output::timeline::Timeline,
     session::datafile::{DataWriter, Entry},
     session::notices,
-    session::probed::ProbedRecord,
+    session::probed::{DetachRecord, ProbedRecord},
     session::rings::Rings,
     session::status::Status,
     target::process::{thread_alive, thread_name},
@@ -52,6 +52,9 @@ pub enum StopReason {
     TargetExeced,
     /// Every traced process has exited (`--follow`, several targets).
     AllExited,
+    /// Something failed while recording (the error is told at the end,
+    /// after the outputs are written).
+    Failed,
 }
 
 impl StopReason {
@@ -64,6 +67,7 @@ impl StopReason {
             StopReason::RunsComplete => "runs complete",
             StopReason::TargetExeced => "target exec'd another program",
             StopReason::AllExited => "every traced process exited",
+            StopReason::Failed => "failed",
         }
     }
 }
@@ -155,6 +159,8 @@ pub struct Sinks {
     /// Tells the kernel which wait is the watched thread's loop's, as the
     /// dispatcher learns it (live, event-loop iterations only).
     pub loop_sp: Option<crate::attach::probes::LoopSp>,
+    /// Detaches done, to apply once every event before them is read.
+    pending_detach: Vec<DetachRecord>,
 }
 
 impl Sinks {
@@ -264,9 +270,10 @@ impl Sinks {
                 (Some(_), None) => {}
                 (None, _) => self.stacks.invalid_events += 1,
             },
-            RecordKind::Probed => match ProbedRecord::decode(rec) {
-                Some(added) => self.add_functions(added),
-                None => self.stacks.invalid_events += 1,
+            RecordKind::Probed => match (DetachRecord::decode(rec), ProbedRecord::decode(rec)) {
+                (Some(d), _) => self.detached(&d),
+                (None, Some(added)) => self.add_functions(added),
+                (None, None) => self.stacks.invalid_events += 1,
             },
             RecordKind::SchedOut | RecordKind::Sample => {
                 let Some(d) = &mut self.dispatch else { return };
@@ -345,6 +352,58 @@ impl Sinks {
         self.on_record(rec);
     }
 
+    /// The governor chose to detach `func` at `decided_ns`: its returns
+    /// from then on without an entry are not orphans, and its frames
+    /// proven gone are closed by the detach.
+    pub fn detach_from(&mut self, func: u32, decided_ns: u64) {
+        self.stacks.detach_from(func, decided_ns);
+        if let Some((_, window)) = &mut self.startup {
+            window.detach_from(func, decided_ns);
+        }
+        if let Some(d) = &mut self.dispatch {
+            d.detach_from(func, decided_ns);
+        }
+    }
+
+    /// The governor's detach of `d.funcs` is done (at `d.ts_ns`): once
+    /// every record up to then has been read, [`DetachRecord`] is applied
+    /// and journaled, so a replay closes the same frames at the same point.
+    pub fn detach_later(&mut self, d: DetachRecord) {
+        self.pending_detach.push(d);
+    }
+
+    /// Applies the pending detaches done by `upto_ns` (all with None).
+    fn apply_detaches(&mut self, upto_ns: Option<u64>) {
+        while let Some(i) = self
+            .pending_detach
+            .iter()
+            .position(|d| upto_ns.is_none_or(|t| d.ts_ns <= t))
+        {
+            let d = self.pending_detach.remove(i);
+            self.inject(&d.encode());
+        }
+    }
+
+    /// Frames of functions whose probes are all gone can never see their
+    /// return: they close at the detach, marked detached.
+    fn detached(&mut self, d: &DetachRecord) {
+        for &f in &d.funcs {
+            self.detach_from(f, d.decided_ns);
+        }
+        self.stacks.detached(&d.funcs, d.ts_ns);
+        if let Some((_, window)) = &mut self.startup {
+            window.detached(&d.funcs, d.ts_ns);
+        }
+        if let Some(disp) = &mut self.dispatch {
+            disp.on_detached(&d.funcs, d.ts_ns);
+            for s in disp.take_evicted() {
+                if let Some(tl) = &mut self.timeline {
+                    tl.slow_dispatch(&disp.cfg, &s, &[]);
+                }
+            }
+        }
+    }
+
     /// Functions probed after process `added.pid` exec'd: every aggregate
     /// grows to hold them.
     fn add_functions(&mut self, added: ProbedRecord) {
@@ -389,7 +448,16 @@ impl Sinks {
     }
 
     fn drain_rings(&mut self, rings: &mut Rings, flush: bool) {
+        // Every record stamped before this is in the rings by now.
+        let before = monotonic_ns();
         self.horizon = rings.drain(flush, |item| {
+            // A detach applies before the first record after it.
+            if let Some(first) = self.pending_detach.first() {
+                if decode(item).is_some_and(|(_, ev)| ev.ts_ns > first.ts_ns) {
+                    let upto = first.ts_ns;
+                    self.apply_detaches(Some(upto));
+                }
+            }
             if let Some(w) = &mut self.data {
                 w.record(item);
             }
@@ -399,6 +467,13 @@ impl Sinks {
             if let Some(sp) = d.loop_wait.take_untold() {
                 map.set(sp);
             }
+        }
+        if !self.pending_detach.is_empty() {
+            let read_up_to = match flush {
+                true => None,
+                false => Some(self.horizon.map_or(before, |h| h.min(before))),
+            };
+            self.apply_detaches(read_up_to);
         }
         self.tell_notices();
         let pid = self.pid;
@@ -504,6 +579,7 @@ impl Sinks {
             hits: Vec::new(),
             dedup: None,
             loop_sp: None,
+            pending_detach: Vec::new(),
         }
     }
 

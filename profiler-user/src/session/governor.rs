@@ -13,6 +13,7 @@ use crate::{
     },
     clock::monotonic_ns,
     fmt::fmt_count,
+    session::probed::DetachRecord,
     target::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
     Result,
 };
@@ -29,6 +30,8 @@ pub struct Governor<'a> {
     est: Estimator,
     session_start_ns: u64,
     last: Instant,
+    /// CLOCK_MONOTONIC when the last detach was done.
+    done_ns: u64,
     /// What it did, for the reports.
     pub report: GovernorReport,
 }
@@ -82,6 +85,7 @@ impl<'a> Governor<'a> {
             est,
             session_start_ns,
             last: Instant::now(),
+            done_ns: 0,
             report: GovernorReport {
                 max_overhead_pct: max_pct,
                 cost,
@@ -116,7 +120,8 @@ impl<'a> Governor<'a> {
         let Some(d) = decision else { return Ok(&[]) };
         let gone: Vec<usize> = d.funcs.iter().map(|f| f.0 as usize).collect();
         self.probes.detach_funcs(self.sel, &gone, self.pid)?;
-        let at_ns = monotonic_ns().saturating_sub(self.session_start_ns);
+        self.done_ns = monotonic_ns();
+        let at_ns = self.done_ns.saturating_sub(self.session_start_ns);
         let name = |f: u32| self.sel.funcs[f as usize].name.as_str();
         let what: Vec<String> = d
             .funcs
@@ -169,9 +174,21 @@ impl crate::session::collector::Steer for Governor<'_> {
     fn on_tick(&mut self, sinks: &mut crate::session::collector::Sinks) -> Result<()> {
         let live = sinks.stacks.threads().filter(|t| t.exited_threads == 0);
         let gone = self.tick(&sinks.hits, live.map(|t| (t.tid, t.events)))?;
-        for d in gone {
-            sinks.stacks.detach_from(d.func, d.decided_ns);
+        let gone: Vec<(u32, u64)> = gone.iter().map(|d| (d.func, d.decided_ns)).collect();
+        let Some(&(_, decided_ns)) = gone.first() else {
+            return Ok(());
+        };
+        let record = DetachRecord {
+            ts_ns: self.done_ns,
+            decided_ns,
+            funcs: gone.iter().map(|&(f, _)| f).collect(),
+        };
+        // Returns from now on without an entry are not orphans; the frames
+        // left open close once every event up to the detach is read.
+        for (f, decided_ns) in gone {
+            sinks.detach_from(f, decided_ns);
         }
+        sinks.detach_later(record);
         Ok(())
     }
 }

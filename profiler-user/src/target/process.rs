@@ -173,14 +173,22 @@ impl Target {
 
     /// True while the process has not exited.
     pub fn alive(&self) -> bool {
+        !self.exits_within(std::time::Duration::ZERO)
+    }
+
+    /// True once the process has exited, waiting up to `wait` for it: a
+    /// process tearing itself down (its memory, so `/proc/PID/exe`, already
+    /// gone) is not counted as exited until its last thread is.
+    pub fn exits_within(&self, wait: std::time::Duration) -> bool {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd {
             fd: self.pidfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        // SAFETY: poll on one pollfd of our open pidfd, without waiting.
-        unsafe { libc::poll(&mut pfd, 1, 0) == 0 }
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll on one pollfd of our open pidfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
     }
 
     /// The file-backed mappings, one per distinct file, in address order.

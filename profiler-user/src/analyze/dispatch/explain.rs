@@ -13,7 +13,7 @@ use super::{
     wakers::{self, Interval, PeerRec, WakeRec, Waker},
     Dispatcher, Open, Rec, Slow,
 };
-use crate::analyze::stacks::same_frame;
+use crate::analyze::stacks::{is_dead, same_frame};
 
 /// Trimmed tree size.
 const TREE_LIMIT: usize = 20;
@@ -89,6 +89,22 @@ pub(super) fn explain(
     }
     for rec in recs {
         match rec {
+            Rec::Unwound(level, ts) => {
+                while stack.last().is_some_and(|f| is_dead(f.sp, *level)) {
+                    let f = stack.pop().expect("checked");
+                    let dur = ts.saturating_sub(f.entry_ns);
+                    let detached = d.closed_by_detach(f.func, *ts);
+                    if let Some(t) = &mut tree {
+                        t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                        if detached {
+                            t.nodes[f.node].detached += 1;
+                        }
+                    }
+                    if let Some(p) = stack.last_mut() {
+                        p.child_ns += dur;
+                    }
+                }
+            }
             Rec::Call(ev) if ev.kind() == KIND_ENTRY => {
                 let name = d.name(ev.func()).to_string();
                 let node = match (&mut tree, stack.last()) {
@@ -106,7 +122,7 @@ pub(super) fn explain(
                     child_ns: 0,
                 });
             }
-            Rec::Call(ev) => {
+            Rec::Call(ev) | Rec::Detached(ev) => {
                 let Some(pos) = stack
                     .iter()
                     .rposition(|f| f.func == ev.func() && same_frame(f.sp, ev.sp))
@@ -118,6 +134,9 @@ pub(super) fn explain(
                 let dur = ev.ts_ns.saturating_sub(f.entry_ns);
                 if let Some(t) = &mut tree {
                     t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+                    if matches!(rec, Rec::Detached(_)) {
+                        t.nodes[f.node].detached += 1;
+                    }
                 }
                 if let Some(p) = stack.last_mut() {
                     p.child_ns += dur;
@@ -252,6 +271,7 @@ pub(super) fn explain(
             blocking_stacks,
             truncated: open.truncated,
             wakers,
+            detached_frames: open.detached,
         },
     }
 }

@@ -32,7 +32,10 @@ use self::{
     stats::{Stats, Worst},
     tree::FlatNode,
 };
-use crate::{analyze::stacks::same_frame, symbolize::Symbolizer};
+use crate::{
+    analyze::stacks::{is_dead, same_frame},
+    symbolize::Symbolizer,
+};
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
 const MAX_RECORDS: usize = 2_000_000;
@@ -70,6 +73,10 @@ pub struct Config {
 pub enum Rec {
     /// A traced entry or exit.
     Call(Event),
+    /// The end of a frame whose function the overhead governor detached:
+    /// an exit made by the agent, at the detach (or when the traced call
+    /// above it returned).
+    Detached(Event),
     /// A cpu-clock sample: time and user stack, innermost first.
     Sample(
         #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
@@ -79,6 +86,9 @@ pub enum Rec {
     Block(u64, Box<[u64]>, Box<[u64]>),
     /// Woken or switched back in.
     Resume(u64),
+    /// A traced event at stack level `.0` (at `.1`) proved the innermost
+    /// open frames at or below it gone: they ended without a return seen.
+    Unwound(u64, u64),
     /// Who woke the thread (written just before its wake-up).
     Waker(Box<wakers::WakeRec>),
     /// A sample of another thread while this one was blocked.
@@ -94,6 +104,11 @@ struct Open {
     hang: Option<usize>,
     /// Reported as a hang (kept or counted).
     hang_told: bool,
+    /// Frames closed because their function was detached.
+    detached: u32,
+    /// The last traced event inside it, and the on-CPU/blocked/runnable
+    /// split then: where it ends if its outermost return is never seen.
+    last: (u64, sched::Split),
     samples: u32,
     last_sample: Option<Box<[u64]>>,
 }
@@ -125,6 +140,10 @@ pub struct Slow {
     pub truncated: bool,
     /// Who woke it in its blocked intervals, most blocked time first.
     pub wakers: Vec<wakers::Waker>,
+    /// Frames closed when the overhead governor detached their function
+    /// (their return could not be seen); when the dispatch function's own
+    /// frame is one, the dispatch ended at the detach.
+    pub detached_frames: u32,
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -208,6 +227,19 @@ pub struct Dispatcher {
     pub loop_wait: loop_wait::LoopWait,
     /// The thread has waited in its loop: iterations are bounded by waits.
     waits_seen: bool,
+    /// Per function, true once the governor detached it: a frame of it can
+    /// never see its return.
+    gone: Vec<bool>,
+    /// Per function, when the governor chose to detach it (`u64::MAX`:
+    /// never): a frame of it proven gone after that closed unprobed.
+    detaching: Vec<u64>,
+    /// Dispatches that ended when the governor detached the dispatch
+    /// function of their outermost frame (their end is the detach time).
+    pub ended_by_detach: u64,
+    /// Dispatches whose outermost return was never seen: a later call's
+    /// stack pointer proved the frame gone. They end at their last traced
+    /// event (a lower bound).
+    pub ended_unseen: u64,
 }
 
 impl Dispatcher {
@@ -251,6 +283,70 @@ impl Dispatcher {
             notices: Vec::new(),
             loop_wait: loop_wait::LoopWait::new(session_start_ns),
             waits_seen: false,
+            gone: Vec::new(),
+            detaching: Vec::new(),
+            ended_by_detach: 0,
+            ended_unseen: 0,
+        }
+    }
+
+    /// The governor chose to detach `func` at `ts_ns`: its frames proven
+    /// gone from then on are counted as closed by the detach.
+    pub fn detach_from(&mut self, func: u32, ts_ns: u64) {
+        self.detaching.resize(self.names.len(), u64::MAX);
+        if let Some(d) = self.detaching.get_mut(func as usize) {
+            *d = (*d).min(ts_ns);
+        }
+    }
+
+    /// True when a frame of `func` ending unseen at `ts_ns` ended because
+    /// the function was being detached.
+    fn closed_by_detach(&self, func: u32, ts_ns: u64) -> bool {
+        let i = func as usize;
+        self.gone.get(i).copied().unwrap_or(false)
+            || self.detaching.get(i).is_some_and(|&from| ts_ns >= from)
+    }
+
+    /// Every probe of `funcs` was gone at `ts_ns` and every event before it
+    /// has been applied: the open dispatch's frames of them close there
+    /// (those under a traced call still open, when it returns). If that
+    /// closes its outermost frame, the dispatch ends at `ts_ns`.
+    pub fn on_detached(&mut self, funcs: &[u32], ts_ns: u64) {
+        self.gone.resize(self.names.len(), false);
+        for &f in funcs {
+            if let Some(g) = self.gone.get_mut(f as usize) {
+                *g = true;
+            }
+        }
+        self.close_detached(ts_ns);
+    }
+
+    /// Closes the innermost frames of the open dispatch while they are of
+    /// detached functions, at `ts_ns`; ends the dispatch if none is left.
+    fn close_detached(&mut self, ts_ns: u64) {
+        let Some(open) = &mut self.open else { return };
+        let mut closed = Vec::new();
+        while let Some(&(func, sp)) = open.calls.last() {
+            if !self.gone.get(func as usize).copied().unwrap_or(false) {
+                break;
+            }
+            open.calls.pop();
+            open.detached += 1;
+            closed.push(Event {
+                ts_ns,
+                tid: self.cfg.tid,
+                word: Event::pack(profiler_common::KIND_EXIT, func),
+                sp: if sp == 0 { 0 } else { sp + 8 },
+            });
+        }
+        // An event-loop iteration ends only at the loop's wait.
+        let ended = open.calls.is_empty() && !closed.is_empty() && !self.by_waits();
+        for ev in closed {
+            self.record(Rec::Detached(ev));
+        }
+        if ended {
+            self.ended_by_detach += 1;
+            self.end(ts_ns);
         }
     }
 
@@ -268,6 +364,44 @@ impl Dispatcher {
         }
     }
 
+    /// Closes the open dispatch's innermost frames that an event at stack
+    /// level `level` (at `ts_ns`) proves gone, as the shadow stacks do. If
+    /// that is every frame, its outermost return was never seen: it ends
+    /// at its last traced event, with the split it had then.
+    fn unwind_to(&mut self, level: u64, ts_ns: u64) {
+        let Some(open) = &self.open else { return };
+        let mut popped = Vec::new();
+        for &(func, sp) in open.calls.iter().rev() {
+            if !is_dead(sp, level) {
+                break;
+            }
+            popped.push(func);
+        }
+        if popped.is_empty() {
+            return;
+        }
+        let by_detach: Vec<bool> = popped
+            .iter()
+            .map(|&f| self.closed_by_detach(f, ts_ns))
+            .collect();
+        let Some(open) = &mut self.open else { return };
+        open.calls.truncate(open.calls.len() - popped.len());
+        open.detached += by_detach.iter().filter(|&&d| d).count() as u32;
+        // An event-loop iteration ends only at the loop's wait.
+        let empty = open.calls.is_empty() && !(self.cfg.wait_loop && self.waits_seen);
+        let (last_ns, split) = open.last;
+        self.record(Rec::Unwound(level, if empty { last_ns } else { ts_ns }));
+        if empty {
+            match by_detach.last() {
+                Some(true) => self.ended_by_detach += 1,
+                _ => self.ended_unseen += 1,
+            }
+            self.end_with(last_ns, Some(split));
+        } else {
+            self.close_detached(ts_ns);
+        }
+    }
+
     /// A traced entry or exit on the watched thread.
     pub fn on_call(&mut self, ev: &Event) {
         let func = ev.func();
@@ -277,6 +411,9 @@ impl Dispatcher {
             return;
         }
         if ev.kind() == KIND_ENTRY {
+            if ev.sp != 0 {
+                self.unwind_to(ev.sp, ev.ts_ns);
+            }
             if self.open.is_none() {
                 if self.by_waits()
                     || !self
@@ -292,6 +429,7 @@ impl Dispatcher {
             self.record(Rec::Call(*ev));
             if let Some(open) = &mut self.open {
                 open.calls.push((func, ev.sp));
+                open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
             }
             return;
         }
@@ -301,12 +439,20 @@ impl Dispatcher {
             .iter()
             .rposition(|&(f, sp)| f == func && same_frame(sp, ev.sp))
         else {
+            // The returning frame was never seen entering, yet frames at
+            // or below its level are gone.
+            if ev.sp != 0 {
+                self.unwind_to(ev.sp.wrapping_sub(8), ev.ts_ns);
+            }
             return;
         };
         open.calls.truncate(pos);
+        open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
         self.record(Rec::Call(*ev));
         if pos == 0 && !self.by_waits() {
             self.end(ev.ts_ns);
+        } else {
+            self.close_detached(ev.ts_ns);
         }
     }
 
@@ -361,6 +507,8 @@ impl Dispatcher {
             truncated: false,
             hang: None,
             hang_told: false,
+            detached: 0,
+            last: (ts_ns, sched::Split::default()),
             samples: 0,
             last_sample: None,
         });
@@ -495,9 +643,16 @@ impl Dispatcher {
     }
 
     fn end(&mut self, end_ns: u64) {
+        self.end_with(end_ns, None);
+    }
+
+    /// Ends the open dispatch at `end_ns`; with `split`, that is its split
+    /// (the tracker's, which may have run on past `end_ns`, is dropped).
+    fn end_with(&mut self, end_ns: u64, split: Option<sched::Split>) {
         let Some(open) = self.open.take() else { return };
         let duration_ns = end_ns.saturating_sub(open.start_ns);
-        let split = self.sched.close(end_ns);
+        let tracked = self.sched.close(end_ns);
+        let split = split.unwrap_or(tracked);
         let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
         self.stats.add(
             Worst {
@@ -692,5 +847,110 @@ mod tests {
         d.on_call(&call(210, KIND_EXIT, 0, 0x1008));
         assert!(d.take_notices().is_empty(), "a fast dispatch is not told");
         assert_eq!(d.stats.count, 2);
+    }
+
+    fn config(threshold_ns: u64, hang_ns: u64) -> Config {
+        Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "--dispatch run".into(),
+            threshold_ns,
+            hang_ns,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+            wakers: true,
+            wait_loop: false,
+        }
+    }
+
+    #[test]
+    fn detached_frames_close_at_the_detach_and_the_dispatch_ends_at_its_return() {
+        // run { call { hash x150 } }: hash is detached at 500; its returns
+        // never come. No hang; the dispatch ends at run's return, and its
+        // tree marks the hash frames detached.
+        let names = vec!["run".to_string(), "call".to_string(), "hash".to_string()];
+        let mut d = Dispatcher::new(config(50, 600), 0, names, vec![true, false, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x10000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0xf000));
+        for i in 0..150 {
+            d.on_call(&call(20 + i, KIND_ENTRY, 2, 0xe000 - i * 64));
+        }
+        d.on_detached(&[2], 500);
+        assert!(d.is_open());
+        // It really runs past --hang: its stack no longer holds hash.
+        d.tick(650);
+        assert_eq!(
+            d.take_notices(),
+            [Notice::Hang {
+                index: 0,
+                tid: 1,
+                running_ns: 650,
+                stack: vec!["call".into(), "run".into()],
+            }]
+        );
+        d.on_call(&call(700, KIND_EXIT, 1, 0xf008));
+        d.on_call(&call(800, KIND_EXIT, 0, 0x10008));
+        assert!(!d.is_open());
+        assert_eq!(d.hangs[0].duration_ns, Some(800));
+        assert_eq!(d.stats.count, 1);
+        assert_eq!(d.ended_by_detach, 0);
+        let s = &d.slow[0];
+        assert_eq!((s.duration_ns, s.detached_frames), (800, 150));
+        let hash = s
+            .tree
+            .iter()
+            .find(|n| n.name == "hash")
+            .expect("hash in the tree");
+        assert_eq!(hash.detached, hash.calls, "{:?}", s.tree);
+        assert!(hash.total_ns <= 500, "{hash:?}");
+    }
+
+    #[test]
+    fn a_detached_dispatch_function_ends_its_dispatch_at_the_detach() {
+        // The fallback rule: every function is a dispatch function, and
+        // any may be detached. The outermost one's return never comes.
+        let names = vec!["outer".to_string(), "inner".to_string()];
+        let mut d = Dispatcher::new(config(50, 100), 0, names, vec![true, true], 0);
+        d.on_call(&call(10, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(20, KIND_ENTRY, 1, 0x0f00));
+        d.on_call(&call(30, KIND_EXIT, 1, 0x0f08));
+        d.on_detached(&[0], 60);
+        assert!(!d.is_open());
+        assert_eq!((d.stats.count, d.ended_by_detach), (1, 1));
+        assert_eq!(d.stats.worst()[0].duration_ns, 50);
+        // Later dispatches open and end as usual.
+        d.on_call(&call(200, KIND_ENTRY, 1, 0x1000));
+        d.on_call(&call(230, KIND_EXIT, 1, 0x1008));
+        d.tick(1000);
+        assert!(d
+            .take_notices()
+            .iter()
+            .all(|n| !matches!(n, Notice::Hang { .. })));
+        assert_eq!(d.stats.count, 2);
+    }
+
+    #[test]
+    fn a_dispatch_whose_return_is_never_seen_ends_at_its_last_event() {
+        // outer(0x1000) { inner(0xf00) }, outer's return lost; the next
+        // outermost call (same stack level, 900 later) proves it gone: the
+        // first dispatch ends at its last event (inner's return, 40), not at
+        // 900 or never.
+        let names = vec!["outer".to_string(), "inner".to_string()];
+        let mut d = Dispatcher::new(config(50, 100), 0, names, vec![true, false], 0);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0x0f00));
+        d.on_call(&call(40, KIND_EXIT, 1, 0x0f08));
+        d.on_switch_out(45, true, None);
+        d.on_wakeup(890);
+        d.on_switch_in(895);
+        d.on_call(&call(900, KIND_ENTRY, 0, 0x1000));
+        assert_eq!((d.stats.count, d.ended_unseen), (1, 1));
+        assert_eq!(d.stats.worst()[0].duration_ns, 40);
+        assert!(d.is_open(), "the new call opens the next dispatch");
+        d.on_call(&call(920, KIND_EXIT, 0, 0x1008));
+        assert_eq!(d.stats.count, 2);
+        d.tick(5000);
+        assert!(d.take_notices().is_empty(), "no hang, nothing slow");
     }
 }

@@ -246,6 +246,7 @@ mod tests {
                 blocking_stacks: Vec::new(),
                 truncated: false,
                 wakers: Vec::new(),
+                detached_frames: 0,
             },
             folded: Vec::new(),
         }

@@ -94,6 +94,14 @@ impl SchedTracker {
         self.window = Some((ts_ns, Split::default()));
     }
 
+    /// The open window's split as it stands at `ts_ns` (not before the
+    /// last transition), without closing it.
+    pub fn split_at(&self, ts_ns: u64) -> Split {
+        let mut t = self.clone();
+        t.account(ts_ns);
+        t.window.map(|(_, s)| s).unwrap_or_default()
+    }
+
     /// Closes the window at `ts_ns` and returns its split.
     pub fn close(&mut self, ts_ns: u64) -> Split {
         self.account(ts_ns);

@@ -55,6 +55,9 @@ pub struct Node {
     pub children: Vec<usize>,
     /// Parent (the root is its own parent).
     pub parent: usize,
+    /// Of `calls`, those closed when the overhead governor detached the
+    /// function (their return could not be seen: time up to the detach).
+    pub detached: u64,
     /// False once a later sibling was called: no more merging into it.
     open_for_merge: bool,
 }
@@ -81,6 +84,14 @@ pub struct FlatNode {
     pub self_ns: u64,
     /// Traced, sampled or blocked.
     pub kind: Kind,
+    /// Of `calls`, those closed when the overhead governor detached the
+    /// function (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub detached: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tree {
@@ -348,6 +359,7 @@ impl Tree {
                 total_ns: n.total_ns,
                 self_ns: n.self_ns,
                 kind: n.kind,
+                detached: n.detached,
             });
             for &c in n.children.iter().rev() {
                 if keep[c] {
@@ -434,6 +446,7 @@ fn node(name: &str, kind: Kind, parent: usize) -> Node {
         children: Vec::new(),
         parent,
         open_for_merge: false,
+        detached: 0,
     }
 }
 

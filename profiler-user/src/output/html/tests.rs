@@ -99,6 +99,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
                     calls: 1 + u64::from(n % 3),
                     total_ns: dur >> depth,
                     self_ns: dur >> (depth + 1),
+                    detached: 0,
                     kind,
                 }
             })
@@ -121,6 +122,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             blocking_stacks: vec![(dur / 3, vec!["futex_wait".into(), name(i)])],
             truncated: false,
             wakers: Vec::new(),
+            detached_frames: 0,
         });
         let mut g = Group::new(key.clone());
         g.verdict = "50% on CPU".into();

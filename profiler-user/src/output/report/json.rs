@@ -19,6 +19,9 @@ struct FunctionsJson<'a> {
     orphan_exits: u64,
     unfinished_frames: u64,
     unwound_frames: u64,
+    /// Frames closed when the governor detached their function (their
+    /// return could no longer be seen), at the detach.
+    detached_frames: u64,
     /// Returns of functions the governor detached, seen after their entry
     /// probe was gone (not orphans).
     exits_after_detach: u64,
@@ -97,6 +100,9 @@ struct FunctionJson<'a> {
     unfinished: u64,
     /// Calls closed without a return (included in `calls`).
     unwound: u64,
+    /// Calls closed when the governor detached the function (included in
+    /// `calls`): their time runs to the detach.
+    detached: u64,
     /// How returns were seen: `ret`, `uretprobe` or `entry` (no exit
     /// probe: `calls` counts entries and there are no durations).
     exit_probe: &'static str,
@@ -116,6 +122,7 @@ struct ThreadJson {
     orphan_exits: u64,
     unfinished_frames: u64,
     unwound_frames: u64,
+    detached_frames: u64,
     /// For the aggregate of exited threads of one name: how many (0: a
     /// live thread, reported on its own).
     exited_threads: u64,
@@ -172,6 +179,7 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 max_ns: st.max_ns,
                 unfinished: st.unfinished,
                 unwound: st.unwound,
+                detached: st.detached,
                 exit_probe: f.exit.kind(),
                 partial: r.detached_at(i).is_some(),
                 detached_at_ns: r.detached_at(i),
@@ -228,6 +236,7 @@ pub fn render(r: &Report) -> String {
             orphan_exits: t.orphan_exits,
             unfinished_frames: t.unfinished_frames,
             unwound_frames: t.unwound_frames,
+            detached_frames: t.detached_frames,
             exited_threads: t.exited_threads,
             functions: thread_functions(r, t),
         })
@@ -246,6 +255,7 @@ pub fn render(r: &Report) -> String {
         orphan_exits: r.stacks.orphan_exits(),
         unfinished_frames: r.stacks.unfinished_frames(),
         unwound_frames: r.stacks.unwound_frames(),
+        detached_frames: r.stacks.detached_frames(),
         exits_after_detach: r.stacks.exits_after_detach,
         exit_rule: &s.exit_rule,
         libraries_never_mapped: &s.never_mapped,

@@ -46,6 +46,9 @@ fn notes(st: &FuncStats, f: &crate::target::select::Func, detached_at: Option<u6
     if st.unwound > 0 {
         parts.push(format!("{} unwound", st.unwound));
     }
+    if st.detached > 0 {
+        parts.push(format!("{} closed at the detach", st.detached));
+    }
     if let ExitProbe::EntryOnly(_) = f.exit {
         parts.push("entry only: no durations".to_string());
     }
@@ -163,6 +166,15 @@ fn governor(out: &mut String, r: &Report) {
             d.thread_pct
         );
     }
+    line_if(
+        out,
+        r.stacks.detached_frames() > 0,
+        format_args!(
+            "  {} frames of detached functions were open at the detach: their returns could no longer \
+             be seen, so they closed there, marked detached (their callers closed normally)",
+            r.stacks.detached_frames()
+        ),
+    );
     line_if(
         out,
         r.stacks.exits_after_detach > 0,

@@ -39,7 +39,8 @@ pub const MAGIC: &[u8; 8] = b"PROFDATA";
 /// Format version written; files with a newer one are refused.
 /// 3: checksummed, compressed blocks, a trailer with totals; process
 /// records (`ProcEvent`: fork, exec, exit of traced processes), agent records
-/// of functions probed after an exec (`KIND_PROBED`), the thread's tgid in
+/// of functions probed after an exec and of the governor's detaches
+/// (`KIND_PROBED`, `session/probed.rs`), the thread's tgid in
 /// `CommEvent`, the header's `processes` and `follow`, the trailer's
 /// `untraced_children` (`--follow`, several targets); waker records
 /// (`WakerEvent`, kind `KIND_WAKER`) and samples of the target's other
