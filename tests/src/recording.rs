@@ -34,6 +34,17 @@ pub struct Finished {
     pub stderr: Vec<String>,
 }
 
+impl Finished {
+    /// The first stderr line starting with `prefix`; panics, showing
+    /// stderr, when there is none.
+    pub fn stderr_line(&self, prefix: &str) -> &str {
+        self.stderr
+            .iter()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no stderr line starting {prefix:?}: {:?}", self.stderr))
+    }
+}
+
 /// A profiler process whose stdout and stderr are drained by threads.
 struct Running {
     child: Child,

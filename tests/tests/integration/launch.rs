@@ -310,11 +310,7 @@ fn duration_stops_a_command_that_would_keep_running() {
         "stopped at --duration, as asked: exit 0; stderr {:?}",
         fin.stderr
     );
-    let stopping = fin
-        .stderr
-        .iter()
-        .find(|l| l.starts_with("profiler: stopping stages (PID "))
-        .unwrap_or_else(|| panic!("no `stopping` line: {:?}", fin.stderr));
+    let stopping = fin.stderr_line("profiler: stopping stages (PID ");
     assert!(
         stopping.ends_with("): SIGTERM; SIGKILL in 3 s if it does not exit"),
         "{stopping:?}"
@@ -373,12 +369,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let took = t0.elapsed();
     assert_none_left_since(&before, &[]);
     assert_eq!(fin.status.code(), Some(0), "stderr {:?}", fin.stderr);
-    let pid = pid_in(
-        fin.stderr
-            .iter()
-            .find(|l| l.starts_with("profiler: stopping stages (PID "))
-            .unwrap_or_else(|| panic!("no `stopping` line: {:?}", fin.stderr)),
-    );
+    let pid = pid_in(fin.stderr_line("profiler: stopping stages (PID "));
     for want in [
         format!("profiler: stages (PID {pid}) did not exit within 3 s: SIGKILL"),
         format!("profiler: stages (PID {pid}) was killed by SIGKILL"),
@@ -513,11 +504,7 @@ fn a_script_is_followed_to_the_program_it_execs() {
         "the program's own exit status 3; stderr {:?}",
         fin.stderr
     );
-    let followed = fin
-        .stderr
-        .iter()
-        .find(|l| l.starts_with("profiler: followed "))
-        .unwrap_or_else(|| panic!("no `followed` line: {:?}", fin.stderr));
+    let followed = fin.stderr_line("profiler: followed ");
     let stages = stages_exe().canonicalize().unwrap();
     assert!(
         followed.contains(&format!(
