@@ -250,7 +250,9 @@ impl Tracer {
         };
         let ready_line = lines
             .wait_for(Duration::from_secs(60), |l| {
-                l.contains(marker) || l.contains("error")
+                // `profiler: error: …` (not a warning that quotes an
+                // `os error N`).
+                l.contains(marker) || l.contains("error:")
             })
             .with_context(|| format!("waiting for `{marker}` from `{}`", display(cmd)))?;
         if !ready_line.contains(marker) {

@@ -38,20 +38,39 @@ pub fn measure(bin: &Path, work: &Path) -> Result<Attach> {
 
 /// As [`measure`], with `--max-funcs max_funcs`.
 pub fn measure_n(bin: &Path, work: &Path, max_funcs: usize) -> Result<Attach> {
-    let target = Target::start(&mut Command::new(bin))?;
+    let max = max_funcs.to_string();
+    measure_target(
+        &mut Command::new(bin),
+        &["--func", "fn_*", "--max-funcs", &max],
+        work,
+    )
+}
+
+/// Attach time of `record --pid` with default options to node (Debian's,
+/// 74,675 functions: the default selection is capped at `--max-funcs`),
+/// idle in its event loop.
+pub fn measure_node(work: &Path) -> Result<Attach> {
+    measure_target(
+        Command::new("node").args([
+            "-e",
+            "console.log('node: ready'); setInterval(() => {}, 1000)",
+        ]),
+        &[],
+        work,
+    )
+}
+
+/// Attaches `record --pid P --max-overhead 0 extra…` to the program `target`
+/// starts (it prints a `ready` line), then stops it with SIGINT.
+fn measure_target(target: &mut Command, extra: &[&str], work: &Path) -> Result<Attach> {
+    let target = Target::start(target)?;
     let out = work.join("prof-attach");
     let _ = std::fs::remove_dir_all(&out);
     let mut cmd = Command::new(profiler_bin());
-    cmd.args([
-        "record",
-        "--pid",
-        &target.pid().to_string(),
-        "--func",
-        "fn_*",
-    ])
-    .args(["--max-funcs", &max_funcs.to_string()])
-    .args(["--max-overhead", "0", "--out"])
-    .arg(&out);
+    cmd.args(["record", "--pid", &target.pid().to_string()])
+        .args(extra)
+        .args(["--max-overhead", "0", "--out"])
+        .arg(&out);
     let mut tracer = Tracer::start(&mut cmd, ReadyOn::Stderr, "attached")?;
     let wall_ms = tracer.ready_after.as_secs_f64() * 1000.0;
     let Some((attached, reported_ms)) = parse_attached(&tracer.ready_line) else {

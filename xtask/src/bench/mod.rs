@@ -154,6 +154,16 @@ pub fn run(args: &Args) -> Result<()> {
         md.push_str("\n## d. Time to attach 1,000 functions (`--func 'fn_*'`)\n\n");
         md.push_str(&attach::rows(&att));
         md.push_str("\nOne attach, then SIGINT; the stop includes detaching every probe.\n");
+        let node = attach::measure_node(&work);
+        md.push_str(
+            "\n### d2. node 20 by PID, default options (the selection capped at `--max-funcs`)\n\n",
+        );
+        md.push_str(&attach::rows(&node));
+        md.push_str(
+            "\n`node -e 'setInterval(() => {}, 1000)'` idle in its loop, `profiler record --pid P \
+             --max-overhead 0`: the libuv preset and the first `--max-funcs` (2,000) of the \
+             binary's 74,675 functions.\n",
+        );
     }
     if args.wants(Part::Dispatch) {
         md.push_str(&dispatch_section(&fx.dispatch, args, &work)?);
