@@ -222,6 +222,8 @@ pub struct Probes {
     ebpf: Ebpf,
     /// The watched thread, as loaded.
     watch: Watch,
+    /// The kernel's BTF, read at load (None where it cannot be read).
+    btf: Option<aya::Btf>,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -273,7 +275,11 @@ impl Probes {
         // Wake the agent only when a quarter of a ring is pending; the
         // agent's drain timer picks up the rest.
         let wakeup_bytes = u64::from(ring.size / 4);
+        // Read once: the loader relocates with it, and the wait syscalls'
+        // fentry programs are loaded against it later.
+        let btf = aya::Btf::from_sys_fs().ok();
         let mut loader = EbpfLoader::new();
+        loader.btf(btf.as_ref());
         let mut ebpf = ring
             .configure(&mut loader)?
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
@@ -320,6 +326,7 @@ impl Probes {
             per_probe: Vec::new(),
             ebpf,
             watch,
+            btf,
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -626,7 +633,10 @@ impl Probes {
     }
 
     fn attach_wait_trampolines(&mut self) -> std::result::Result<(), String> {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| format!("kernel BTF: {e}"))?;
+        let btf = self
+            .btf
+            .as_ref()
+            .ok_or("the kernel's BTF could not be read")?;
         for name in profiler_common::WAIT_SYSCALLS {
             let func = format!("__x64_sys_{name}");
             let entry: &mut aya::programs::FEntry = self
@@ -647,7 +657,7 @@ impl Probes {
                 .ok_or("program missing")?
                 .try_into()
                 .map_err(|e: ProgramError| chain(&e))?;
-            exit.load(&func, &btf)
+            exit.load(&func, btf)
                 .map_err(|e| format!("{func}: {}", chain(&e)))?;
             exit.attach()
                 .map_err(|e| format!("{func}: {}", chain(&e)))?;
