@@ -646,7 +646,7 @@ impl Probes {
                 .try_into()
                 .map_err(|e: ProgramError| chain(&e))?;
             entry
-                .load(&func, &btf)
+                .load(&func, btf)
                 .map_err(|e| format!("{func}: {}", chain(&e)))?;
             entry
                 .attach()
