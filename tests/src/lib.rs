@@ -31,7 +31,8 @@ pub use outputs::{
     truth_line, u64s, Outputs,
 };
 pub use recording::{
-    assert_error, profiler, profiler_bin, profiler_wrapped, record_fixture, Finished, Recording,
+    assert_error, profiler, profiler_bin, profiler_wrapped, record_fixture, replay, Finished,
+    Recording,
 };
 
 use std::path::PathBuf;

@@ -137,6 +137,24 @@ pub fn profiler(args: &[&str]) -> Finished {
     Running::spawn(cmd).wait(TIMEOUT)
 }
 
+/// `profiler report DIR --out AGAIN` (offline replay of DIR's
+/// `profile.data`) into a new temporary directory tagged `tag`; asserts
+/// it succeeded and returns the directory.
+pub fn replay(dir: &std::path::Path, tag: &str) -> crate::TempDir {
+    let again = crate::TempDir::new(tag);
+    let rep = profiler(&[
+        "report",
+        dir.to_str().expect("UTF-8 path"),
+        "--out",
+        again.path().to_str().expect("UTF-8 path"),
+    ]);
+    assert!(
+        rep.status.success(),
+        "replay of {} failed: {rep:?}",
+        dir.display()
+    );
+    again
+}
 /// Runs `wrapper… profiler args…` (e.g. setpriv) to completion.
 pub fn profiler_wrapped(wrapper: &[&str], args: &[&str]) -> Finished {
     let mut cmd = Command::new(wrapper[0]);

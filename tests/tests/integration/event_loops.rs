@@ -105,14 +105,7 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
         d["event_loop"]
     );
     // The waits are journaled: a replay finds the same iterations.
-    let again = TempDir::new("epoll-loop-replay");
-    let rep = profiler(&[
-        "report",
-        out.path().to_str().unwrap(),
-        "--out",
-        again.path().to_str().unwrap(),
-    ]);
-    assert!(rep.status.success(), "replay failed: {rep:?}");
+    let again = replay(out.path(), "epoll-loop-replay");
     crate::replay::assert_same_outputs(out.path(), again.path());
 }
 

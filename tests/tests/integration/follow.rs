@@ -191,14 +191,7 @@ fn follow_launch_traces_every_process_of_the_tree() {
         );
     }
     // The replay carries the processes: the same bytes.
-    let again = TempDir::new("follow-replay");
-    let rep = profiler(&[
-        "report",
-        out.path().to_str().unwrap(),
-        "--out",
-        again.path().to_str().unwrap(),
-    ]);
-    assert!(rep.status.success(), "report: {rep:?}");
+    let again = replay(out.path(), "follow-replay");
     assert_eq!(
         read(out.path(), "functions.json"),
         read(again.path(), "functions.json")

@@ -193,14 +193,7 @@ fn assert_outputs_complete(dir: &Path) {
     assert!(read(dir, "report.txt").starts_with("profiler: PID "));
     assert!(read(dir, "report.html").trim_end().ends_with("</html>"));
     assert!(read(dir, "flamegraph.svg").trim_end().ends_with("</svg>"));
-    let again = TempDir::new("detach-replay");
-    let rep = profiler(&[
-        "report",
-        dir.to_str().unwrap(),
-        "--out",
-        again.path().to_str().unwrap(),
-    ]);
-    assert!(rep.status.success(), "replay failed: {rep:?}");
+    let again = replay(dir, "detach-replay");
     assert!(
         !read(again.path(), "report.txt").contains("PARTIAL RECORDING"),
         "profile.data is cut short"

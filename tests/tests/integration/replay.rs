@@ -187,13 +187,6 @@ fn slow_dispatches_beyond_detail_are_counted_and_replay_the_same() {
         "one trace.json slice per slow dispatch"
     );
 
-    let again = TempDir::new("replay-many-slow-again");
-    let rep = profiler(&[
-        "report",
-        live.path().to_str().unwrap(),
-        "--out",
-        again.path().to_str().unwrap(),
-    ]);
-    assert!(rep.status.success(), "replay failed: {rep:?}");
+    let again = replay(live.path(), "replay-many-slow-again");
     assert_same_outputs(live.path(), again.path());
 }

@@ -81,14 +81,7 @@ fn record(extra: &[&str]) -> Run {
     assert!(fin.status.success(), "profiler failed: {fin:?}");
     assert_none_left_since(&before, &[ours]);
     fx.release();
-    let again = TempDir::new("waker-replay");
-    let rep = profiler(&[
-        "report",
-        out.path().to_str().unwrap(),
-        "--out",
-        again.path().to_str().unwrap(),
-    ]);
-    assert!(rep.status.success(), "replay failed: {rep:?}");
+    let again = replay(out.path(), "waker-replay");
     Run {
         truth,
         links,
