@@ -110,17 +110,18 @@ pub mod wait {
     /// True for the syscalls an event loop waits in.
     #[inline(always)]
     pub const fn is_wait(nr: u64) -> bool {
-        matches!(
-            nr as u32,
-            NR_POLL
-                | NR_SELECT
-                | NR_EPOLL_WAIT
-                | NR_PSELECT6
-                | NR_PPOLL
-                | NR_EPOLL_PWAIT
-                | NR_IO_URING_ENTER
-                | NR_EPOLL_PWAIT2
-        ) && nr < 512
+        nr <= NR_MASK as u64
+            && matches!(
+                nr as u32,
+                NR_POLL
+                    | NR_SELECT
+                    | NR_EPOLL_WAIT
+                    | NR_PSELECT6
+                    | NR_PPOLL
+                    | NR_EPOLL_PWAIT
+                    | NR_IO_URING_ENTER
+                    | NR_EPOLL_PWAIT2
+            )
     }
 
     /// The function field of a wait event.
