@@ -34,6 +34,7 @@
 ))]
 compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers and stack frames");
 
+mod python;
 mod unwind;
 mod wait;
 
@@ -449,7 +450,7 @@ fn emit_event(ts_ns: u64, tid: u32, kind: u32, func: u32, sp: u64, lost_counter:
 unsafe fn fill_user<C: EbpfContext>(ctx: &C, user: *mut u64) -> (u32, u32) {
     if tables() {
         let pid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        let Some((stack, _)) = unwind::walk(pid) else {
+        let Some((stack, _)) = unwind::walk(pid, MAX_USER_FRAMES as u32) else {
             bump(COUNTER_STACK_ERRORS);
             return (0, 0);
         };

@@ -72,6 +72,8 @@ struct Walk {
     hash: u64,
     pid: u32,
     n: u32,
+    /// Most native frames this walk keeps.
+    cap: u32,
     end: u32,
     /// 1 when the process has no tables at all.
     no_tables: u32,
@@ -219,7 +221,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     // SAFETY: per-CPU scratch, written by `walk` before the loop.
     let w = unsafe { &mut *w };
     let n = w.n as usize;
-    if n >= MAX_UNWIND_FRAMES {
+    if n >= MAX_UNWIND_FRAMES || n >= w.cap as usize {
         w.end = unwind_end::DEPTH;
         return 1;
     }
@@ -296,12 +298,16 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     0
 }
 
-/// Walks the current task's user stack into the per-CPU scratch stack.
+/// Walks the current task's user stack into the per-CPU scratch stack, at
+/// most `cap` frames: the native frames, innermost first, then the Python
+/// frames of a CPython thread (`python.rs`; at most half of `cap`).
 /// Returns it (valid until the next walk on this CPU) and its key (0:
 /// no user stack, e.g. a kernel thread).
 #[inline(always)]
-pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
+pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let (pc, sp, bp) = user_regs()?;
+    let tid = aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32;
+    let (py, py_n) = crate::python::walk(pid, tid, cap / 2).unwrap_or((core::ptr::null(), 0));
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
@@ -316,6 +322,7 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
             hash: FNV_OFFSET,
             pid,
             n: 0,
+            cap: cap - py_n,
             end: 0,
             no_tables,
             map_start: 0,
@@ -335,6 +342,21 @@ pub fn walk(pid: u32) -> Option<(*mut UserStack, u64)> {
     };
     if w.end == 0 {
         w.end = unwind_end::DEPTH;
+    }
+    for i in 0..profiler_common::python::MAX_PY_FRAMES {
+        if i >= py_n {
+            break;
+        }
+        let n = w.n as usize;
+        if n >= MAX_UNWIND_FRAMES {
+            break;
+        }
+        // SAFETY: `py` holds `py_n` frames; indices masked into range.
+        let slot =
+            unsafe { *py.add(i as usize & (profiler_common::python::MAX_PY_FRAMES as usize - 1)) };
+        unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = slot };
+        w.n += 1;
+        w.hash = (w.hash ^ slot).wrapping_mul(FNV_PRIME);
     }
     // SAFETY: per-CPU scratch.
     unsafe {
@@ -359,7 +381,7 @@ pub fn left_known_mappings() -> bool {
 /// or 0 when there is none or the map is full (counted in `full`).
 #[inline(always)]
 pub fn store(pid: u32, full: impl Fn()) -> u64 {
-    let Some((stack, key)) = walk(pid) else {
+    let Some((stack, key)) = walk(pid, MAX_UNWIND_FRAMES as u32) else {
         return 0;
     };
     // SAFETY: the value is only checked for presence.

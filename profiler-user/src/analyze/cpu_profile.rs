@@ -173,6 +173,10 @@ pub struct CpuProfile {
     /// ([`super::cpu_fold::ExitedProcs`]).
     #[serde(default)]
     pub folded_processes: BTreeMap<u32, u64>,
+    /// Samples in CPython's evaluator (a `_PyEval_EvalFrameDefault`
+    /// frame), and of those, samples that carry its Python frames.
+    #[serde(default)]
+    pub python: (u64, u64),
 }
 
 impl CpuProfile {
@@ -182,6 +186,26 @@ impl CpuProfile {
             0.0
         } else {
             self.complete as f64 / self.samples as f64
+        }
+    }
+}
+
+/// Counts a stack's samples in CPython's evaluator, and those of them
+/// that carry Python frames ([`CpuProfile::python`]).
+pub(crate) fn count_python(prof: &mut CpuProfile, frames: &[Vec<String>], count: u64) {
+    fn first(f: &[String]) -> &str {
+        f.first().map(String::as_str).unwrap_or("")
+    }
+    if frames
+        .iter()
+        .any(|f| first(f) == crate::symbolize::python::EVAL_FRAME)
+    {
+        prof.python.0 += count;
+        if frames
+            .iter()
+            .any(|f| first(f).starts_with(crate::symbolize::python::PREFIX))
+        {
+            prof.python.1 += count;
         }
     }
 }
@@ -217,6 +241,7 @@ pub fn add_unwound(
         prof.samples += count;
         *prof.per_pid.entry(*pid).or_default() += count;
         let frames = sym.frames(*pid, addrs);
+        count_python(prof, &frames, count);
         if addrs.is_empty() {
             prof.no_user_stack += count;
         } else if is_complete(0, frames.last().map(|f| f[0].as_str())) {

@@ -506,6 +506,9 @@ fn sampler_line(q: &SampleQuality) -> String {
         let ends: Vec<String> = q.ends.iter().map(|(why, n)| format!("{why} {n}")).collect();
         let _ = write!(line, "; stack walks ended: {}", ends.join(", "));
     }
+    if q.python > 0 {
+        let _ = write!(line, "; with Python frames {}", q.python);
+    }
     line
 }
 

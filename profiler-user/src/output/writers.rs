@@ -263,6 +263,15 @@ pub fn write_cpu(
         prof.complete_share() * 100.0,
         prof.no_user_stack
     );
+    let (in_eval, named) = prof.python;
+    if in_eval > 0 {
+        let _ = writeln!(
+            text,
+            "Python: {in_eval} samples in the interpreter ({}), {named} of them with Python frames ({:.1}%)",
+            crate::symbolize::python::EVAL_FRAME,
+            named as f64 * 100.0 / in_eval as f64
+        );
+    }
     if let Some(u) = &prof.unwinding {
         let fp: Vec<String> = u
             .methods

@@ -6,6 +6,7 @@
 //! - [`DwarfUnwinder`] (`unwind.rs`): framehop over each executable
 //!   mapping's `.eh_frame`, for `sample --dwarf`.
 pub mod perfmap;
+pub mod python;
 mod row_space;
 mod symbolizer;
 pub mod tables;

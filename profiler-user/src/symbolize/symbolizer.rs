@@ -51,7 +51,7 @@ use blazesym::{
     Pid,
 };
 
-use super::perfmap;
+use super::{perfmap, python};
 use crate::untrusted;
 
 /// Largest cache before it is cleared, to keep memory flat.
@@ -203,6 +203,8 @@ pub struct Symbolizer {
     /// Each file of the normalized space, by what identifies it, and its
     /// start there.
     normalized: HashMap<(PathBuf, u64, u64, Kind), u64>,
+    /// Each Python frame name of the normalized space, and its index.
+    python_names: HashMap<String, u64>,
 }
 
 /// Pseudo-pid under which kernel addresses are cached.
@@ -240,6 +242,7 @@ impl Symbolizer {
             offline: false,
             worker: Worker::start(),
             normalized: HashMap::new(),
+            python_names: HashMap::new(),
         };
         s.remember_maps(pid);
         s
@@ -300,6 +303,7 @@ impl Symbolizer {
             offline: true,
             worker: None,
             normalized: HashMap::new(),
+            python_names: HashMap::new(),
         }
     }
 
@@ -350,6 +354,11 @@ impl Symbolizer {
             .iter()
             .enumerate()
             .map(|(i, &a)| {
+                if python_frame(a) {
+                    // Named now, while the process's memory can be read;
+                    // the same name is the same slot in every process.
+                    return self.normalize_python(pid, a);
+                }
                 // A return address may end its mapping: its call is before.
                 let look = if i == 0 { a } else { a.saturating_sub(1) };
                 let Some(m) = maps
@@ -451,10 +460,13 @@ impl Symbolizer {
         let lookup: Vec<u64> = addrs
             .iter()
             .enumerate()
-            .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+            .map(|(i, &a)| match i == 0 || python_frame(a) {
+                true => a,
+                false => a.saturating_sub(1),
+            })
             .collect();
         if self.offline {
-            return lookup
+            let frames = lookup
                 .iter()
                 .map(|a| {
                     self.journal
@@ -463,6 +475,14 @@ impl Symbolizer {
                         .unwrap_or_else(|| unknown(*a))
                 })
                 .collect();
+            return python::splice(addrs, frames, is_eval);
+        }
+        for &a in lookup.iter().filter(|&&a| python_frame(a)) {
+            if self.named(pid, a).is_none() {
+                let name =
+                    python::name(pid, a).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX));
+                self.journal.insert((pid, a), vec![name]);
+            }
         }
         let mut missing: Vec<u64> = lookup
             .iter()
@@ -510,10 +530,28 @@ impl Symbolizer {
                 }
             }
         }
-        lookup
+        let frames = lookup
             .iter()
             .map(|a| self.named(pid, *a).cloned().unwrap_or_else(|| unknown(*a)))
-            .collect()
+            .collect();
+        python::splice(addrs, frames, is_eval)
+    }
+
+    /// The normalized slot of Python frame `slot` of `pid`: one per name
+    /// (and evaluator-call boundary), named in the journal.
+    fn normalize_python(&mut self, pid: u32, slot: u64) -> u64 {
+        let name = match self.named(pid, slot) {
+            Some(f) => f[0].clone(),
+            None => {
+                python::name(pid, slot).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX))
+            }
+        };
+        let next = self.python_names.len() as u64;
+        let index = *self.python_names.entry(name.clone()).or_insert(next);
+        let entry = profiler_common::python::decode(slot).2;
+        let out = profiler_common::python::encode(index << 3, 0, entry);
+        self.journal.insert((NORMALIZED, out), vec![name]);
+        out
     }
 
     /// The frames already resolved for `addr` of `pid`.
@@ -1026,6 +1064,16 @@ impl Core {
             Trust::Unreadable => None,
         }
     }
+}
+
+/// True for a Python frame's slot (see `python.rs`).
+fn python_frame(a: u64) -> bool {
+    profiler_common::python::is_frame(a)
+}
+
+/// True for the native frame that runs Python frames.
+fn is_eval(f: &Frames) -> bool {
+    f.first().is_some_and(|n| n == python::EVAL_FRAME)
 }
 
 fn unknown(a: u64) -> Frames {

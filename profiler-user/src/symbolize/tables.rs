@@ -131,6 +131,9 @@ pub struct Tables {
     files: HashMap<unwind_table::FileKey, FileInfo>,
     /// Each process's tables, and its executable mappings' text.
     per_pid: HashMap<u32, (Vec<CacheKey>, String)>,
+    /// CPython's frames in the processes that run it (None: the programs
+    /// have no Python walker).
+    python: Option<super::python::Python>,
     /// Statistics.
     pub stats: TablesStats,
 }
@@ -191,6 +194,7 @@ impl Tables {
             spare_rows: 0,
             files: HashMap::new(),
             per_pid: HashMap::new(),
+            python: super::python::Python::take(ebpf).ok(),
             stats: TablesStats {
                 capacity: u64::from(capacity),
                 ..Default::default()
@@ -403,6 +407,9 @@ impl Tables {
         // the uprobes' `[uprobes]` page) neither rebuilds the tables still
         // in use nor leaves a moment where the process has none.
         let old = self.per_pid.remove(&pid);
+        if let Some(py) = &mut self.python {
+            py.add_process(pid, &exec);
+        }
         let mut mappings: Vec<ExecMapping> = Vec::new();
         let mut keys = Vec::new();
         for line in exec.lines() {
@@ -446,6 +453,9 @@ impl Tables {
     pub fn remove_process(&mut self, pid: u32) {
         if let Some((keys, _)) = self.per_pid.remove(&pid) {
             let _ = self.procs.remove(&pid);
+            if let Some(py) = &mut self.python {
+                py.remove_process(pid);
+            }
             self.release(&keys);
             self.stats.processes = self.per_pid.len() as u64;
         }

@@ -39,6 +39,9 @@ const TIERS: &[char] = &['~', '^', '+', '*'];
 /// `name` without a V8 tier marker: `JS:*slowHandler /app.js:3:20` →
 /// `JS:slowHandler /app.js:3:20`. Anything else is returned as it is.
 pub fn display(name: &str) -> Cow<'_, str> {
+    if let Some(bare) = python_function(name) {
+        return Cow::Owned(bare);
+    }
     for tag in V8_TAGS {
         if let Some(rest) = name.strip_prefix(tag) {
             if let Some(bare) = rest.strip_prefix(TIERS) {
@@ -84,6 +87,32 @@ pub fn libc_name(name: &str) -> &str {
     } else {
         n
     }
+}
+
+/// A Python frame's name without the line it was at:
+/// `py:parse (/app/x.py:12)` → `py:parse (/app/x.py)`, so that one
+/// function is one node and one key whatever line ran. None for other
+/// frames, or a name already without its line.
+fn python_function(name: &str) -> Option<String> {
+    name.strip_prefix("py:")?;
+    let inner = name.strip_suffix(')')?;
+    let (_, line) = inner.rsplit_once(':')?;
+    if line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit() || b == b'?') {
+        return None;
+    }
+    Some(format!("{})", &inner[..inner.len() - line.len() - 1]))
+}
+
+/// True for a Python frame of the interpreter's own library (its
+/// standard library, frozen modules), not of the program.
+fn is_python_runtime(name: &str) -> bool {
+    let Some((_, file)) = name.rsplit_once(" (") else {
+        return false;
+    };
+    file.starts_with("<frozen ")
+        || (file.contains("/lib/python3.")
+            && !file.contains("/site-packages/")
+            && !file.contains("/dist-packages/"))
 }
 
 /// True for a frame the symbolizer could not name (`[unknown] …`).
@@ -181,6 +210,9 @@ pub fn is_own(name: &str) -> bool {
     let name = name.as_ref();
     if is_unnamed(name) || name.starts_with('[') || name.ends_with("_[k]") {
         return false;
+    }
+    if name.starts_with("py:") {
+        return !name.starts_with("py:[") && !is_python_runtime(name);
     }
     // The C library, the loader, the vDSO.
     if name.starts_with('_')
@@ -291,6 +323,24 @@ mod tests {
         assert_eq!(key_name("__GI_epoll_pwait"), "epoll_pwait");
         assert_eq!(key_name("___pthread_mutex_lock"), "pthread_mutex_lock");
         assert_eq!(key_name("_start"), "_start");
+    }
+
+    #[test]
+    fn python_frames_are_one_per_function_and_the_stdlib_is_the_runtime() {
+        assert_eq!(display("py:parse (/app/x.py:12)"), "py:parse (/app/x.py)");
+        assert_eq!(display("py:parse (/app/x.py)"), "py:parse (/app/x.py)");
+        assert_eq!(key_name("py:C.run (/a b/x.py:?)"), "py:C.run (/a b/x.py)");
+        assert!(is_own("py:parse (/app/x.py:12)"));
+        assert!(is_own(
+            "py:get (/venv/lib/python3.11/site-packages/requests/api.py:73)"
+        ));
+        assert!(!is_own(
+            "py:Handle._run (/usr/lib/python3.11/asyncio/events.py:80)"
+        ));
+        assert!(!is_own(
+            "py:_call_with_frames_removed (<frozen importlib._bootstrap>:241)"
+        ));
+        assert!(!is_own("py:[freed code object]"));
     }
 
     #[test]

@@ -552,13 +552,20 @@ impl Dispatcher {
         }
         // Only the outermost frame is named, and only when the walk itself
         // does not say it reached the root.
-        let outermost = match user.last() {
+        let native_outermost = user
+            .iter()
+            .rev()
+            .find(|&&a| !profiler_common::python::is_frame(a));
+        let outermost = match native_outermost {
             Some(&pc) if end != profiler_common::unwind_end::ROOT => {
                 self.symbolizer.user_stack(&[pc]).pop()
             }
             _ => None,
         };
         self.quality.add(user.len(), end, outermost.as_deref());
+        if user.iter().any(|&a| profiler_common::python::is_frame(a)) {
+            self.quality.python += 1;
+        }
         let Some(open) = &mut self.open else { return };
         open.samples += 1;
         open.last_sample = Some(user.into());

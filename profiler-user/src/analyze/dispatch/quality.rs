@@ -16,6 +16,8 @@ pub struct SampleQuality {
     pub no_user_stack: u64,
     /// Why the table walks ended, in words, with their counts.
     pub ends: BTreeMap<&'static str, u64>,
+    /// Of those, samples that carry Python frames.
+    pub python: u64,
 }
 
 impl SampleQuality {

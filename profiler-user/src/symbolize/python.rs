@@ -1,0 +1,609 @@
+//! CPython frames: finds the processes that run CPython (a mapped binary
+//! exporting `_PyRuntime` and `Py_Version`), tells the kernel where their
+//! frames are (`PY_PROCS`, with the field offsets of their version), and
+//! names the frames the kernel walked (`py:qualname (file.py:line)`) from
+//! their code objects, read through `/proc/PID/mem`.
+//!
+//! The offsets come from a table per minor version ([`LAYOUTS`]), each
+//! entry checked against that version's own headers by the test
+//! `python_layouts_match_the_headers` (tests/), which compiles `offsetof`
+//! for every field with each CPython on the machine. A version not in the
+//! table gets one line on stderr and native frames only.
+use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, sync::Mutex};
+
+use aya::{
+    maps::{HashMap as BpfHash, MapData},
+    Ebpf,
+};
+use object::{Object, ObjectSegment, ObjectSymbol};
+use profiler_common::python::{self as common, PyProc, NONE, PY_PROCS_MAP};
+
+use super::unwind_table::FileKey;
+use crate::{error::chain, Error, Result};
+
+/// The native function that runs Python frames.
+pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
+
+/// Prefix of a Python frame's name.
+pub const PREFIX: &str = "py:";
+
+/// Where one minor version keeps what the kernel and the namer read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub minor: u32,
+    pub runtime_interpreters_head: u32,
+    pub interp_threads_head: u32,
+    pub tstate_next: u32,
+    pub tstate_native_thread_id: u32,
+    /// `cframe` (3.11, 3.12) or `current_frame` (3.13).
+    pub tstate_frame: u32,
+    /// `_PyCFrame.current_frame`, or [`NONE`].
+    pub cframe_current_frame: u32,
+    pub frame_code: u32,
+    pub frame_previous: u32,
+    pub frame_instr: u32,
+    pub frame_owner: u32,
+    /// [`NONE`] after 3.11.
+    pub frame_is_entry: u32,
+    pub code_adaptive: u32,
+    pub code_filename: u32,
+    pub code_qualname: u32,
+    pub code_linetable: u32,
+    pub code_firstlineno: u32,
+    /// `sizeof(PyASCIIObject)`: where an ASCII string's characters start.
+    pub ascii_size: u32,
+    /// `sizeof(PyCompactUnicodeObject)`: where other compact strings' start.
+    pub compact_size: u32,
+}
+
+/// `PyASCIIObject.length`, `.state`, `PyVarObject.ob_size`, `PyObject.ob_type`
+/// and `PyBytesObject.ob_sval`: the same in every version supported.
+const STR_LENGTH: u64 = 16;
+const STR_STATE: u64 = 32;
+const VAR_SIZE: u64 = 16;
+const OB_TYPE: u64 = 8;
+const BYTES_DATA: u64 = 32;
+
+/// The versions whose frames are walked, checked against their headers.
+pub const LAYOUTS: [Layout; 3] = [
+    Layout {
+        minor: 11,
+        runtime_interpreters_head: 40,
+        interp_threads_head: 16,
+        tstate_next: 8,
+        tstate_native_thread_id: 160,
+        tstate_frame: 56,
+        cframe_current_frame: 8,
+        frame_code: 32,
+        frame_previous: 48,
+        frame_instr: 56,
+        frame_owner: 69,
+        frame_is_entry: 68,
+        code_adaptive: 184,
+        code_filename: 112,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_firstlineno: 72,
+        ascii_size: 48,
+        compact_size: 72,
+    },
+    Layout {
+        minor: 12,
+        runtime_interpreters_head: 40,
+        interp_threads_head: 72,
+        tstate_next: 8,
+        tstate_native_thread_id: 144,
+        tstate_frame: 56,
+        cframe_current_frame: 0,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        frame_owner: 70,
+        frame_is_entry: NONE,
+        code_adaptive: 192,
+        code_filename: 112,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_firstlineno: 68,
+        ascii_size: 40,
+        compact_size: 56,
+    },
+    Layout {
+        minor: 13,
+        runtime_interpreters_head: 632,
+        interp_threads_head: 7344,
+        tstate_next: 8,
+        tstate_native_thread_id: 160,
+        tstate_frame: 72,
+        cframe_current_frame: NONE,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        frame_owner: 70,
+        frame_is_entry: NONE,
+        code_adaptive: 200,
+        code_filename: 112,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_firstlineno: 68,
+        ascii_size: 40,
+        compact_size: 56,
+    },
+];
+
+/// The versions [`LAYOUTS`] covers, for messages.
+pub const SUPPORTED: &str = "3.11, 3.12 and 3.13";
+
+/// The layout of CPython 3.`minor`.
+pub fn layout(minor: u32) -> Option<&'static Layout> {
+    LAYOUTS.iter().find(|l| l.minor == minor)
+}
+
+/// What the kernel needs for a process of `layout` whose `_PyRuntime` is at
+/// `runtime`.
+pub fn proc_entry(layout: &Layout, runtime: u64) -> PyProc {
+    PyProc {
+        interp_head: runtime + u64::from(layout.runtime_interpreters_head),
+        interp_threads: layout.interp_threads_head,
+        tstate_next: layout.tstate_next,
+        tstate_native_tid: layout.tstate_native_thread_id,
+        tstate_frame: layout.tstate_frame,
+        cframe_frame: layout.cframe_current_frame,
+        frame_code: layout.frame_code,
+        frame_previous: layout.frame_previous,
+        frame_instr: layout.frame_instr,
+        frame_owner: layout.frame_owner,
+        frame_is_entry: layout.frame_is_entry,
+        code_adaptive: layout.code_adaptive,
+        pad: 0,
+    }
+}
+
+/// What a binary exports that marks it as CPython (virtual addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Binary {
+    runtime: u64,
+    /// `Py_Version` (3.11 and later).
+    version: Option<u64>,
+    code_type: u64,
+    /// Loadable segments: (file offset, file size, virtual address) of the
+    /// one holding `_PyRuntime`'s mapping is found through these.
+    segments: [(u64, u64, u64); 4],
+}
+
+/// Reads a binary's dynamic symbols for CPython's markers.
+fn read_binary(open: &str) -> Option<Binary> {
+    let file = File::open(open).ok()?;
+    let data = object::ReadCache::new(file);
+    let obj = object::File::parse(&data).ok()?;
+    let (mut runtime, mut version, mut code_type) = (None, None, None);
+    for s in obj.dynamic_symbols() {
+        match s.name_bytes().ok()? {
+            b"_PyRuntime" => runtime = Some(s.address()),
+            b"Py_Version" => version = Some(s.address()),
+            b"PyCode_Type" => code_type = Some(s.address()),
+            _ => {}
+        }
+    }
+    let mut segments = [(0, 0, 0); 4];
+    for (slot, s) in segments.iter_mut().zip(obj.segments()) {
+        let (off, size) = s.file_range();
+        *slot = (off, size, s.address());
+    }
+    Some(Binary {
+        runtime: runtime?,
+        version,
+        code_type: code_type?,
+        segments,
+    })
+}
+
+/// A process found running CPython.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    layout: &'static Layout,
+    code_type: u64,
+}
+
+/// Processes running a CPython whose frames are walked, for naming.
+static PROCS: Mutex<Option<HashMap<u32, Proc>>> = Mutex::new(None);
+
+fn registered(pid: u32) -> Option<Proc> {
+    PROCS.lock().ok()?.as_ref()?.get(&pid).copied()
+}
+
+/// Finds CPython in processes and keeps the kernel's `PY_PROCS` current.
+pub struct Python {
+    procs: BpfHash<MapData, u32, PyProc>,
+    /// Each binary read, by identity: its markers if it is CPython.
+    files: HashMap<FileKey, Option<Binary>>,
+    /// Versions already said to be unsupported.
+    told: Vec<(u32, u32)>,
+}
+
+impl Python {
+    /// Takes `PY_PROCS` out of `ebpf`.
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
+        let map = ebpf
+            .take_map(PY_PROCS_MAP)
+            .ok_or_else(|| Error::Load(format!("no {PY_PROCS_MAP} map")))?;
+        Ok(Python {
+            procs: BpfHash::try_from(map).map_err(|e| Error::Load(chain(&e)))?,
+            files: HashMap::new(),
+            told: Vec::new(),
+        })
+    }
+
+    /// Looks for CPython in `pid`'s executable mappings (`exec`, lines of
+    /// `/proc/PID/maps`), and tells the kernel where its frames are.
+    pub fn add_process(&mut self, pid: u32, exec: &str) {
+        for line in exec.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(_), Some(off)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            let path: String = f.skip(2).collect::<Vec<_>>().join(" ");
+            if !path.starts_with('/') {
+                continue;
+            }
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end), Ok(offset)) = (
+                u64::from_str_radix(start, 16),
+                u64::from_str_radix(end, 16),
+                u64::from_str_radix(off, 16),
+            ) else {
+                continue;
+            };
+            let open = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+            let Ok(meta) = std::fs::metadata(&open) else {
+                continue;
+            };
+            let key = FileKey::new(&meta);
+            let bin = *self.files.entry(key).or_insert_with(|| read_binary(&open));
+            let Some(bin) = bin else { continue };
+            let Some(&(seg_off, _, vaddr)) = bin
+                .segments
+                .iter()
+                .find(|&&(o, size, _)| size > 0 && offset >= o && offset < o + size)
+            else {
+                continue;
+            };
+            let bias = start.wrapping_sub(vaddr + (offset - seg_off));
+            self.register(pid, &path, bias, &bin);
+            return;
+        }
+    }
+
+    fn register(&mut self, pid: u32, path: &str, bias: u64, bin: &Binary) {
+        // Before 3.11 there is no `Py_Version`: the file names the version.
+        let (major, minor) = match bin.version {
+            Some(v) => match read_u32(pid, bias.wrapping_add(v)) {
+                Some(hex) => (hex >> 24, (hex >> 16) & 0xff),
+                None => return,
+            },
+            None => version_in_name(path).unwrap_or((3, 0)),
+        };
+        let Some(layout) = layout(minor).filter(|_| major == 3) else {
+            if !self.told.contains(&(major, minor)) {
+                self.told.push((major, minor));
+                let version = match minor {
+                    0 => "a Python older than 3.11".to_string(),
+                    _ => format!("Python {major}.{minor}"),
+                };
+                eprintln!(
+                    "profiler: note: {path} (PID {pid}) is {version}, whose frames are not walked \
+                     (supported: {SUPPORTED}); its stacks show the interpreter's native frames only"
+                );
+            }
+            return;
+        };
+        let entry = proc_entry(layout, bias.wrapping_add(bin.runtime));
+        if self.procs.insert(pid, entry, 0).is_ok() {
+            if let Ok(mut g) = PROCS.lock() {
+                g.get_or_insert_with(HashMap::new).insert(
+                    pid,
+                    Proc {
+                        layout,
+                        code_type: bias.wrapping_add(bin.code_type),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Forgets `pid` in the kernel (its names stay, for its samples).
+    pub fn remove_process(&mut self, pid: u32) {
+        let _ = self.procs.remove(&pid);
+    }
+}
+
+/// `(3, 10)` from `…/libpython3.10.so.1.0` or `…/python3.10`.
+fn version_in_name(path: &str) -> Option<(u32, u32)> {
+    let name = path.rsplit('/').next()?;
+    let at = name.find("python")? + "python".len();
+    let (major, rest) = name[at..].split_once('.')?;
+    let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Option<()> {
+    let file = File::open(format!("/proc/{pid}/mem")).ok()?;
+    file.read_exact_at(buf, addr).ok()
+}
+
+fn read_u32(pid: u32, addr: u64) -> Option<u32> {
+    let mut b = [0u8; 4];
+    read_mem(pid, addr, &mut b)?;
+    Some(u32::from_ne_bytes(b))
+}
+
+/// Reads fields of one process's memory through one open file.
+struct Mem(File);
+
+impl Mem {
+    fn open(pid: u32) -> Option<Self> {
+        File::open(format!("/proc/{pid}/mem")).ok().map(Mem)
+    }
+
+    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.0.read_exact_at(&mut buf, addr).ok()?;
+        Some(buf)
+    }
+
+    fn u64(&self, addr: u64) -> Option<u64> {
+        let b = self.bytes(addr, 8)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
+
+    fn u32(&self, addr: u64) -> Option<u32> {
+        let b = self.bytes(addr, 4)?;
+        Some(u32::from_ne_bytes(b.try_into().ok()?))
+    }
+
+    /// A `str` object's text (compact strings; others read as `?`).
+    fn string(&self, layout: &Layout, obj: u64) -> Option<String> {
+        let len = self.u64(obj + STR_LENGTH)?.min(4096) as usize;
+        let state = self.u32(obj + STR_STATE)?;
+        let (kind, compact, ascii) = (
+            (state >> 2) & 7,
+            state & (1 << 5) != 0,
+            state & (1 << 6) != 0,
+        );
+        if !compact {
+            return Some("?".into());
+        }
+        if ascii {
+            let b = self.bytes(obj + u64::from(layout.ascii_size), len)?;
+            return Some(String::from_utf8_lossy(&b).into_owned());
+        }
+        let width = match kind {
+            1 | 2 | 4 => kind as usize,
+            _ => return None,
+        };
+        let b = self.bytes(obj + u64::from(layout.compact_size), len * width)?;
+        Some(
+            b.chunks(width)
+                .map(|c| {
+                    let mut v = [0u8; 4];
+                    v[..width].copy_from_slice(c);
+                    char::from_u32(u32::from_le_bytes(v)).unwrap_or('?')
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The name of Python frame `slot` (from the kernel) of process `pid`:
+/// `py:qualname (file:line)`. None when `pid` is not known to run CPython.
+pub fn name(pid: u32, slot: u64) -> Option<String> {
+    let proc = registered(pid)?;
+    let (code, index, _) = common::decode(slot);
+    let Some(mem) = Mem::open(pid) else {
+        return Some(format!("{PREFIX}[exited before its code was read]"));
+    };
+    Some(
+        code_name(&mem, &proc, code, index)
+            .unwrap_or_else(|| format!("{PREFIX}[unreadable code object {code:#x}]")),
+    )
+}
+
+fn code_name(mem: &Mem, proc: &Proc, code: u64, index: u64) -> Option<String> {
+    let l = proc.layout;
+    if mem.u64(code + OB_TYPE)? != proc.code_type {
+        // Freed (and its memory reused) between the sample and this read.
+        return Some(format!("{PREFIX}[freed code object]"));
+    }
+    let qualname = mem.string(l, mem.u64(code + u64::from(l.code_qualname))?)?;
+    let file = mem.string(l, mem.u64(code + u64::from(l.code_filename))?)?;
+    let first = mem.u32(code + u64::from(l.code_firstlineno))? as i32;
+    let table = mem.u64(code + u64::from(l.code_linetable))?;
+    let size = mem.u64(table + VAR_SIZE)?.min(1 << 20) as usize;
+    let bytes = mem.bytes(table + BYTES_DATA, size)?;
+    let line = match line_of(&bytes, first, index) {
+        Some(line) => line.to_string(),
+        None => "?".into(),
+    };
+    Some(format!("{PREFIX}{qualname} ({file}:{line})"))
+}
+
+/// The line of instruction `index` (code units) from a 3.11+ location
+/// table (`co_linetable`, PEP 626/657's format), starting at `first`.
+pub fn line_of(table: &[u8], first: i32, index: u64) -> Option<i32> {
+    let mut pos = 0usize;
+    let mut line = first;
+    let mut addr = 0u64;
+    let next = |pos: &mut usize| -> Option<u8> {
+        let b = *table.get(*pos)?;
+        *pos += 1;
+        Some(b)
+    };
+    let varint = |pos: &mut usize| -> Option<u32> {
+        let mut b = next(pos)?;
+        let mut val = u32::from(b & 63);
+        let mut shift = 0;
+        while b & 64 != 0 {
+            b = next(pos)?;
+            shift += 6;
+            if shift > 30 {
+                return None;
+            }
+            val |= u32::from(b & 63) << shift;
+        }
+        Some(val)
+    };
+    let svarint = |pos: &mut usize| -> Option<i32> {
+        let v = varint(pos)?;
+        Some(if v & 1 != 0 {
+            -((v >> 1) as i32)
+        } else {
+            (v >> 1) as i32
+        })
+    };
+    while pos < table.len() {
+        let b = next(&mut pos)?;
+        let code = (b >> 3) & 15;
+        let len = u64::from(b & 7) + 1;
+        let mut located = true;
+        match code {
+            15 => located = false,
+            14 => {
+                line += svarint(&mut pos)?;
+                varint(&mut pos)?;
+                varint(&mut pos)?;
+                varint(&mut pos)?;
+            }
+            13 => line += svarint(&mut pos)?,
+            10..=12 => {
+                line += i32::from(code) - 10;
+                pos += 2;
+            }
+            _ => pos += 1,
+        }
+        if index < addr + len {
+            return located.then_some(line);
+        }
+        addr += len;
+    }
+    None
+}
+
+/// Puts the Python frames of a stack (the kernel appends them after the
+/// native frames, innermost first, each outermost-of-its-call frame
+/// flagged) under the native frames that run them: segment `k` goes just
+/// inside the `k`-th [`EVAL_FRAME`] from the leaf. Segments left over (the
+/// native walk stopped early) go outermost. `frames` holds one entry per
+/// slot of `addrs`.
+pub fn splice<T>(addrs: &[u64], frames: Vec<T>, is_eval: impl Fn(&T) -> bool) -> Vec<T> {
+    if !addrs.iter().any(|&a| common::is_frame(a)) {
+        return frames;
+    }
+    let mut native = Vec::new();
+    let mut segments: Vec<Vec<T>> = vec![Vec::new()];
+    for (&a, f) in addrs.iter().zip(frames) {
+        if common::is_frame(a) {
+            segments.last_mut().expect("one segment at least").push(f);
+            if common::decode(a).2 {
+                segments.push(Vec::new());
+            }
+        } else {
+            native.push(f);
+        }
+    }
+    if segments.last().is_some_and(Vec::is_empty) {
+        segments.pop();
+    }
+    let mut segments = segments.into_iter();
+    let mut out = Vec::new();
+    for f in native {
+        if is_eval(&f) {
+            if let Some(seg) = segments.next() {
+                out.extend(seg);
+            }
+        }
+        out.push(f);
+    }
+    out.extend(segments.flatten());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_file_names() {
+        assert_eq!(
+            version_in_name("/usr/lib/libpython3.10.so.1.0"),
+            Some((3, 10))
+        );
+        assert_eq!(
+            version_in_name("/root/.pyenv/versions/3.9.18/bin/python3.9"),
+            Some((3, 9))
+        );
+        assert_eq!(version_in_name("/usr/bin/python3"), None);
+    }
+
+    #[test]
+    fn line_table_entries_of_each_form() {
+        // Entries: short form (code 0, 2 units, line +0), one-line form
+        // (code 11: +1, 1 unit), no-column form (code 13, +3, 1 unit), no
+        // location (code 15, 1 unit), long form (code 14, -2, 2 units).
+        let table = [
+            0x80 | (0 << 3) | 1,
+            0x00,
+            0x80 | (11 << 3),
+            0x01,
+            0x02,
+            0x80 | (13 << 3),
+            6,
+            0x80 | (15 << 3),
+            0x80 | (14 << 3) | 1,
+            5,
+            0,
+            1,
+            1,
+        ];
+        let lines: Vec<_> = (0..8).map(|i| line_of(&table, 10, i)).collect();
+        assert_eq!(
+            lines,
+            [
+                Some(10),
+                Some(10),
+                Some(11),
+                Some(14),
+                None,
+                Some(12),
+                Some(12),
+                None
+            ]
+        );
+    }
+
+    #[test]
+    fn python_frames_go_under_the_evaluator_frames_that_run_them() {
+        let py = |code: u64, entry: bool| common::encode(code << 3, 0, entry);
+        // Native: leaf, eval#0, call, eval#1, main. Python: a (entry of
+        // eval#0), b, c (entry of eval#1).
+        let addrs = [1, 2, 3, 4, 5, py(1, true), py(2, false), py(3, true)];
+        let names: Vec<String> = ["leaf", "E", "call", "E", "main", "a", "b", "c"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let out = splice(&addrs, names, |f| f == "E");
+        assert_eq!(out, ["leaf", "a", "E", "call", "b", "c", "E", "main"]);
+        // The native walk stopped before the second evaluator frame.
+        let names: Vec<String> = ["leaf", "E", "a", "b", "c"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let out = splice(
+            &[1, 2, py(1, true), py(2, false), py(3, true)],
+            names,
+            |f| f == "E",
+        );
+        assert_eq!(out, ["leaf", "a", "E", "b", "c"]);
+    }
+}
