@@ -34,6 +34,9 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("perf", "linux-perf"),
     ("nm", "binutils"),
     ("unshare", "util-linux"),
+    // CPython's headers: the test that checks the Python walker's offsets
+    // against them (symbolize/python.rs).
+    ("python3.11-config", "python3.11-dev"),
     // The report.html tests open the page in headless Chromium.
     ("chromium", "chromium"),
 ];

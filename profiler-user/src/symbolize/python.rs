@@ -533,6 +533,118 @@ pub fn splice<T>(addrs: &[u64], frames: Vec<T>, is_eval: impl Fn(&T) -> bool) ->
 mod tests {
     use super::*;
 
+    /// The include directories of the CPythons on this machine (Debian's,
+    /// pyenv's) whose frames are walked.
+    fn installed_headers() -> Vec<std::path::PathBuf> {
+        let mut dirs: Vec<std::path::PathBuf> = (11..=13)
+            .map(|m| format!("/usr/include/python3.{m}").into())
+            .collect();
+        let pyenv = std::env::var_os("PYENV_ROOT")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pyenv")));
+        if let Some(Ok(versions)) = pyenv.map(|p| std::fs::read_dir(p.join("versions"))) {
+            for v in versions.flatten() {
+                for m in 11..=13 {
+                    dirs.push(v.path().join(format!("include/python3.{m}")));
+                }
+            }
+        }
+        dirs.retain(|d| d.join("internal/pycore_frame.h").exists());
+        dirs
+    }
+
+    /// Every offset of [`LAYOUTS`] (and the constants shared by all
+    /// versions) against `offsetof` in each installed CPython's headers.
+    #[test]
+    fn layouts_match_each_installed_cpythons_headers() {
+        let dirs = installed_headers();
+        if dirs.is_empty() {
+            eprintln!("SKIP layouts_match_each_installed_cpythons_headers: no CPython 3.11+ headers (apt-get install python3.11-dev)");
+            return;
+        }
+        let tmp = std::env::temp_dir().join(format!("pyoffsets-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let src = tmp.join("offsets.c");
+        std::fs::write(&src, include_str!("python_offsets.c")).unwrap();
+        for dir in dirs {
+            let exe = tmp.join("offsets");
+            let cc = std::process::Command::new("gcc")
+                .arg(format!("-I{}", dir.display()))
+                .arg("-o")
+                .arg(&exe)
+                .arg(&src)
+                .output()
+                .expect("gcc");
+            assert!(
+                cc.status.success(),
+                "{}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&cc.stderr)
+            );
+            let out = std::process::Command::new(&exe)
+                .output()
+                .expect("run offsets");
+            let got: HashMap<String, u32> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    Some((k.to_string(), v.parse().ok()?))
+                })
+                .collect();
+            let l =
+                layout(got["minor"]).unwrap_or_else(|| panic!("no layout for {}", dir.display()));
+            let frame = got.get("tstate_cframe").or(got.get("tstate_current_frame"));
+            let want = [
+                (
+                    "runtime_interpreters_head",
+                    Some(l.runtime_interpreters_head),
+                ),
+                ("interp_threads_head", Some(l.interp_threads_head)),
+                ("tstate_next", Some(l.tstate_next)),
+                ("tstate_native_thread_id", Some(l.tstate_native_thread_id)),
+                (
+                    "cframe_current_frame",
+                    (l.cframe_current_frame != NONE).then_some(l.cframe_current_frame),
+                ),
+                ("frame_code", Some(l.frame_code)),
+                ("frame_previous", Some(l.frame_previous)),
+                ("frame_instr", Some(l.frame_instr)),
+                ("frame_owner", Some(l.frame_owner)),
+                (
+                    "frame_is_entry",
+                    (l.frame_is_entry != NONE).then_some(l.frame_is_entry),
+                ),
+                ("code_adaptive", Some(l.code_adaptive)),
+                ("code_filename", Some(l.code_filename)),
+                ("code_qualname", Some(l.code_qualname)),
+                ("code_linetable", Some(l.code_linetable)),
+                ("code_firstlineno", Some(l.code_firstlineno)),
+                ("ascii_size", Some(l.ascii_size)),
+                ("compact_size", Some(l.compact_size)),
+                ("OB_TYPE", Some(OB_TYPE as u32)),
+                ("STR_LENGTH", Some(STR_LENGTH as u32)),
+                ("STR_STATE", Some(STR_STATE as u32)),
+                ("BYTES_DATA", Some(BYTES_DATA as u32)),
+                ("VAR_SIZE", Some(VAR_SIZE as u32)),
+            ];
+            assert_eq!(
+                frame,
+                Some(&l.tstate_frame),
+                "{}: tstate_frame",
+                dir.display()
+            );
+            for (name, value) in want {
+                assert_eq!(got.get(name).copied(), value, "{}: {name}", dir.display());
+            }
+            eprintln!(
+                "{}: 3.{} layout matches its headers",
+                dir.display(),
+                l.minor
+            );
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
     #[test]
     fn versions_from_file_names() {
         assert_eq!(

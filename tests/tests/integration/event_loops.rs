@@ -215,6 +215,14 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
             num(g, "duration_ns") >= own,
             "an iteration is at least its stall: {g} vs {stall}"
         );
+        // Python frames by PID (issue 22): the key names the app's own
+        // Python function, whatever line ran.
+        let key = g["key"].as_str().unwrap_or_default();
+        let named = match stall["kind"].as_str() {
+            Some("cpu") => "py:blocking_parse (",
+            _ => "py:staller (",
+        };
+        assert!(key.contains(named), "the key names {named}…: {g}");
         let blocked = num(g, "blocked_ns") * 2 > num(g, "duration_ns");
         assert_eq!(
             blocked,

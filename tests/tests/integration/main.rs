@@ -31,6 +31,7 @@ mod mappings;
 mod offcpu;
 mod perfmap;
 mod presets;
+mod python_frames;
 mod reaping;
 mod recording_damage;
 mod recursion;
