@@ -36,7 +36,7 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("unshare", "util-linux"),
     // CPython's headers: the test that checks the Python walker's offsets
     // against them (symbolize/python.rs).
-    ("python3.11-config", "python3.11-dev"),
+    ("x86_64-linux-gnu-python3.11-config", "python3.11-dev"),
     // The report.html tests open the page in headless Chromium.
     ("chromium", "chromium"),
 ];
