@@ -105,7 +105,7 @@ fn thread_state(w: *mut PyWalk) -> Option<u64> {
     // SAFETY: `w` points at this CPU's scratch value.
     let (tid, proc) = unsafe { ((*w).tid, (*w).proc) };
     // SAFETY: the value is copied out.
-    if let Some(cached) = unsafe { PY_THREADS.get(&tid) }.copied() {
+    if let Some(cached) = unsafe { PY_THREADS.get(tid) }.copied() {
         if cached.tstate != 0 {
             let native = read_u64(cached.tstate + u64::from(proc.tstate_native_tid));
             if native == Some(u64::from(tid)) {
@@ -138,7 +138,7 @@ fn thread_state(w: *mut PyWalk) -> Option<u64> {
         tstate,
         checked_ns: unsafe { bpf_ktime_get_ns() },
     };
-    let _ = PY_THREADS.insert(&tid, &entry, 0);
+    let _ = PY_THREADS.insert(tid, entry, 0);
     (tstate != 0).then_some(tstate)
 }
 
@@ -196,7 +196,7 @@ extern "C" fn frame_step(_index: u32, _ctx: *mut c_void) -> i64 {
 #[inline(always)]
 pub fn walk(pid: u32, tid: u32, cap: u32) -> Option<(*const u64, u32)> {
     // SAFETY: the value is copied out.
-    let proc = *unsafe { PY_PROCS.get(&pid) }?;
+    let proc = *unsafe { PY_PROCS.get(pid) }?;
     let w = PY_WALK.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch, only through the raw pointer (see
     // `thread_state`).

@@ -222,8 +222,15 @@ pub struct Python {
 }
 
 impl Python {
-    /// Takes `PY_PROCS` out of `ebpf`.
+    /// Takes `PY_PROCS` out of `ebpf`. `PROFILER_PYTHON_FRAMES=0` in the
+    /// environment leaves it empty (native frames only: for comparing
+    /// costs).
     pub fn take(ebpf: &mut Ebpf) -> Result<Self> {
+        if std::env::var_os("PROFILER_PYTHON_FRAMES").is_some_and(|v| v == "0") {
+            return Err(Error::Load(
+                "Python frames turned off by PROFILER_PYTHON_FRAMES=0".into(),
+            ));
+        }
         let map = ebpf
             .take_map(PY_PROCS_MAP)
             .ok_or_else(|| Error::Load(format!("no {PY_PROCS_MAP} map")))?;
@@ -664,7 +671,7 @@ mod tests {
         // (code 11: +1, 1 unit), no-column form (code 13, +3, 1 unit), no
         // location (code 15, 1 unit), long form (code 14, -2, 2 units).
         let table = [
-            0x80 | (0 << 3) | 1,
+            0x80 | 1,
             0x00,
             0x80 | (11 << 3),
             0x01,
