@@ -191,6 +191,27 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
 
 /// One recording session (one launch in launch mode). Returns the exit
 /// status and, in launch mode, the startup report.
+/// The default selection chosen from a short sample of the watched thread
+/// ([`crate::session::presample`]), and how many stacks it saw; None when
+/// the sample saw none of the main executable's functions.
+fn presample_selection(
+    target: &Target,
+    args: &RecordArgs,
+    required: &[select::Required],
+) -> Result<Option<(select::Selection, u64)>> {
+    let (tid, _) = target.resolve_thread(&args.dispatch.thread)?;
+    let seen = crate::session::presample::sample(target.pid, tid)?;
+    let maps = crate::target::process::read_maps(target.pid)
+        .map_err(|e| Error::io("reading the target's mappings", e))?;
+    let offsets =
+        crate::session::presample::file_offsets(&seen, &maps, &target.exe.to_string_lossy());
+    if offsets.is_empty() {
+        return Ok(None);
+    }
+    let sel = select::select_among(target, &args.select, required, Some(&offsets))?;
+    Ok(Some((sel, seen.stacks)).filter(|(s, _)| s.presampled.unwrap_or(0) > 0))
+}
+
 fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Option<StartupReport>)> {
     select::compile(&args.select)?;
     let stage_runs = if launch_no.is_some() {
@@ -269,7 +290,34 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         let more = select::select(other, &args.select, &[])?;
         probed_set.merge(&mut sel, more, args.select.max_funcs);
     }
-    if sel.capped > 0 {
+    // Too many functions for --max-funcs, none named: by PID, probe those
+    // the watched thread runs and waits in, seen in a short sample.
+    if sel.capped > 0 && !launch && others.is_empty() && args.select.funcs.is_empty() {
+        match presample_selection(&target, args, &required) {
+            Ok(Some((chosen, stacks))) => {
+                let of = chosen.funcs.len() + chosen.capped;
+                eprintln!(
+                    "profiler: probing the {} functions of {} on the watched thread's stacks \
+                     ({stacks} stacks in a {} ms sample; {of} match the default selection); \
+                     --func names others, --max-funcs {} caps them",
+                    chosen.presampled.unwrap_or(0),
+                    target.exe.display(),
+                    crate::session::presample::SPAN.as_millis(),
+                    args.select.max_funcs
+                );
+                sel = chosen;
+                probed_set = Probed::of(&sel);
+            }
+            Ok(None) => {}
+            Err(e) => eprintln!(
+                "profiler: warning: sampling the watched thread to choose functions failed ({}); \
+                 probing the first {} in symbol order",
+                crate::error::chain(&e),
+                sel.funcs.len()
+            ),
+        }
+    }
+    if sel.capped > 0 && sel.presampled.is_none() {
         eprintln!(
             "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
              (each probed call costs the target about 4 µs, or 0.3 µs where a function starts with a \

@@ -11,7 +11,9 @@
 //! - [`status`]: the live status line;
 //! - [`finish`]: every output of a finished pipeline;
 //! - [`follow`]: probes the programs traced processes exec (`--follow`);
-//! - [`probed`]: the stream record of functions probed after an exec.
+//! - [`probed`]: the stream record of functions probed after an exec;
+//! - [`presample`]: where the watched thread runs, sampled before anything
+//!   is probed, to choose the default selection of a big program.
 pub mod collector;
 pub mod datafile;
 pub mod finish;
@@ -20,6 +22,7 @@ pub mod governor;
 pub mod merge;
 pub mod notices;
 pub mod pipeline;
+pub mod presample;
 pub mod probed;
 pub mod rings;
 pub mod status;

@@ -142,6 +142,9 @@ pub struct Selection {
     pub funcs: Vec<Func>,
     /// Functions that matched but were left out by `--max-funcs`.
     pub capped: usize,
+    /// Functions of the main executable chosen from where the watched
+    /// thread was sampled ([`select_among`]), when that chose them.
+    pub presampled: Option<usize>,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
     /// True when no dispatch function is known and every outermost traced
@@ -242,6 +245,19 @@ fn joined<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
 /// functions). With no dispatch function, every outermost traced call on the
 /// watched thread counts as a dispatch.
 pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Result<Selection> {
+    select_among(target, args, required, None)
+}
+
+/// [`select`], where the main executable's own functions (the default
+/// selection, with no `--func`) are only those holding one of `sampled`:
+/// (file offset, weight) pairs sorted by offset, where the watched thread
+/// was seen running or waiting; the heaviest first, up to `--max-funcs`.
+pub fn select_among(
+    target: &Target,
+    args: &SelectArgs,
+    required: &[Required],
+    sampled: Option<&[(u64, u64)]>,
+) -> Result<Selection> {
     let (include, exclude) = compile(args)?;
     let mut binaries = vec![Binary {
         path: target.exe.clone(),
@@ -315,12 +331,32 @@ pub fn select(target: &Target, args: &SelectArgs, required: &[Required]) -> Resu
         if include.is_none() && bi != 0 {
             break;
         }
-        for sym in syms.iter() {
-            let wanted =
-                include.as_ref().is_none_or(|inc| inc.matches(sym)) && !exclude.matches(sym);
-            if !wanted || taken.contains(&(bi as u32, sym.offset)) {
-                continue;
+        let mut candidates: Vec<(u64, &symbols::Symbol)> = syms
+            .iter()
+            .filter(|sym| {
+                include.as_ref().is_none_or(|inc| inc.matches(sym))
+                    && !exclude.matches(sym)
+                    && !taken.contains(&(bi as u32, sym.offset))
+            })
+            .map(|sym| (0, sym))
+            .collect();
+        if let Some(sampled) = sampled.filter(|_| include.is_none() && bi == 0) {
+            let matching = candidates.len();
+            for (weight, sym) in &mut candidates {
+                let end = sym.offset + sym.size.max(1);
+                let from = sampled.partition_point(|&(off, _)| off < sym.offset);
+                *weight = sampled[from..]
+                    .iter()
+                    .take_while(|&&(off, _)| off < end)
+                    .map(|&(_, w)| w)
+                    .sum();
             }
+            candidates.retain(|&(w, _)| w > 0);
+            candidates.sort_by(|a, b| b.0.cmp(&a.0));
+            sel.capped += matching - candidates.len();
+            sel.presampled = Some(candidates.len().min(args.max_funcs));
+        }
+        for (_, sym) in candidates {
             if sel.funcs.len() >= args.max_funcs {
                 sel.capped += 1;
                 continue;

@@ -238,3 +238,63 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
     assert_eq!(matched, inside, "one slow dispatch per stall in the window");
     assert!(matched >= 6, "about 14 stalls in 6 s: {matched}");
 }
+
+/// Issue 21, item 5: by PID, when the default selection has more functions
+/// than `--max-funcs`, the functions probed are those the watched thread
+/// was sampled running or waiting in, and their callers: never the first N
+/// in symbol order. The fixture has 320 cold functions and runs only
+/// `main` → `hot_mid` → `hot_leaf`.
+#[test]
+fn a_big_programs_default_selection_comes_from_where_the_thread_runs() {
+    require_root!();
+    let exe = build_c("many_funcs.c", "many_funcs", &["-O1", "-g"]);
+    let fx = Fixture::spawn(&exe, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = TempDir::new("presample");
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &[
+            "--max-funcs",
+            "50",
+            "--duration",
+            "1s",
+            "--max-overhead",
+            "0",
+        ],
+    );
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    let said = fin.stderr_line("profiler: probing the ");
+    assert!(
+        said.contains("on the watched thread's stacks")
+            && said.contains("match the default selection"),
+        "says how it chose: {said}"
+    );
+    // main, hot_mid and hot_leaf (main, entered before the attach and
+    // never left, has no calls to count).
+    assert!(
+        said.starts_with("profiler: probing the 3 functions"),
+        "{said}"
+    );
+    assert!(
+        fin.stderr_line("profiler: attached ")
+            .contains("attached 3 functions"),
+        "{:?}",
+        fin.stderr
+    );
+    let o = Outputs::load(out.path());
+    for hot in ["hot_mid", "hot_leaf"] {
+        assert!(!o.functions(hot).is_empty(), "{hot} probed: {}", o.names());
+    }
+    assert!(
+        !o.names().contains("cold_"),
+        "no function the thread never ran: {}",
+        o.names()
+    );
+    assert!(
+        o.sum("hot_mid", "calls") > 100,
+        "hot_mid counted: {}",
+        o.names()
+    );
+}
