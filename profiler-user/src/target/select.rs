@@ -352,7 +352,7 @@ pub fn select_among(
                     .sum();
             }
             candidates.retain(|&(w, _)| w > 0);
-            candidates.sort_by(|a, b| b.0.cmp(&a.0));
+            candidates.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
             sel.capped += matching - candidates.len();
             sel.presampled = Some(candidates.len().min(args.max_funcs));
         }
