@@ -281,6 +281,8 @@ impl Python {
             self.register(pid, &path, bias, &bin);
             return;
         }
+        // No CPython (any more: it exec'd another program).
+        self.remove_process(pid);
     }
 
     fn register(&mut self, pid: u32, path: &str, bias: u64, bin: &Binary) {

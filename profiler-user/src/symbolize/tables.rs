@@ -407,9 +407,7 @@ impl Tables {
         // the uprobes' `[uprobes]` page) neither rebuilds the tables still
         // in use nor leaves a moment where the process has none.
         let old = self.per_pid.remove(&pid);
-        if let Some(py) = &mut self.python {
-            py.add_process(pid, &exec);
-        }
+        let py_exec = self.python.is_some().then(|| exec.clone());
         let mut mappings: Vec<ExecMapping> = Vec::new();
         let mut keys = Vec::new();
         for line in exec.lines() {
@@ -447,6 +445,10 @@ impl Tables {
             self.release(&old_keys);
         }
         self.stats.processes = self.per_pid.len() as u64;
+        // After the tables: the native walk matters first.
+        if let (Some(py), Some(exec)) = (&mut self.python, py_exec) {
+            py.add_process(pid, &exec);
+        }
     }
 
     /// Forgets `pid`: its entry in the kernel, and its uses of tables.
