@@ -1010,3 +1010,30 @@ pub mod python {
         )
     }
 }
+
+/// Where the kernel keeps a task's pending return uprobes (see the agent's
+/// `attach/task_btf.rs`): indices into the [`uret::GLOBAL`] array of byte
+/// offsets, all 0 when unknown. The table unwinder puts back the return
+/// address a return uprobe replaced with its trampoline.
+pub mod uret {
+    /// Global (`.rodata`): `[u32; COUNT]` of byte offsets.
+    pub const GLOBAL: &str = "URETPROBE_OFFSETS";
+    /// `task_struct.utask`.
+    pub const TASK_UTASK: usize = 0;
+    /// `uprobe_task.return_instances`.
+    pub const UTASK_RETURN_INSTANCES: usize = 1;
+    /// `return_instance.orig_ret_vaddr`.
+    pub const RI_ORIG_RET_VADDR: usize = 2;
+    /// `return_instance.chained`.
+    pub const RI_CHAINED: usize = 3;
+    /// `return_instance.next`.
+    pub const RI_NEXT: usize = 4;
+    /// `task_struct.mm`.
+    pub const TASK_MM: usize = 5;
+    /// `mm_struct.uprobes_state.xol_area`.
+    pub const MM_XOL_AREA: usize = 6;
+    /// `xol_area.vaddr`.
+    pub const XOL_VADDR: usize = 7;
+    /// Entries.
+    pub const COUNT: usize = 8;
+}

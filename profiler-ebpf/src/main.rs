@@ -113,6 +113,12 @@ static TASK_TGID_OFFSET: Setting<u32> = Setting::new(0);
 #[unsafe(no_mangle)]
 static TASK_EXIT_CODE_OFFSET: Setting<u32> = Setting::new(0);
 
+/// Set by the agent at load time, from the kernel's BTF: where a task's
+/// pending return uprobes are (`profiler_common::uret`; zeros: unknown).
+#[unsafe(no_mangle)]
+static URETPROBE_OFFSETS: Setting<[u32; profiler_common::uret::COUNT]> =
+    Setting::new([0; profiler_common::uret::COUNT]);
+
 /// Set by the agent at load time: the watched thread (0: none).
 #[unsafe(no_mangle)]
 static WATCH_TID: Setting<u32> = Setting::new(0);

@@ -88,6 +88,11 @@ struct Walk {
     table_len: u32,
     /// 1 when a frame was in none of the process's known file mappings.
     outside: u32,
+    /// The uprobe trampoline of the process (0: none), and the task's next
+    /// pending return uprobe, whose original return address replaces the
+    /// trampoline's where the walk meets it.
+    tramp: u64,
+    ri: u64,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -111,6 +116,72 @@ fn user_regs() -> Option<(u64, u64, u64)> {
             read(core::ptr::addr_of!((*regs).rbp))?,
         ))
     }
+}
+
+/// Reads a u64 of kernel memory (0 when unreadable).
+#[inline(always)]
+fn read_kernel(addr: u64) -> u64 {
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
+}
+
+/// The current process's uprobe trampoline and the task's innermost pending
+/// return uprobe, or zeros (none pending, or offsets unknown).
+#[inline(always)]
+fn pending_returns() -> (u64, u64) {
+    use profiler_common::uret;
+    let o = crate::URETPROBE_OFFSETS.load();
+    if o[uret::TASK_UTASK] == 0 {
+        return (0, 0);
+    }
+    // SAFETY: the current task, only read through bpf_probe_read_kernel.
+    let task = unsafe { bpf_get_current_task_btf() } as u64;
+    let utask = read_kernel(task + u64::from(o[uret::TASK_UTASK]));
+    if utask == 0 {
+        return (0, 0);
+    }
+    let ri = read_kernel(utask + u64::from(o[uret::UTASK_RETURN_INSTANCES]));
+    if ri == 0 {
+        return (0, 0);
+    }
+    let mm = read_kernel(task + u64::from(o[uret::TASK_MM]));
+    let xol = match mm {
+        0 => 0,
+        mm => read_kernel(mm + u64::from(o[uret::MM_XOL_AREA])),
+    };
+    let tramp = match xol {
+        0 => 0,
+        xol => read_kernel(xol + u64::from(o[uret::XOL_VADDR])),
+    };
+    (tramp, ri)
+}
+
+/// Where a return uprobe replaced `w.pc` with its trampoline, the
+/// original return address, from the task's pending return instances
+/// (innermost first; a chained one shares its slot with the next).
+#[inline(always)]
+fn put_back_return(w: &mut Walk) {
+    use profiler_common::uret;
+    if w.tramp == 0 || w.pc != w.tramp || w.ri == 0 {
+        return;
+    }
+    let o = crate::URETPROBE_OFFSETS.load();
+    w.pc = read_kernel(w.ri + u64::from(o[uret::RI_ORIG_RET_VADDR]));
+    let mut ri = w.ri;
+    for _ in 0..4 {
+        // SAFETY: as in read_kernel.
+        let chained = unsafe {
+            aya_ebpf::helpers::bpf_probe_read_kernel(
+                (ri + u64::from(o[uret::RI_CHAINED])) as *const u8,
+            )
+        }
+        .unwrap_or(0);
+        ri = read_kernel(ri + u64::from(o[uret::RI_NEXT]));
+        if chained == 0 || ri == 0 {
+            break;
+        }
+    }
+    w.ri = ri;
 }
 
 /// True when the current task has user-mode state (not a kernel thread,
@@ -221,6 +292,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     // SAFETY: per-CPU scratch, written by `walk` before the loop.
     let w = unsafe { &mut *w };
     let n = w.n as usize;
+    put_back_return(w);
     if n >= MAX_UNWIND_FRAMES || n >= w.cap as usize {
         w.end = unwind_end::DEPTH;
         return 1;
@@ -308,6 +380,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let (pc, sp, bp) = user_regs()?;
     let tid = aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32;
     let (py, py_n) = crate::python::walk(pid, tid, cap / 2).unwrap_or((core::ptr::null(), 0));
+    let (tramp, ri) = pending_returns();
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
@@ -331,6 +404,8 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
             table_start: 0,
             table_len: 0,
             outside: 0,
+            tramp,
+            ri,
         };
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,

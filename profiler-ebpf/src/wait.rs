@@ -1,5 +1,6 @@
-//! The watched thread's event-loop waits (`WAIT_LOOP`): `sys_enter` and
-//! `sys_exit` raw tracepoints that, for the watched thread alone, report
+//! The watched thread's event-loop waits (`WAIT_LOOP`): per wait syscall, a
+//! fentry/fexit pair, else a kprobe/kretprobe pair, else the `sys_enter`
+//! and `sys_exit` raw tracepoints; for the watched thread alone they report
 //! each wait syscall (epoll, poll, select, io_uring with GETEVENTS) and
 //! keep `WATCH_ITER` set while an iteration of its loop runs, from the
 //! return of the loop's own wait to the next entry into it.
@@ -16,8 +17,8 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{fentry, fexit, raw_tracepoint},
-    programs::{FEntryContext, FExitContext, RawTracePointContext},
+    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint},
+    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use profiler_common::{
     wait, COUNTER_LOST_SCHED, KIND_WAIT, WATCH_IN_WAIT, WATCH_ITER, WATCH_LOOP_SP, WATCH_TASK,
@@ -282,4 +283,51 @@ pub fn prof_exit_io_uring_enter(ctx: FExitContext) -> i32 {
         on_exit(tid, ctx.arg(0), u64::from(wait::NR_IO_URING_ENTER));
     }
     0
+}
+
+/// The current task's user registers (the `pt_regs` a syscall's
+/// `__x64_sys_NAME` receives).
+#[inline(always)]
+fn user_regs() -> *const pt_regs {
+    // SAFETY: the helpers take the current task; the result is only read
+    // through bpf_probe_read_kernel.
+    unsafe {
+        aya_ebpf::helpers::generated::bpf_task_pt_regs(
+            aya_ebpf::helpers::bpf_get_current_task_btf(),
+        ) as *const pt_regs
+    }
+}
+
+// The second choice where the kernel refuses trampolines: a kprobe and a
+// kretprobe on each wait syscall's `__x64_sys_NAME`. Like the trampolines,
+// nothing runs for any other syscall.
+macro_rules! wait_kprobes {
+    ($($enter:ident, $exit:ident, $func:literal, $nr:expr;)*) => {$(
+        #[kprobe(function = $func)]
+        pub fn $enter(_ctx: ProbeContext) -> u32 {
+            if let Some(tid) = watched() {
+                on_enter(tid, user_regs(), u64::from($nr));
+            }
+            0
+        }
+
+        #[kretprobe(function = $func)]
+        pub fn $exit(_ctx: RetProbeContext) -> u32 {
+            if let Some(tid) = watched() {
+                on_exit(tid, user_regs(), u64::from($nr));
+            }
+            0
+        }
+    )*};
+}
+
+wait_kprobes! {
+    prof_kenter_epoll_wait, prof_kexit_epoll_wait, "__x64_sys_epoll_wait", wait::NR_EPOLL_WAIT;
+    prof_kenter_epoll_pwait, prof_kexit_epoll_pwait, "__x64_sys_epoll_pwait", wait::NR_EPOLL_PWAIT;
+    prof_kenter_epoll_pwait2, prof_kexit_epoll_pwait2, "__x64_sys_epoll_pwait2", wait::NR_EPOLL_PWAIT2;
+    prof_kenter_poll, prof_kexit_poll, "__x64_sys_poll", wait::NR_POLL;
+    prof_kenter_ppoll, prof_kexit_ppoll, "__x64_sys_ppoll", wait::NR_PPOLL;
+    prof_kenter_select, prof_kexit_select, "__x64_sys_select", wait::NR_SELECT;
+    prof_kenter_pselect6, prof_kexit_pselect6, "__x64_sys_pselect6", wait::NR_PSELECT6;
+    prof_kenter_io_uring_enter, prof_kexit_io_uring_enter, "__x64_sys_io_uring_enter", wait::NR_IO_URING_ENTER;
 }

@@ -278,6 +278,22 @@ impl Probes {
         // Read once: the loader relocates with it, and the wait syscalls'
         // fentry programs are loaded against it later.
         let btf = aya::Btf::from_sys_fs().ok();
+        // Where return uprobes keep the return addresses they replace, so
+        // stacks walked through them name the callers (zeros: unknown, and
+        // the trampoline's address stays in those stacks).
+        let uret: [u32; profiler_common::uret::COUNT] = match super::task_btf::uretprobe_offsets() {
+            Ok(o) => [
+                o.task_utask,
+                o.utask_return_instances,
+                o.ri_orig_ret_vaddr,
+                o.ri_chained,
+                o.ri_next,
+                o.task_mm,
+                o.mm_xol_area,
+                o.xol_vaddr,
+            ],
+            Err(_) => [0; profiler_common::uret::COUNT],
+        };
         let mut loader = EbpfLoader::new();
         loader.btf(btf.as_ref());
         let mut ebpf = ring
@@ -308,6 +324,7 @@ impl Probes {
                 &offsets.exit_code,
                 true,
             )
+            .override_global(profiler_common::uret::GLOBAL, &uret, true)
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
@@ -600,36 +617,75 @@ impl Probes {
     /// The watched thread's wait syscalls: an fentry and an fexit program
     /// on each wait syscall's kernel function (nothing runs for other
     /// syscalls), else, where the kernel cannot (no BTF, no trampolines),
-    /// the `sys_enter`/`sys_exit` tracepoints, which slow every syscall of
-    /// every task a little.
+    /// a kprobe and a kretprobe on each (nothing for other syscalls either;
+    /// a little dearer per wait), else the `sys_enter`/`sys_exit`
+    /// tracepoints, which slow every syscall of every task a little.
     fn attach_waits(&mut self) -> Result<()> {
-        match self.attach_wait_trampolines() {
-            Ok(()) => Ok(()),
-            Err(why) => {
-                // Detach the ones that did attach.
-                for name in profiler_common::WAIT_SYSCALLS {
-                    let prog = self.ebpf.program_mut(&format!("prof_enter_{name}"));
-                    if let Some(Ok(p)) = prog.map(<&mut aya::programs::FEntry>::try_from) {
-                        let _ = p.unload();
-                    }
-                    let prog = self.ebpf.program_mut(&format!("prof_exit_{name}"));
-                    if let Some(Ok(p)) = prog.map(<&mut aya::programs::FExit>::try_from) {
-                        let _ = p.unload();
-                    }
-                }
-                eprintln!(
-                    "profiler: note: watching the loop's waits with the syscall tracepoints \
-                     (meanwhile every syscall on the machine costs a little more): {why}"
-                );
-                for (name, tp) in [
-                    (profiler_common::PROG_SYS_ENTER, "sys_enter"),
-                    (profiler_common::PROG_SYS_EXIT, "sys_exit"),
-                ] {
-                    attach_raw_tp(&mut self.ebpf, name, tp)?;
-                }
-                Ok(())
+        let why = match self.attach_wait_trampolines() {
+            Ok(()) => return Ok(()),
+            Err(why) => why,
+        };
+        // Detach the ones that did attach.
+        for name in profiler_common::WAIT_SYSCALLS {
+            let prog = self.ebpf.program_mut(&format!("prof_enter_{name}"));
+            if let Some(Ok(p)) = prog.map(<&mut aya::programs::FEntry>::try_from) {
+                let _ = p.unload();
+            }
+            let prog = self.ebpf.program_mut(&format!("prof_exit_{name}"));
+            if let Some(Ok(p)) = prog.map(<&mut aya::programs::FExit>::try_from) {
+                let _ = p.unload();
             }
         }
+        let why = match self.attach_wait_kprobes() {
+            Ok(()) => {
+                eprintln!(
+                    "profiler: note: watching the loop's waits with kprobes, as the kernel \
+                     refused trampolines ({why})"
+                );
+                return Ok(());
+            }
+            Err(k) => {
+                for name in profiler_common::WAIT_SYSCALLS {
+                    for prog in [format!("prof_kenter_{name}"), format!("prof_kexit_{name}")] {
+                        let prog = self.ebpf.program_mut(&prog);
+                        if let Some(Ok(p)) = prog.map(<&mut aya::programs::KProbe>::try_from) {
+                            let _ = p.unload();
+                        }
+                    }
+                }
+                format!("{why}; kprobes: {k}")
+            }
+        };
+        eprintln!(
+            "profiler: note: watching the loop's waits with the syscall tracepoints \
+             (meanwhile every syscall on the machine costs a little more): {why}"
+        );
+        for (name, tp) in [
+            (profiler_common::PROG_SYS_ENTER, "sys_enter"),
+            (profiler_common::PROG_SYS_EXIT, "sys_exit"),
+        ] {
+            attach_raw_tp(&mut self.ebpf, name, tp)?;
+        }
+        Ok(())
+    }
+
+    /// A kprobe and a kretprobe on each wait syscall's kernel function.
+    fn attach_wait_kprobes(&mut self) -> std::result::Result<(), String> {
+        for name in profiler_common::WAIT_SYSCALLS {
+            let func = format!("__x64_sys_{name}");
+            for prog in [format!("prof_kenter_{name}"), format!("prof_kexit_{name}")] {
+                let p: &mut aya::programs::KProbe = self
+                    .ebpf
+                    .program_mut(&prog)
+                    .ok_or("program missing")?
+                    .try_into()
+                    .map_err(|e: ProgramError| chain(&e))?;
+                p.load().map_err(|e| format!("{func}: {}", chain(&e)))?;
+                p.attach(&func, 0)
+                    .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            }
+        }
+        Ok(())
     }
 
     fn attach_wait_trampolines(&mut self) -> std::result::Result<(), String> {

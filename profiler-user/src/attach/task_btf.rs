@@ -55,6 +55,98 @@ pub fn task_offsets() -> Result<TaskOffsets> {
     })
 }
 
+/// Where the kernel keeps a task's pending return uprobes and its
+/// process's uprobe trampoline: byte offsets from the kernel's BTF, for the
+/// table unwinder, which puts each return address a return uprobe replaced
+/// (the trampoline's) back to the caller's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UretprobeOffsets {
+    /// `task_struct.utask`.
+    pub task_utask: u32,
+    /// `uprobe_task.return_instances`.
+    pub utask_return_instances: u32,
+    /// `return_instance.orig_ret_vaddr`.
+    pub ri_orig_ret_vaddr: u32,
+    /// `return_instance.chained`.
+    pub ri_chained: u32,
+    /// `return_instance.next`.
+    pub ri_next: u32,
+    /// `task_struct.mm`.
+    pub task_mm: u32,
+    /// `mm_struct.uprobes_state.xol_area`.
+    pub mm_xol_area: u32,
+    /// `xol_area.vaddr`: the trampoline.
+    pub xol_vaddr: u32,
+}
+
+/// The struct `name` of `btf`.
+fn struct_named(btf: &Btf, name: &str) -> Option<btf_rs::Struct> {
+    btf.resolve_types_by_name(name)
+        .ok()?
+        .into_iter()
+        .find_map(|t| match t {
+            Type::Struct(s) => Some(s),
+            _ => None,
+        })
+}
+
+/// The byte offset of member `name` of `st`, looking inside anonymous
+/// structs and unions (`mm_struct` keeps its fields in one), and the
+/// member's type.
+fn member(btf: &Btf, st: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
+    for m in &st.members {
+        let here = m.bit_offset() / 8;
+        let mname = btf.resolve_name(m).unwrap_or_default();
+        if mname == name {
+            return Some((here, btf.resolve_chained_type(m).ok()?));
+        }
+        if mname.is_empty() {
+            if let Ok(Type::Struct(inner) | Type::Union(inner)) = btf.resolve_chained_type(m) {
+                if let Some((off, t)) = member(btf, &inner, name) {
+                    return Some((here + off, t));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Reads [`UretprobeOffsets`] from the kernel's BTF.
+pub fn uretprobe_offsets() -> Result<UretprobeOffsets> {
+    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+    let fail = |why: &str| Error::Load(format!("reading the uprobe structures from {VMLINUX}: {why}"));
+    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
+        .or_else(|_| Btf::from_file(VMLINUX))
+        .map_err(|e| fail(&e.to_string()))?;
+    let st = |name: &str| struct_named(&btf, name).ok_or_else(|| fail(&format!("no struct {name}")));
+    let off = |s: &btf_rs::Struct, name: &str| {
+        member(&btf, s, name)
+            .map(|(o, _)| o)
+            .ok_or_else(|| fail(&format!("no member {name}")))
+    };
+    let (task, utask, ri, mm, xol) = (
+        st("task_struct")?,
+        st("uprobe_task")?,
+        st("return_instance")?,
+        st("mm_struct")?,
+        st("xol_area")?,
+    );
+    let (state_at, state) = member(&btf, &mm, "uprobes_state").ok_or_else(|| fail("no member uprobes_state"))?;
+    let Type::Struct(state) = state else {
+        return Err(fail("uprobes_state is not a struct"));
+    };
+    Ok(UretprobeOffsets {
+        task_utask: off(&task, "utask")?,
+        utask_return_instances: off(&utask, "return_instances")?,
+        ri_orig_ret_vaddr: off(&ri, "orig_ret_vaddr")?,
+        ri_chained: off(&ri, "chained")?,
+        ri_next: off(&ri, "next")?,
+        task_mm: off(&task, "mm")?,
+        mm_xol_area: state_at + off(&state, "xol_area")?,
+        xol_vaddr: off(&xol, "vaddr")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -66,5 +158,15 @@ mod tests {
         };
         assert_eq!(o.tgid, o.pid + 4, "pid and tgid are adjacent pid_t");
         assert!(o.exit_code > 0);
+    }
+
+    #[test]
+    fn uretprobe_offsets_of_this_kernel_are_found() {
+        let Ok(o) = super::uretprobe_offsets() else {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        };
+        assert!(o.task_utask > 0 && o.task_mm > 0 && o.mm_xol_area > 0, "{o:?}");
+        assert_ne!(o.ri_next, o.ri_orig_ret_vaddr);
     }
 }

@@ -268,12 +268,17 @@ pub fn runtime_of(data: &[u8]) -> Runtime {
     {
         return Runtime::Go;
     }
+    // What unwinds through frames: C++ exceptions, Rust panics, and
+    // glibc's forced unwinding of a cancelled or exiting thread.
     const UNWINDERS: &[&str] = &[
         "__cxa_throw",
         "__gxx_personality_v0",
         "_Unwind_RaiseException",
         "_Unwind_Resume",
+        "_Unwind_ForcedUnwind",
         "rust_eh_personality",
+        "pthread_cancel",
+        "pthread_exit",
     ];
     let unwinds = file.section_by_name(".gcc_except_table").is_some()
         || file.symbols().chain(file.dynamic_symbols()).any(|s| {

@@ -415,12 +415,16 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
     let policy = match mode {
         ExitProbes::Ret => Policy::Ret,
         ExitProbes::Uretprobe => Policy::Uretprobe,
-        // Return uprobes cost less (BENCHMARKS.md, parts a and b), but
-        // every stack walked through a probed frame then meets the
-        // return trampoline instead of the caller: C++ and Rust
-        // unwinders abort, Go crashes, and the profiler's own sampled
-        // and blocked stacks lose the caller. So return sites, always.
-        ExitProbes::Auto => Policy::Ret,
+        // Return uprobes cost far less (one trap, not a trap and a
+        // single-stepped `ret`: BENCHMARKS.md, parts a and b), but every
+        // stack walked through a probed frame then meets the return
+        // trampoline instead of the caller: C++ and Rust unwinders abort,
+        // Go crashes. So return sites wherever something may unwind
+        // through frames, return uprobes elsewhere (a plain C program);
+        // the profiler's own walks put the caller back
+        // (profiler-ebpf/src/unwind.rs, `put_back_return`).
+        ExitProbes::Auto if unwinding => Policy::Ret,
+        ExitProbes::Auto => Policy::Uretprobe,
     };
     for (bi, functions) in symbols.iter().enumerate() {
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
@@ -457,7 +461,7 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
                 .collect();
             format!(" (auto: the target has {})", what[0])
         }
-        ExitProbes::Auto => " (auto)".to_string(),
+        ExitProbes::Auto => " (auto: nothing in the target unwinds through frames)".to_string(),
         ExitProbes::Ret => " (--exit-probes ret)".to_string(),
         ExitProbes::Uretprobe => " (--exit-probes uretprobe)".to_string(),
     };

@@ -400,3 +400,64 @@ fn launched_runtimes_write_perf_maps() {
         }
     }
 }
+
+/// Issue 25: a plain C program gets return uprobes by default, and the
+/// walks through a frame whose return a uprobe replaced (with the
+/// trampoline's address) still reach the root: the unwinder puts the
+/// original return address back from the task's pending return instances.
+/// Checked against return sites on the same running process.
+#[test]
+fn stacks_through_return_uprobes_keep_their_callers() {
+    require_root!();
+    let exe = chain(false);
+    let run = Running::spawn(Command::new(exe).arg("60"));
+    let mut shares = Vec::new();
+    for how in ["auto", "ret"] {
+        let out = TempDir::new("chain-uret");
+        let fin = profiler(&[
+            "record",
+            "--pid",
+            &run.pid(),
+            "-f",
+            "top",
+            "-f",
+            "mid",
+            "--dispatch",
+            "top",
+            "--exit-probes",
+            how,
+            "--threshold",
+            "1ms",
+            "--max-overhead",
+            "0",
+            "--duration",
+            "2s",
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        assert!(fin.status.success(), "{how}: {fin:?}");
+        let report = read(out.path(), "report.txt");
+        let want = match how {
+            "auto" => "0 at their return instructions, 2 with return uprobes",
+            _ => "2 at their return instructions, 0 with return uprobes",
+        };
+        assert!(report.contains(want), "{how}: {want}:\n{report}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&read(out.path(), "dispatches.json")).expect("dispatches.json");
+        let samples = num(&doc["sampler"], "samples");
+        let share = doc["sampler"]["complete_stacks_share"].as_f64().expect("share");
+        eprintln!("--exit-probes {how}: {samples} in-dispatch samples, complete {:.1}%", share * 100.0);
+        assert!(samples >= 100, "{how}: {samples} samples");
+        // The sampled leaf hangs under the traced mid, inside top.
+        let placed = doc["slow"].as_array().into_iter().flatten().any(|s| {
+            s["tree"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|n| n["kind"] == "sampled" && n["name"] == "leaf")
+        });
+        assert!(placed, "{how}: leaf sampled under mid");
+        shares.push(share);
+    }
+    assert!(shares.iter().all(|&s| s >= 0.95), "complete shares {shares:?}");
+}
