@@ -292,9 +292,8 @@ fn user_regs() -> *const pt_regs {
     // SAFETY: the helpers take the current task; the result is only read
     // through bpf_probe_read_kernel.
     unsafe {
-        aya_ebpf::helpers::generated::bpf_task_pt_regs(
-            aya_ebpf::helpers::bpf_get_current_task_btf(),
-        ) as *const pt_regs
+        aya_ebpf::helpers::generated::bpf_task_pt_regs(aya_ebpf::helpers::bpf_get_current_task_btf())
+            as *const pt_regs
     }
 }
 

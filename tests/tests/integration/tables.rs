@@ -445,8 +445,13 @@ fn stacks_through_return_uprobes_keep_their_callers() {
         let doc: serde_json::Value =
             serde_json::from_str(&read(out.path(), "dispatches.json")).expect("dispatches.json");
         let samples = num(&doc["sampler"], "samples");
-        let share = doc["sampler"]["complete_stacks_share"].as_f64().expect("share");
-        eprintln!("--exit-probes {how}: {samples} in-dispatch samples, complete {:.1}%", share * 100.0);
+        let share = doc["sampler"]["complete_stacks_share"]
+            .as_f64()
+            .expect("share");
+        eprintln!(
+            "--exit-probes {how}: {samples} in-dispatch samples, complete {:.1}%",
+            share * 100.0
+        );
         assert!(samples >= 100, "{how}: {samples} samples");
         // The sampled leaf hangs under the traced mid, inside top.
         let placed = doc["slow"].as_array().into_iter().flatten().any(|s| {
@@ -459,5 +464,8 @@ fn stacks_through_return_uprobes_keep_their_callers() {
         assert!(placed, "{how}: leaf sampled under mid");
         shares.push(share);
     }
-    assert!(shares.iter().all(|&s| s >= 0.95), "complete shares {shares:?}");
+    assert!(
+        shares.iter().all(|&s| s >= 0.95),
+        "complete shares {shares:?}"
+    );
 }

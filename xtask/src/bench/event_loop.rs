@@ -2,7 +2,8 @@
 //! waits. A stripped epoll loop (`xtask/bench/bench_loop.c`, about 10,000
 //! iterations a second from a 100 us timerfd) runs untraced and under
 //! `profiler record --pid P` with default options (no function probed:
-//! only the `sys_enter`/`sys_exit` tracepoints and the scheduler ones).
+//! only the wait programs: fentry, kprobes or the `sys_enter`/`sys_exit`
+//! tracepoints, whichever the kernel allows, and the scheduler ones).
 //! What it costs is the fixture's extra CPU time (the tracepoint programs
 //! run on its threads) plus the agent's CPU per iteration: the agent's
 //! time over a long run minus a short one (loading, attaching and writing
@@ -130,7 +131,7 @@ pub fn rows(f: &Figures) -> String {
     let _ = writeln!(md, "| loop CPU, traced | {:.0} |", f.traced_cpu_ns);
     let _ = writeln!(
         md,
-        "| added in the loop's thread (tracepoints) | {kernel:.0} |"
+        "| added in the loop's thread (wait and scheduler programs) | {kernel:.0} |"
     );
     let _ = writeln!(md, "| agent CPU | {:.0} |", f.agent_ns);
     let _ = writeln!(
