@@ -455,7 +455,7 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
                 .iter()
                 .filter_map(|r| match r {
                     Runtime::Go => Some("Go"),
-                    Runtime::Unwinding => Some("C++/Rust unwinding"),
+                    Runtime::Unwinding => Some("C++/Rust unwinding or thread cancellation"),
                     Runtime::Plain => None,
                 })
                 .collect();

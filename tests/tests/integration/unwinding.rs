@@ -199,3 +199,43 @@ fn cpp_exception_with_uretprobes_is_documented() {
     );
     assert_nothing_attached();
 }
+
+/// A plain C program that cancels threads (glibc unwinds a cancelled
+/// thread's frames) keeps return sites under `--exit-probes auto`, where a
+/// program with nothing that unwinds gets return uprobes (issue 25): it runs
+/// to its end, and each of the 20 cancelled `work` frames is entered once.
+#[test]
+fn a_c_program_that_cancels_threads_keeps_return_sites() {
+    require_root!();
+    let exe = build_c("cancel.c", "cancel", &["-O1", "-g", "-pthread"]);
+    let out = TempDir::new("cancel");
+    let fin = profiler(&[
+        "record",
+        "-f",
+        "work",
+        "-f",
+        "wait_here",
+        "--out",
+        out.path().to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        fin.status.code(),
+        Some(0),
+        "the program's own status: {fin:?}"
+    );
+    let report = read(out.path(), "report.txt");
+    assert!(
+        report.contains("0 with return uprobes") && report.contains("(auto: the target has"),
+        "return sites, and why: {report}"
+    );
+    let o = Outputs::load(out.path());
+    let entered = o.sum("work", "calls") + o.sum("work", "unfinished");
+    assert_eq!(
+        entered,
+        20,
+        "work entered once per cancelled thread: {}",
+        o.names()
+    );
+}
