@@ -1034,6 +1034,12 @@ pub mod uret {
     pub const MM_XOL_AREA: usize = 6;
     /// `xol_area.vaddr`.
     pub const XOL_VADDR: usize = 7;
+    /// `uprobe_task.vaddr`: the probed instruction being stepped out of
+    /// line.
+    pub const UTASK_VADDR: usize = 8;
     /// Entries.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
+    /// Bytes of one out-of-line slot in the area (x86); the first holds
+    /// the return trampoline.
+    pub const XOL_SLOT_BYTES: u64 = 128;
 }

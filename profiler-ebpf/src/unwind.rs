@@ -125,35 +125,35 @@ fn read_kernel(addr: u64) -> u64 {
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
 
-/// The current process's uprobe trampoline and the task's innermost pending
-/// return uprobe, or zeros (none pending, or offsets unknown).
+/// What a walk needs of the task's uprobes, or zeros (the task never hit
+/// one, or the offsets are unknown): the process's out-of-line area (its
+/// first slot is the return trampoline), the task's innermost pending
+/// return uprobe, and the probed instruction it is stepping out of line.
 #[inline(always)]
-fn pending_returns() -> (u64, u64) {
+fn uprobe_state() -> (u64, u64, u64) {
     use profiler_common::uret;
     let o = crate::URETPROBE_OFFSETS.load();
     if o[uret::TASK_UTASK] == 0 {
-        return (0, 0);
+        return (0, 0, 0);
     }
     // SAFETY: the current task, only read through bpf_probe_read_kernel.
     let task = unsafe { bpf_get_current_task_btf() } as u64;
     let utask = read_kernel(task + u64::from(o[uret::TASK_UTASK]));
     if utask == 0 {
-        return (0, 0);
+        return (0, 0, 0);
     }
     let ri = read_kernel(utask + u64::from(o[uret::UTASK_RETURN_INSTANCES]));
-    if ri == 0 {
-        return (0, 0);
-    }
+    let stepping = read_kernel(utask + u64::from(o[uret::UTASK_VADDR]));
     let mm = read_kernel(task + u64::from(o[uret::TASK_MM]));
     let xol = match mm {
         0 => 0,
         mm => read_kernel(mm + u64::from(o[uret::MM_XOL_AREA])),
     };
-    let tramp = match xol {
+    let area = match xol {
         0 => 0,
         xol => read_kernel(xol + u64::from(o[uret::XOL_VADDR])),
     };
-    (tramp, ri)
+    (area, ri, stepping)
 }
 
 /// Where a return uprobe replaced `w.pc` with its trampoline, the
@@ -377,10 +377,17 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
 /// no user stack, e.g. a kernel thread).
 #[inline(always)]
 pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
-    let (pc, sp, bp) = user_regs()?;
+    let (mut pc, sp, bp) = user_regs()?;
     let tid = aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32;
     let (py, py_n) = crate::python::walk(pid, tid, cap / 2).unwrap_or((core::ptr::null(), 0));
-    let (tramp, ri) = pending_returns();
+    let (tramp, ri, stepping) = uprobe_state();
+    // Sampled while the kernel steps a probed instruction out of line: the
+    // pc is in the area's slot; the walk starts from the instruction's
+    // own address.
+    let slots = tramp + profiler_common::uret::XOL_SLOT_BYTES;
+    if tramp != 0 && stepping != 0 && pc >= slots && pc < tramp + 4096 {
+        pc = stepping;
+    }
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());

@@ -291,6 +291,7 @@ impl Probes {
                 o.task_mm,
                 o.mm_xol_area,
                 o.xol_vaddr,
+                o.utask_vaddr,
             ],
             Err(_) => [0; profiler_common::uret::COUNT],
         };

@@ -78,6 +78,8 @@ pub struct UretprobeOffsets {
     pub mm_xol_area: u32,
     /// `xol_area.vaddr`: the trampoline.
     pub xol_vaddr: u32,
+    /// `uprobe_task.vaddr`: the probed instruction stepped out of line.
+    pub utask_vaddr: u32,
 }
 
 /// The struct `name` of `btf`.
@@ -151,6 +153,7 @@ pub fn uretprobe_offsets() -> Result<UretprobeOffsets> {
         task_mm: off(&task, "mm")?,
         mm_xol_area: state_at + off(&state, "xol_area")?,
         xol_vaddr: off(&xol, "vaddr")?,
+        utask_vaddr: off(&utask, "vaddr")?,
     })
 }
 
