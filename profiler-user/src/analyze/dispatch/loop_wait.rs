@@ -13,6 +13,9 @@
 //! replay reads the same iterations.
 use profiler_common::{wait, Event};
 
+/// Seconds of a session whose idle time is kept per second (a week).
+const MAX_IDLE_SECONDS: u64 = 7 * 86_400;
+
 /// Distinct wait sites remembered while learning.
 const MAX_SITES: usize = 64;
 /// A site is the loop's once it has been waited at this often.
@@ -167,6 +170,13 @@ impl LoopWait {
     }
 
     fn add_idle(&mut self, from: u64, to: u64) {
+        // Per second for the first week of a session (4.8 MB at most):
+        // a damaged or hostile recording's timestamps must not make this
+        // loop over billions of seconds.
+        let horizon = self
+            .session_start_ns
+            .saturating_add(MAX_IDLE_SECONDS * 1_000_000_000);
+        let to = to.min(horizon);
         let mut t = from.max(self.session_start_ns);
         while t < to {
             let sec = ((t - self.session_start_ns) / 1_000_000_000) as usize;
@@ -224,6 +234,18 @@ impl LoopWait {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idle_time_of_absurd_timestamps_stays_bounded() {
+        let mut l = LoopWait {
+            session_start_ns: 1_000,
+            ..LoopWait::default()
+        };
+        let t0 = std::time::Instant::now();
+        l.add_idle(1_000, u64::MAX);
+        assert_eq!(l.idle_per_s.len() as u64, MAX_IDLE_SECONDS);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+    }
 
     fn w(ts_ns: u64, exit: bool, is_loop: bool, sp: u64) -> Wait {
         Wait {
