@@ -86,6 +86,8 @@ struct SamplerJson<'a> {
     complete_stacks_share: f64,
     no_user_stack: u64,
     walks_ended: &'a std::collections::BTreeMap<&'static str, u64>,
+    /// Samples that carry CPython frames.
+    with_python_frames: u64,
 }
 
 #[derive(Serialize)]
@@ -216,6 +218,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
             complete_stacks_share: d.quality.complete_share(),
             no_user_stack: d.quality.no_user_stack,
             walks_ended: &d.quality.ends,
+            with_python_frames: d.quality.python,
         },
         slow: d
             .slow

@@ -189,6 +189,13 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
         .collect();
     let got = slow(&d);
     assert!(!got.is_empty(), "stalls found: {d}");
+    // The in-dispatch samples of the interpreter carry its Python frames.
+    let with_py = num(&d["sampler"], "with_python_frames");
+    assert!(
+        with_py * 10 >= num(&d["sampler"], "samples") * 9,
+        "samples with Python frames: {}",
+        d["sampler"]
+    );
     // Match each slow dispatch to the stall it contains: every slow one is
     // a stall, every stall inside the recorded window is one dispatch.
     let session_start = num(&d, "session_start_ns");
