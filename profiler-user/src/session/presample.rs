@@ -94,26 +94,12 @@ pub fn sample(pid: u32, tid: u32) -> Result<Seen> {
 /// `/proc/PID/maps` of one file), of the addresses `seen`, with their
 /// weights.
 pub fn file_offsets(seen: &Seen, maps: &str, path: &str) -> Vec<(u64, u64)> {
-    let mut ranges = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_), Some(off)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if f.nth(2) != Some(path) {
-            continue;
-        }
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        if let (Ok(a), Ok(b), Ok(off)) = (
-            u64::from_str_radix(a, 16),
-            u64::from_str_radix(b, 16),
-            u64::from_str_radix(off, 16),
-        ) {
-            ranges.push((a, b, off));
-        }
-    }
+    let ranges: Vec<(u64, u64, u64)> = maps
+        .lines()
+        .filter_map(crate::target::process::parse_line)
+        .filter(|m| m.path == path)
+        .map(|m| (m.start, m.end, m.offset))
+        .collect();
     let mut out: Vec<(u64, u64)> = seen
         .addrs
         .iter()

@@ -244,25 +244,8 @@ impl Python {
     /// Looks for CPython in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`), and tells the kernel where its frames are.
     pub fn add_process(&mut self, pid: u32, exec: &str) {
-        for line in exec.lines() {
-            let mut f = line.split_whitespace();
-            let (Some(range), Some(_), Some(off)) = (f.next(), f.next(), f.next()) else {
-                continue;
-            };
-            let path: String = f.skip(2).collect::<Vec<_>>().join(" ");
-            if !path.starts_with('/') {
-                continue;
-            }
-            let Some((start, end)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(offset)) = (
-                u64::from_str_radix(start, 16),
-                u64::from_str_radix(end, 16),
-                u64::from_str_radix(off, 16),
-            ) else {
-                continue;
-            };
+        for m in exec.lines().filter_map(crate::target::process::parse_line) {
+            let (start, end, offset) = (m.start, m.end, m.offset);
             let open = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
             let Ok(meta) = std::fs::metadata(&open) else {
                 continue;
@@ -278,7 +261,7 @@ impl Python {
                 continue;
             };
             let bias = start.wrapping_sub(vaddr + (offset - seg_off));
-            self.register(pid, &path, bias, &bin);
+            self.register(pid, &m.path, bias, &bin);
             return;
         }
         // No CPython (any more: it exec'd another program).
@@ -288,7 +271,7 @@ impl Python {
     fn register(&mut self, pid: u32, path: &str, bias: u64, bin: &Binary) {
         // Before 3.11 there is no `Py_Version`: the file names the version.
         let (major, minor) = match bin.version {
-            Some(v) => match read_u32(pid, bias.wrapping_add(v)) {
+            Some(v) => match Mem::open(pid).and_then(|m| m.u32(bias.wrapping_add(v))) {
                 Some(hex) => (hex >> 24, (hex >> 16) & 0xff),
                 None => return,
             },
@@ -335,17 +318,6 @@ fn version_in_name(path: &str) -> Option<(u32, u32)> {
     let (major, rest) = name[at..].split_once('.')?;
     let minor: String = rest.chars().take_while(char::is_ascii_digit).collect();
     Some((major.parse().ok()?, minor.parse().ok()?))
-}
-
-fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Option<()> {
-    let file = File::open(format!("/proc/{pid}/mem")).ok()?;
-    file.read_exact_at(buf, addr).ok()
-}
-
-fn read_u32(pid: u32, addr: u64) -> Option<u32> {
-    let mut b = [0u8; 4];
-    read_mem(pid, addr, &mut b)?;
-    Some(u32::from_ne_bytes(b))
 }
 
 /// Reads fields of one process's memory through one open file.

@@ -28,7 +28,7 @@ use super::{
     row_space::RowSpace,
     unwind_table::{self, CacheKey},
 };
-use crate::{error::chain, Error, Result};
+use crate::{error::chain, target::process::parse_line, Error, Result};
 
 /// Capacity of `UNWIND_ROWS` (as the programs were loaded with it):
 /// 2 Mi rows (32 MiB of kernel memory) for one process, 4 Mi (64 MiB)
@@ -542,30 +542,6 @@ impl Tables {
         left.extend(self.add(then, budget.saturating_sub(start.elapsed())));
         left
     }
-}
-
-/// An executable file mapping from a `/proc/PID/maps` line.
-struct MapLine {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: String,
-}
-
-fn parse_line(line: &str) -> Option<MapLine> {
-    let mut f = line.split_whitespace();
-    let (range, _perms, off) = (f.next()?, f.next()?, f.next()?);
-    let path = f.skip(2).collect::<Vec<_>>().join(" ");
-    if !path.starts_with('/') {
-        return None;
-    }
-    let (a, b) = range.split_once('-')?;
-    Some(MapLine {
-        start: u64::from_str_radix(a, 16).ok()?,
-        end: u64::from_str_radix(b, 16).ok()?,
-        offset: u64::from_str_radix(off, 16).ok()?,
-        path,
-    })
 }
 
 #[cfg(test)]

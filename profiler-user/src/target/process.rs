@@ -329,6 +329,32 @@ impl Target {
     }
 }
 
+/// A file mapping from a `/proc/PID/maps` line.
+pub struct MapLine {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: String,
+}
+
+/// The file mapping a `/proc/PID/maps` line describes (None for anonymous
+/// memory, the vDSO and other pseudo-files, or a malformed line).
+pub fn parse_line(line: &str) -> Option<MapLine> {
+    let mut f = line.split_whitespace();
+    let (range, _perms, off) = (f.next()?, f.next()?, f.next()?);
+    let path = f.skip(2).collect::<Vec<_>>().join(" ");
+    if !path.starts_with('/') {
+        return None;
+    }
+    let (a, b) = range.split_once('-')?;
+    Some(MapLine {
+        start: u64::from_str_radix(a, 16).ok()?,
+        end: u64::from_str_radix(b, 16).ok()?,
+        offset: u64::from_str_radix(off, 16).ok()?,
+        path,
+    })
+}
+
 /// The text of `/proc/PID/maps` (`pid`'s mappings). Read into one large
 /// buffer: the kernel regenerates the file's lines at every `read`, taking
 /// the process's memory-map lock each time, and `read_to_string` starts
