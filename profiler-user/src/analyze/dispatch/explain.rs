@@ -51,13 +51,20 @@ fn chain_below_frame(names: &[String], tree: &Tree, top: &Frame) -> Vec<String> 
 }
 
 /// The part of a sampled stack (innermost first) below the traced function
-/// `traced`, outermost first. If the traced function is not in it, the
-/// innermost frame alone.
+/// `traced`, outermost first. If the traced function is not in it (a frame
+/// that tail-jumped away, or one closed late because its probe was
+/// detached while it was open), the frames up to the innermost of the
+/// program's own ([`frames::is_own`]), so the chain still names the code
+/// that ran; the innermost frame alone if none is the program's.
 fn chain_below(names: &[String], traced: &str) -> Vec<String> {
-    match names.iter().position(|n| n == traced) {
-        Some(pos) => names[..pos].iter().rev().cloned().collect(),
-        None => names.first().cloned().into_iter().collect(),
-    }
+    let end = match names.iter().position(|n| n == traced) {
+        Some(pos) => pos,
+        None => names
+            .iter()
+            .position(|n| frames::is_own(n))
+            .map_or(names.len().min(1), |own| own + 1),
+    };
+    names[..end].iter().rev().cloned().collect()
 }
 
 /// Builds the explanation of the dispatch `open`, made of `recs`.
@@ -365,12 +372,50 @@ mod tests {
 
     #[test]
     fn chain_below_the_traced_frame() {
-        let names: Vec<String> = ["memcpy", "parse_inner", "parse_json", "load_config", "main"]
+        let names: Vec<String> = [
+            "__memcpy_avx_unaligned",
+            "parse_inner",
+            "parse_json",
+            "load_config",
+            "main",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            chain_below(&names, "parse_json"),
+            ["parse_inner", "__memcpy_avx_unaligned"]
+        );
+        assert_eq!(
+            chain_below(&names, "__memcpy_avx_unaligned"),
+            Vec::<String>::new()
+        );
+        // Not in the stack: up to the innermost frame of the program's own.
+        assert_eq!(
+            chain_below(&names, "absent"),
+            ["parse_inner", "__memcpy_avx_unaligned"]
+        );
+        let runtime: Vec<String> = ["clock_nanosleep", "[unknown] python3.11+0x1fcda3"]
             .map(String::from)
             .to_vec();
-        assert_eq!(chain_below(&names, "parse_json"), ["parse_inner", "memcpy"]);
-        assert_eq!(chain_below(&names, "memcpy"), Vec::<String>::new());
-        assert_eq!(chain_below(&names, "absent"), ["memcpy"]);
+        assert_eq!(chain_below(&runtime, "absent"), ["clock_nanosleep"]);
+        let py: Vec<String> = [
+            "clock_nanosleep",
+            "[unknown] python3.11+0x1fcda3",
+            "py:staller (/app/stall.py:12)",
+            "_PyEval_EvalFrameDefault",
+            "PyObject_Call",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            chain_below(&py, "PyObject_Call_absent"),
+            [
+                "py:staller (/app/stall.py:12)",
+                "[unknown] python3.11+0x1fcda3",
+                "clock_nanosleep"
+            ]
+        );
+        assert_eq!(chain_below(&[], "absent"), Vec::<String>::new());
     }
 
     #[test]
