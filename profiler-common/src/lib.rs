@@ -171,6 +171,9 @@ pub const SEEN_THREADS_CAPACITY: u32 = 16384;
 pub const NOTICED_CAPACITY: u32 = 16384;
 /// Name of that map.
 pub const NOTICED_MAP: &str = "NOTICED";
+/// Bit of a [`NOTICED_MAP`] value: the agent was told of the process and
+/// has not yet read its mappings (it clears the bit when it has).
+pub const NOTICE_PENDING: u8 = 0x80;
 /// One-slot array: nonzero while the agent polls the notices on a timer
 /// (notices then do not wake it).
 pub const NOTICE_QUIET_MAP: &str = "NOTICE_QUIET";
@@ -205,8 +208,11 @@ pub const COUNTER_LOST_PROC: u32 = 12;
 /// `sample --all`: new-process notices that could not be reserved (the
 /// process is told of again at its next new stack).
 pub const COUNTER_NOTICES_LOST: u32 = 13;
+/// Python code objects the agent could not be told of (`PY_NEWS` full):
+/// named at the end instead, if their process still runs.
+pub const COUNTER_PY_NOTICES_LOST: u32 = 14;
 /// Number of counters in [`COUNTERS_MAP`].
-pub const COUNTER_COUNT: u32 = 14;
+pub const COUNTER_COUNT: u32 = 15;
 
 /// Hash of traced tgid -> parent tgid (0 for a session's own targets):
 /// the processes whose probe hits count when [`TRACK_GLOBAL`] is set.
@@ -774,6 +780,8 @@ unsafe impl Record for ProcEvent {}
 unsafe impl Record for DwarfSample {}
 // SAFETY: as above.
 unsafe impl Record for WakerEvent {}
+// SAFETY: as above.
+unsafe impl Record for python::PyCodeNotice {}
 
 /// The one decoder of ring records: the record's kind, and its header.
 /// None for a record too short for a header, or of an unknown kind.
@@ -935,6 +943,25 @@ pub mod python {
     pub const PY_PROCS_CAPACITY: u32 = 4096;
     /// Most Python frames a stack keeps (the innermost ones).
     pub const MAX_PY_FRAMES: u32 = 32;
+    /// Ring of [`PyCodeNotice`]s: code objects met for the first time in
+    /// a stored stack, for the agent to read while their process runs.
+    pub const PY_NEWS_MAP: &str = "PY_NEWS";
+    /// Size of [`PY_NEWS_MAP`] in bytes (4,096 notices).
+    pub const PY_NEWS_BYTES: u32 = 64 << 10;
+    /// Code objects already told of, per process (an LRU: one evicted is
+    /// told of again, harmlessly).
+    pub const PY_CODES_CAPACITY: u32 = 32768;
+
+    /// A code object of process `pid` that a stored stack holds for the
+    /// first time.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct PyCodeNotice {
+        pub pid: u32,
+        /// Zero.
+        pub pad: u32,
+        pub code: u64,
+    }
     /// A field the version does not have.
     pub const NONE: u32 = u32::MAX;
     /// `_PyInterpreterFrame.owner` of the shim frame each C call of the

@@ -69,8 +69,8 @@ use profiler_common::{
     CPU_COUNTS_CAPACITY, CPU_STACKS_CAPACITY, DWARF_STACK_BYTES, EVENTS_SLOTS, GO_STACK_BASE,
     KIND_COMM, KIND_DWARF, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, KIND_NEW_PROCESS,
     KIND_PEER_SAMPLE, KIND_PROC, KIND_SAMPLE, KIND_SCHED_IN, KIND_SCHED_OUT, KIND_WAKER,
-    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, NOTICED_CAPACITY, PROC_EXEC, PROC_EXIT,
-    PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY,
+    KIND_WAKEUP, MAX_KERNEL_FRAMES, MAX_USER_FRAMES, NOTICED_CAPACITY, NOTICE_PENDING, PROC_EXEC,
+    PROC_EXIT, PROC_FORK, SCHED_BLOCKED, SCHED_RUNNABLE, SEEN_THREADS_CAPACITY, TRACED_CAPACITY,
     WAKER_KERNEL_THREAD, WATCH_BLOCKED, WATCH_DEPTH, WATCH_ITER, WATCH_SLOTS, WATCH_TASK,
 };
 
@@ -239,8 +239,9 @@ static CPU_COMMS: LruHashMap<u32, [u8; 16]> = LruHashMap::with_max_entries(CPU_C
 #[map(name = "WATCH")]
 static WATCH: Array<u64> = Array::with_max_entries(WATCH_SLOTS, 0);
 
-/// Processes the agent was told of ([`notice_new_process`]), with how many
-/// times it was told again.
+/// Processes the agent was told of ([`notice_new_process`]): how many
+/// times it was told again, and [`NOTICE_PENDING`] until it read the
+/// process's mappings.
 #[map(name = "NOTICED")]
 static NOTICED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(NOTICED_CAPACITY, 0);
 
@@ -267,7 +268,10 @@ fn notice_new_process(pid: u32, outside: bool) {
     if SAMPLE_ALL.load() == 0 {
         return;
     }
-    if NOTICED.insert(pid, 0, BPF_NOEXIST as u64).is_err() {
+    if NOTICED
+        .insert(pid, NOTICE_PENDING, BPF_NOEXIST as u64)
+        .is_err()
+    {
         if !outside {
             return;
         }
@@ -275,12 +279,15 @@ fn notice_new_process(pid: u32, outside: bool) {
             return;
         };
         // SAFETY: a value of the map; two CPUs racing here at worst tell
-        // the agent once more.
+        // the agent once more. While a notice is pending (the agent has
+        // not read the mappings since), stacks outside them are expected
+        // and use none of the process's few notices: the program's start
+        // in the dynamic loader would spend them all before its `dlopen`.
         unsafe {
-            if *told >= RENOTICES {
+            if *told & NOTICE_PENDING != 0 || *told >= RENOTICES {
                 return;
             }
-            *told += 1;
+            *told = (*told + 1) | NOTICE_PENDING;
         }
     }
     let Some((mut slot, _)) = reserve::<Event>() else {

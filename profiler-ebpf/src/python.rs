@@ -10,19 +10,32 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
+    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_NO_WAKEUP},
     helpers::{bpf_ktime_get_ns, bpf_probe_read_user, generated::bpf_loop},
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use profiler_common::python::{
-    self, PyProc, MAX_PY_FRAMES, NONE, OWNED_BY_CSTACK, PY_PROCS_CAPACITY,
+use profiler_common::{
+    python::{
+        self, PyCodeNotice, PyProc, MAX_PY_FRAMES, NONE, OWNED_BY_CSTACK, PY_CODES_CAPACITY,
+        PY_NEWS_BYTES, PY_PROCS_CAPACITY,
+    },
+    COUNTER_PY_NOTICES_LOST,
 };
 
 /// Processes running CPython, by tgid (written by the agent).
 #[map(name = "PY_PROCS")]
 static PY_PROCS: HashMap<u32, PyProc> =
     HashMap::with_max_entries(PY_PROCS_CAPACITY, BPF_F_NO_PREALLOC);
+
+/// Code objects the agent was told of, per process.
+#[map]
+static PY_CODES: LruHashMap<PyCodeNotice, u8> = LruHashMap::with_max_entries(PY_CODES_CAPACITY, 0);
+
+/// Code objects met for the first time, for the agent to read while their
+/// process runs (one that exits or execs takes its code objects along).
+#[map(name = "PY_NEWS")]
+static PY_NEWS: RingBuf = RingBuf::with_byte_size(PY_NEWS_BYTES, 0);
 
 /// A thread's `PyThreadState`, or 0 when it had none when last looked for.
 #[repr(C)]
@@ -226,4 +239,40 @@ pub fn walk(pid: u32, tid: u32, cap: u32) -> Option<(*const u64, u32)> {
     };
     // SAFETY: the frames live in the per-CPU map value.
     Some((unsafe { core::ptr::addr_of!((*w).frames) }.cast::<u64>(), n))
+}
+
+/// True when the agent found CPython in process `pid`.
+#[inline(always)]
+pub fn runs(pid: u32) -> bool {
+    // SAFETY: the value is only checked for presence.
+    unsafe { PY_PROCS.get(pid) }.is_some()
+}
+
+/// Tells the agent of the code object of Python frame `slot` of `pid`, the
+/// first time a stored stack holds it. A notice the ring has no room for is
+/// counted and forgotten, so the next new stack with it tells again.
+#[inline(always)]
+pub fn note_code(pid: u32, slot: u64) {
+    let key = PyCodeNotice {
+        pid,
+        pad: 0,
+        code: python::decode(slot).0,
+    };
+    // SAFETY: the value is only checked for presence.
+    if unsafe { PY_CODES.get(key) }.is_some()
+        || PY_CODES.insert(key, 0, BPF_NOEXIST as u64).is_err()
+    {
+        return;
+    }
+    match PY_NEWS.reserve::<PyCodeNotice>(0) {
+        Some(mut slot) => {
+            slot.write(key);
+            // The agent reads the ring on its ticks.
+            slot.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => {
+            let _ = PY_CODES.remove(key);
+            crate::bump(COUNTER_PY_NOTICES_LOST);
+        }
+    }
 }

@@ -478,5 +478,36 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
         full();
         return 0;
     }
+    if crate::python::runs(pid) {
+        // SAFETY: `note_step` has the callback signature bpf_loop expects.
+        unsafe {
+            bpf_loop(
+                MAX_UNWIND_FRAMES as u32,
+                note_step as *mut c_void,
+                core::ptr::null_mut(),
+                0,
+            );
+        }
+    }
     key
+}
+
+/// One frame of the stack just stored: a Python frame's code object is
+/// told of (`python::note_code`) if it is new.
+#[inline(never)]
+extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
+    let (Some(stack), Some(w)) = (UNWIND_SCRATCH.get_ptr_mut(0), WALK.get_ptr_mut(0)) else {
+        return 1;
+    };
+    // SAFETY: per-CPU scratch, written by the walk that was just stored.
+    let (len, pid) = unsafe { ((*stack).len, (*w).pid) };
+    if index >= len {
+        return 1;
+    }
+    // SAFETY: as above; the index is masked into range.
+    let slot = unsafe { (*stack).frames[index as usize & (MAX_UNWIND_FRAMES - 1)] };
+    if profiler_common::python::is_frame(slot) {
+        crate::python::note_code(pid, slot);
+    }
+    0
 }

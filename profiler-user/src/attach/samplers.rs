@@ -14,7 +14,8 @@ use aya::{
 };
 use profiler_common::{
     Event, SampleKey, UserStack, CPU_COMMS_MAP, CPU_COUNTS_MAP, CPU_STACKS_MAP, KIND_NEW_PROCESS,
-    NOTICE_QUIET_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE, PROG_OFFCPU, USER_STACKS_MAP,
+    NOTICED_MAP, NOTICE_PENDING, NOTICE_QUIET_MAP, OFFCPU_NS_MAP, PROG_CPU_SAMPLE, PROG_OFFCPU,
+    USER_STACKS_MAP,
 };
 
 use std::collections::HashMap;
@@ -113,6 +114,8 @@ impl ExitedThreads {
 pub struct NewProcesses {
     ring: RingBuf<MapData>,
     quiet: Array<MapData, u64>,
+    /// The kernel's record of what it told ([`NewProcesses::mappings_read`]).
+    noticed: MapHash<MapData, u32, u8>,
     polling: bool,
 }
 
@@ -122,9 +125,13 @@ impl NewProcesses {
         let quiet = ebpf
             .take_map(NOTICE_QUIET_MAP)
             .ok_or_else(|| Error::Load(format!("no {NOTICE_QUIET_MAP} map")))?;
+        let noticed = ebpf
+            .take_map(NOTICED_MAP)
+            .ok_or_else(|| Error::Load(format!("no {NOTICED_MAP} map")))?;
         Ok(NewProcesses {
             ring,
             quiet: Array::try_from(quiet).map_err(Error::ebpf)?,
+            noticed: MapHash::try_from(noticed).map_err(Error::ebpf)?,
             polling: false,
         })
     }
@@ -166,6 +173,21 @@ impl NewProcesses {
                     pids.push(ev.tid)
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// Tells the kernel that the mappings (and unwind tables) of `pids`
+    /// are read: a later stack outside them (a `dlopen`) tells of the
+    /// process again. Until then such stacks are expected, and tell
+    /// nothing.
+    pub fn mappings_read(&mut self, pids: impl IntoIterator<Item = u32>) {
+        for pid in pids {
+            if let Ok(told) = self.noticed.get(&pid, 0) {
+                if told & NOTICE_PENDING != 0 {
+                    // A race with the kernel at worst tells once more.
+                    let _ = self.noticed.insert(pid, told & !NOTICE_PENDING, 0);
+                }
             }
         }
     }

@@ -282,10 +282,12 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 .into_iter()
                 .filter_map(|p| Some((p, sighted.read(p, true, &mut sym, &mut cgroups)?)))
                 .collect();
+            let told: Vec<u32> = read.iter().map(|(p, _)| *p).collect();
             if let (Some(t), false) = (&mut tables, read.is_empty()) {
                 // Exited processes are looked for at the next slow tick.
                 pending = t.add_read(read, &std::mem::take(&mut pending), NOTICE_BUDGET);
             }
+            n.mappings_read(told.into_iter().filter(|p| !pending.contains(p)));
         }
         if slow.due(Instant::now()) {
             ticks = ticks.wrapping_add(1);
@@ -344,14 +346,20 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                     pids.append(&mut pending);
                     pids.retain(|p| !sighted.gone.contains(p));
                     pending = t.sync(&pids, false, TABLES_BUDGET);
+                    if let Some(n) = &mut news {
+                        n.mappings_read(pids.into_iter().filter(|p| !pending.contains(p)));
+                    }
                 }
             }
             if let Some(d) = &mut dwarf {
                 d.unwinder.refresh();
             }
         }
+        // Python code objects met since the last tick, read while their
+        // processes run.
+        let py_told = tables.as_mut().map_or(0, Tables::learn_python) > 0;
         // Notices came: read them again after the gap, unwoken.
-        news.as_ref().is_some_and(NewProcesses::polling)
+        news.as_ref().is_some_and(|n| n.polling() || py_told)
     };
     let reason = rt.block_on(collector::wait_for_stop(
         target.as_ref().map(|t| &t.pidfd),
@@ -362,6 +370,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     ))?;
     if let Some(d) = &mut dwarf {
         d.drain(pid);
+    }
+    if let Some(t) = &mut tables {
+        t.learn_python();
     }
     maps.remember_maps(&mut sym, None);
     let duration_ns = started.elapsed().as_nanos() as u64;

@@ -587,6 +587,11 @@ impl Sinks {
     /// snapshot of the target's mappings.
     fn tick(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
+        if let Some(t) = &mut self.tables {
+            // Python code objects met since the last tick, read while the
+            // target runs.
+            t.learn_python();
+        }
         // Every 10 ms for the first second (a launched command maps its
         // libraries at once), then every 0.1 s.
         if (self.ticks < 100 || self.ticks % 10 == 1) && self.libs.waiting() {

@@ -9,14 +9,25 @@
 //! `python_layouts_match_the_headers` (tests/), which compiles `offsetof`
 //! for every field with each CPython on the machine. A version not in the
 //! table gets one line on stderr and native frames only.
+//!
+//! A code object is read when the kernel first stores a stack holding it
+//! (a notice in `PY_NEWS`, read on the agent's ticks) and kept ([`CODES`]):
+//! a process that execs or exits takes its memory along, and a
+//! short-lived script under `sample --all` is gone by the time its
+//! profile is named. What a code object holds names all its instructions.
+//! One freed and another allocated at its address in the same process
+//! would keep the first one's name; code objects are seldom freed (only
+//! code made at run time, by `exec` or `compile`, is).
 use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, sync::Mutex};
 
 use aya::{
-    maps::{HashMap as BpfHash, MapData},
+    maps::{HashMap as BpfHash, MapData, RingBuf},
     Ebpf,
 };
 use object::{Object, ObjectSegment, ObjectSymbol};
-use profiler_common::python::{self as common, PyProc, NONE, PY_PROCS_MAP};
+use profiler_common::python::{
+    self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
+};
 
 use super::unwind_table::FileKey;
 use crate::{error::chain, Error, Result};
@@ -212,9 +223,51 @@ fn registered(pid: u32) -> Option<Proc> {
     PROCS.lock().ok()?.as_ref()?.get(&pid).copied()
 }
 
+/// What one code object tells: enough to name each of its instructions.
+#[derive(Debug, Clone)]
+struct Code {
+    qualname: String,
+    file: String,
+    first: i32,
+    /// `co_linetable`.
+    table: Vec<u8>,
+}
+
+impl Code {
+    /// `py:qualname (file:line)` of instruction `index`.
+    fn name(&self, index: u64) -> String {
+        let line = match line_of(&self.table, self.first, index) {
+            Some(line) => line.to_string(),
+            None => "?".into(),
+        };
+        format!("{PREFIX}{} ({}:{line})", self.qualname, self.file)
+    }
+}
+
+/// Code objects read, by process and address.
+static CODES: Mutex<Option<HashMap<(u32, u64), Code>>> = Mutex::new(None);
+/// Most code objects kept (about 300 bytes each); past it, code objects
+/// are read when their frames are named.
+const MAX_CODES: usize = 1 << 18;
+
+fn cached(pid: u32, code: u64) -> Option<Code> {
+    CODES.lock().ok()?.as_ref()?.get(&(pid, code)).cloned()
+}
+
+fn keep(pid: u32, code: u64, read: &Code) {
+    if let Ok(mut g) = CODES.lock() {
+        let codes = g.get_or_insert_with(HashMap::new);
+        if codes.len() < MAX_CODES {
+            codes.insert((pid, code), read.clone());
+        }
+    }
+}
+
 /// Finds CPython in processes and keeps the kernel's `PY_PROCS` current.
 pub struct Python {
     procs: BpfHash<MapData, u32, PyProc>,
+    /// Code objects met for the first time ([`Python::learn`]).
+    news: RingBuf<MapData>,
     /// Each binary read, by identity: its markers if it is CPython.
     files: HashMap<FileKey, Option<Binary>>,
     /// Versions already said to be unsupported.
@@ -234,8 +287,12 @@ impl Python {
         let map = ebpf
             .take_map(PY_PROCS_MAP)
             .ok_or_else(|| Error::Load(format!("no {PY_PROCS_MAP} map")))?;
+        let news = ebpf
+            .take_map(PY_NEWS_MAP)
+            .ok_or_else(|| Error::Load(format!("no {PY_NEWS_MAP} map")))?;
         Ok(Python {
             procs: BpfHash::try_from(map).map_err(|e| Error::Load(chain(&e)))?,
+            news: RingBuf::try_from(news).map_err(|e| Error::Load(chain(&e)))?,
             files: HashMap::new(),
             told: Vec::new(),
         })
@@ -308,6 +365,37 @@ impl Python {
     /// Forgets `pid` in the kernel (its names stay, for its samples).
     pub fn remove_process(&mut self, pid: u32) {
         let _ = self.procs.remove(&pid);
+    }
+
+    /// Reads the code objects the kernel told of since the last call,
+    /// while their processes run. Returns how many notices there were.
+    pub fn learn(&mut self) -> usize {
+        let mut told: Vec<PyCodeNotice> = Vec::new();
+        while let Some(item) = self.news.next() {
+            if let Some(n) = profiler_common::read::<PyCodeNotice>(&item) {
+                told.push(n);
+            }
+        }
+        told.sort_unstable_by_key(|n| (n.pid, n.code));
+        told.dedup();
+        let mut open: Option<(u32, Option<Mem>)> = None;
+        for n in &told {
+            let Some(proc) = registered(n.pid) else {
+                continue;
+            };
+            if cached(n.pid, n.code).is_some() {
+                continue;
+            }
+            if open.as_ref().is_none_or(|(p, _)| *p != n.pid) {
+                open = Some((n.pid, Mem::open(n.pid)));
+            }
+            if let Some((_, Some(mem))) = &open {
+                if let Some(Read::Code(code)) = read_code(mem, &proc, n.code) {
+                    keep(n.pid, n.code, &code);
+                }
+            }
+        }
+        told.len()
     }
 }
 
@@ -382,32 +470,47 @@ impl Mem {
 pub fn name(pid: u32, slot: u64) -> Option<String> {
     let proc = registered(pid)?;
     let (code, index, _) = common::decode(slot);
+    if let Some(known) = cached(pid, code) {
+        return Some(known.name(index));
+    }
     let Some(mem) = Mem::open(pid) else {
         return Some(format!("{PREFIX}[exited before its code was read]"));
     };
-    Some(
-        code_name(&mem, &proc, code, index)
-            .unwrap_or_else(|| format!("{PREFIX}[unreadable code object {code:#x}]")),
-    )
+    Some(match read_code(&mem, &proc, code) {
+        Some(Read::Code(read)) => {
+            keep(pid, code, &read);
+            read.name(index)
+        }
+        // Freed (and its memory reused) between the sample and this read.
+        Some(Read::Freed) => format!("{PREFIX}[freed code object]"),
+        None => format!("{PREFIX}[unreadable code object {code:#x}]"),
+    })
 }
 
-fn code_name(mem: &Mem, proc: &Proc, code: u64, index: u64) -> Option<String> {
+/// A code object read, or the sign that it is gone.
+enum Read {
+    Code(Code),
+    /// Its memory holds something else now.
+    Freed,
+}
+
+fn read_code(mem: &Mem, proc: &Proc, code: u64) -> Option<Read> {
     let l = proc.layout;
     if mem.u64(code + OB_TYPE)? != proc.code_type {
-        // Freed (and its memory reused) between the sample and this read.
-        return Some(format!("{PREFIX}[freed code object]"));
+        return Some(Read::Freed);
     }
     let qualname = mem.string(l, mem.u64(code + u64::from(l.code_qualname))?)?;
     let file = mem.string(l, mem.u64(code + u64::from(l.code_filename))?)?;
     let first = mem.u32(code + u64::from(l.code_firstlineno))? as i32;
     let table = mem.u64(code + u64::from(l.code_linetable))?;
     let size = mem.u64(table + VAR_SIZE)?.min(1 << 20) as usize;
-    let bytes = mem.bytes(table + BYTES_DATA, size)?;
-    let line = match line_of(&bytes, first, index) {
-        Some(line) => line.to_string(),
-        None => "?".into(),
-    };
-    Some(format!("{PREFIX}{qualname} ({file}:{line})"))
+    let table = mem.bytes(table + BYTES_DATA, size)?;
+    Some(Read::Code(Code {
+        qualname,
+        file,
+        first,
+        table,
+    }))
 }
 
 /// The line of instruction `index` (code units) from a 3.11+ location

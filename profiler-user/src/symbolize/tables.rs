@@ -451,6 +451,13 @@ impl Tables {
         }
     }
 
+    /// Reads the Python code objects the kernel told of since the last
+    /// call, while their processes run ([`super::python::Python::learn`]).
+    /// Returns how many notices there were.
+    pub fn learn_python(&mut self) -> usize {
+        self.python.as_mut().map_or(0, |p| p.learn())
+    }
+
     /// Forgets `pid`: its entry in the kernel, and its uses of tables.
     pub fn remove_process(&mut self, pid: u32) {
         if let Some((keys, _)) = self.per_pid.remove(&pid) {

@@ -493,7 +493,9 @@ fn short_lived_processes_are_named_from_their_first_samples() {
 /// that execs after being sampled as python3, and one that `dlopen`s a
 /// library after being sampled in its main program. Both live about a
 /// second; their samples after the change must be named, with complete
-/// stacks (the tables of the new mappings in place within a tick).
+/// stacks (the tables of the new mappings in place within a tick). The
+/// Python frames from before the exec must be named too: their code
+/// objects are read while Python runs, not at the end.
 #[test]
 fn new_mappings_of_a_sampled_process_are_read_at_once() {
     require_root!();
@@ -528,13 +530,15 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
     let folded_text = read(out.path(), "cpu.folded");
     let stacks = folded(&folded_text);
     // Samples of `comm` after the change (those with no frame containing
-    // `before`): how many, and how many have `chain` from `_start`.
+    // one of `before`): how many, and how many have `chain` from `_start`.
+    // (Python's own frames: named `Py*`, `py:`, or unnamed in `python3.11`,
+    // as its first samples are, before the agent built its tables.)
     // (Samples from before the exec are shown under the name the thread
     // had last, as all its samples are.)
-    let count = |comm: &str, before: &str, chain: &[&str]| {
-        let mine = stacks
-            .iter()
-            .filter(|(s, _)| s[0] == comm && !s.iter().any(|f| f.contains(before)));
+    let count = |comm: &str, before: &[&str], chain: &[&str]| {
+        let mine = stacks.iter().filter(|(s, _)| {
+            s[0] == comm && !s.iter().any(|f| before.iter().any(|b| f.contains(b)))
+        });
         let total: u64 = mine.clone().map(|(_, n)| n).sum();
         let good: u64 = mine
             .filter(|(s, _)| s[1] == "_start" && has_chain(s, chain))
@@ -545,11 +549,19 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
     for (what, (total, good)) in [
         (
             "after exec",
-            count(&comm, "Py", &["main", "a1", "b1", "c1"]),
+            count(
+                &comm,
+                &["Py", "py:", "python3"],
+                &["main", "a1", "b1", "c1"],
+            ),
         ),
         (
             "after dlopen",
-            count("dlopen_late", "spin_before_dlopen", &["main", "lib_burn"]),
+            count(
+                "dlopen_late",
+                &["spin_before_dlopen"],
+                &["main", "lib_burn"],
+            ),
         ),
     ] {
         eprintln!("{what}: {total} samples, {good} named and complete");
@@ -560,4 +572,23 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
             "{what}: only {good} of {total} samples named and complete:\n{folded_text}"
         );
     }
+    // Before the exec: the Python frames of the spin loop, named from code
+    // objects read while Python ran (its memory went with the exec).
+    let python = |named: bool| -> u64 {
+        stacks
+            .iter()
+            .filter(|(s, _)| s[0] == comm && s.iter().any(|f| f.starts_with("py:")))
+            .filter(|(s, _)| !named || s.iter().any(|f| f.starts_with("py:<module> (<string>:3)")))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (with_py, named) = (python(false), python(true));
+    eprintln!("before exec: {with_py} samples with Python frames, {named} named");
+    // 0.3 s at 499 Hz is about 150 samples; the first ones come before the
+    // agent found CPython in the process.
+    assert!(
+        with_py >= 30,
+        "{with_py} samples with Python frames:\n{folded_text}"
+    );
+    assert_eq!(named, with_py, "Python frames unnamed:\n{folded_text}");
 }
