@@ -266,6 +266,12 @@ pub struct RecordArgs {
     /// --pid, off when launching a command; 0 turns it off).
     #[arg(long, value_parser = parse_overhead, value_name = "PCT", allow_negative_numbers = true)]
     pub max_overhead: Option<f64>,
+    /// Report durations as measured, with the probes' own cost in them. By
+    /// default every duration (calls, self time, dispatches) has the
+    /// calibrated cost of the probe hits inside it taken out; the JSON
+    /// keeps the measured figures beside the corrected ones.
+    #[arg(long)]
+    pub raw_durations: bool,
     /// Largest profile.data (K/M/G suffixes; 0: none). It holds every
     /// event, for `profiler report` to replay; past the limit the recording
     /// still completes, and a replay covers the part before it, marked

@@ -240,6 +240,10 @@ impl Estimator {
             return None;
         }
         let (tid, probe_ns, held) = worst;
+        // A thread spends at most all its time in probes: an estimate past
+        // it (hits dearer at calibration than here) would ask to detach
+        // more than every probe it hit.
+        let probe_ns = probe_ns.min(held);
         self.settled.0 += probe_ns;
         self.settled.1 += held;
         let thread_pct = probe_ns / held * 100.0;
@@ -296,6 +300,8 @@ mod tests {
         entry_nop_ns: 300.0,
         ret_site_ns: 4000.0,
         uretprobe_ns: 2000.0,
+        inside_ns: [0.0; 6],
+        inside_spread_pct: 0.0,
     };
 
     /// Threads whose CPU time is unknown: held against the wall time.
@@ -346,6 +352,20 @@ mod tests {
             None
         );
         assert!((e.peak_pct - 80.16).abs() < 0.01);
+    }
+
+    #[test]
+    fn an_estimate_past_all_the_threads_time_detaches_only_what_it_hit() {
+        // 250 ms of CPU, f0 80,000 events at 4 µs (320 ms: past the whole
+        // window), f1 one event: f0 alone covers everything the thread did.
+        let funcs = [func(ExitKind::Sites); 2];
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0, 0], wall(&[(1, 0)]));
+        let d = e
+            .evaluate(250_000_000, &[80_000, 1], wall(&[(1, 80_001)]))
+            .expect("over budget");
+        assert_eq!(d.funcs.iter().map(|f| f.0).collect::<Vec<_>>(), vec![0]);
+        assert!((d.thread_pct - 100.0).abs() < 1e-9, "{d:?}");
     }
 
     #[test]

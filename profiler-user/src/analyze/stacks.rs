@@ -22,11 +22,22 @@
 //! detach time, marked *detached* (counted as calls, like unwound ones). A
 //! detached frame with a traced call still open above it closes when that
 //! call does, so a frame's time still never exceeds its parent's.
+//!
+//! Durations are the probes' cost taken out ([`FuncStats::cost`], from the
+//! calibration at attach): a call's measured time holds its own two hits'
+//! share ([`ProbeCost::inside_ns`]) and both whole hits of every traced
+//! call inside it, which are taken out of it and of all its callers'. A
+//! function's self time then excludes the probes too. What was taken out is
+//! kept per function ([`FuncStats::probe_ns`]), so the measured figures can
+//! be shown beside the corrected ones.
 use std::collections::HashMap;
 
 use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
 
-use crate::analyze::calltree::{CallTree, NodeId, ROOT};
+use crate::{
+    analyze::calltree::{CallTree, NodeId, ROOT},
+    target::exits::ProbeCost,
+};
 
 /// Aggregate of one function's completed invocations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +63,12 @@ pub struct FuncStats {
     /// Invocations closed when the overhead governor detached the function
     /// (included in `calls`): their return could no longer be seen.
     pub detached: u64,
+    /// What its probe hits cost, taken out of the durations (zero: they
+    /// are as measured).
+    pub cost: ProbeCost,
+    /// The probes' cost taken out of its invocations' inclusive durations,
+    /// summed like `sum_ns` (measured: `sum_ns + probe_ns`).
+    pub probe_ns: u64,
 }
 
 impl FuncStats {
@@ -86,6 +103,8 @@ struct Frame {
     /// Stack pointer at entry (0 if unknown).
     sp: u64,
     child_ns: u64,
+    /// The probe hits of the traced calls inside it, in ns.
+    probe_ns: u64,
     outermost: bool,
 }
 
@@ -116,8 +135,11 @@ pub struct Completed {
     pub func: u32,
     /// Entry time.
     pub start_ns: u64,
-    /// Inclusive duration.
+    /// Inclusive duration, without the probes' cost.
     pub dur_ns: u64,
+    /// Inclusive duration as measured, from entry to exit (for a
+    /// timeline, where calls must nest as they ran).
+    pub measured_ns: u64,
 }
 
 /// One thread's state.
@@ -169,9 +191,13 @@ impl ThreadState {
 
     fn close_one(&mut self, funcs: &mut [FuncStats], ts_ns: u64, how: Closed) -> Frame {
         let f = self.stack.pop().expect("an open frame");
-        let dur = ts_ns.saturating_sub(f.entry_ns);
-        let self_ns = dur.saturating_sub(f.child_ns);
+        let measured = ts_ns.saturating_sub(f.entry_ns);
         let stats = &mut funcs[f.func as usize];
+        let cost = stats.cost;
+        let removed = (f.probe_ns + u64::from(cost.inside_ns)).min(measured);
+        let dur = measured - removed;
+        let self_ns = dur.saturating_sub(f.child_ns);
+        stats.probe_ns = stats.probe_ns.saturating_add(removed);
         stats.complete(dur, self_ns, f.outermost);
         match how {
             Closed::Returned => {}
@@ -187,8 +213,13 @@ impl ThreadState {
         self.tree.complete(f.node, dur, self_ns);
         if let Some(parent) = self.stack.last_mut() {
             parent.child_ns += dur;
+            parent.probe_ns += f.probe_ns + cost.hits_ns();
         }
-        f
+        // Returned with what was taken out of it.
+        Frame {
+            probe_ns: removed,
+            ..f
+        }
     }
 
     /// Closes at `ts_ns`, detached, the innermost frames while they are of
@@ -326,6 +357,14 @@ impl Stacks {
         closed
     }
 
+    /// Sets what each function's probe hits cost (by index), to take out
+    /// of the durations.
+    pub fn set_costs(&mut self, costs: impl IntoIterator<Item = ProbeCost>) {
+        for (f, c) in self.funcs.iter_mut().zip(costs) {
+            f.cost = c;
+        }
+    }
+
     /// Marks the functions that have no exit probe (`true` at their index).
     pub fn set_entry_only(&mut self, entry_only: Vec<bool>) {
         self.entry_only = entry_only;
@@ -394,6 +433,9 @@ impl Stacks {
                 let node = t.tree.child(parent, func);
                 t.tree.complete(node, 0, 0);
                 funcs[func as usize].complete(0, 0, false);
+                if let Some(caller) = t.stack.last_mut() {
+                    caller.probe_ns += u64::from(funcs[func as usize].cost.entry_ns);
+                }
             }
             KIND_ENTRY => {
                 if ev.sp != 0 {
@@ -408,6 +450,7 @@ impl Stacks {
                     entry_ns: ev.ts_ns,
                     sp: ev.sp,
                     child_ns: 0,
+                    probe_ns: 0,
                     outermost,
                 });
             }
@@ -436,7 +479,8 @@ impl Stacks {
                 return Some(Completed {
                     func,
                     start_ns: f.entry_ns,
-                    dur_ns: ev.ts_ns.saturating_sub(f.entry_ns),
+                    dur_ns: ev.ts_ns.saturating_sub(f.entry_ns + f.probe_ns),
+                    measured_ns: ev.ts_ns.saturating_sub(f.entry_ns),
                 });
             }
             _ => self.invalid_events += 1,

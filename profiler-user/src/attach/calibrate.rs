@@ -7,7 +7,14 @@
 //! emulates, a 5-byte nop it turns into a call), with an entry probe plus a
 //! return-site probe, and with an entry probe plus a return uprobe. Each hit
 //! runs the whole program, event written to a ring included; the ring is
-//! drained and discarded between batches.
+//! drained between batches.
+//!
+//! The events' own timestamps give the other half: how much of a call's
+//! measured duration its own two probe hits make (the part of the entry hit
+//! after its timestamp, the part of the exit hit before), for each kind of
+//! entry and exit, from functions that do almost nothing. With the full
+//! cost of each hit, that is what the durations are corrected by
+//! ([`HitCost::cost_of`]).
 use std::{
     os::fd::AsFd,
     path::Path,
@@ -16,8 +23,8 @@ use std::{
 
 use aya::{maps::RingBuf, EbpfLoader};
 use profiler_common::{
-    PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, WAKEUP_BYTES_GLOBAL,
-    WATCH_TID_GLOBAL,
+    Event, KIND_ENTRY, PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
+    WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
 };
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +33,7 @@ use super::{
     rings::{self, RingSpec},
     uprobe_multi as multi,
 };
-use crate::{error::chain, Error, Result};
+use crate::{error::chain, target::exits::ProbeCost, Error, Result};
 
 /// Nanoseconds one probe hit costs the thread that hits it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -43,6 +50,50 @@ pub struct HitCost {
     pub ret_site_ns: f64,
     /// A return uprobe (its share at entry included).
     pub uretprobe_ns: f64,
+    /// The probes' own share of a call's measured duration (its exit's
+    /// timestamp minus its entry's, for a function that does almost
+    /// nothing), by entry kind and exit: single-stepped, `push`, 5-byte nop
+    /// entry, each with a return-site probe then a return uprobe. All zero
+    /// in recordings made before it was measured.
+    #[serde(default)]
+    pub inside_ns: [f64; 6],
+    /// How much those shares vary from one calibration round to the next:
+    /// the largest interquartile range of the rounds' medians, in % of the
+    /// median.
+    #[serde(default)]
+    pub inside_spread_pct: f64,
+}
+
+impl HitCost {
+    /// The cost of a function whose entry is of kind `entry`, with
+    /// return-site probes (`ret_sites`), a return uprobe, or no exit probe
+    /// (`exit: false`).
+    pub fn cost_of(&self, entry: EntryKind, exit: Option<bool>) -> ProbeCost {
+        let (entry_ns, row) = match entry {
+            EntryKind::Step => (self.entry_ns, 0),
+            EntryKind::Push => (self.entry_push_ns, 2),
+            EntryKind::Nop => (self.entry_nop_ns, 4),
+        };
+        let round = |x: f64| x.clamp(0.0, u32::MAX as f64).round() as u32;
+        match exit {
+            None => ProbeCost {
+                entry_ns: round(entry_ns),
+                ..Default::default()
+            },
+            Some(ret_sites) => {
+                let (exit_ns, inside) = match ret_sites {
+                    true => (self.ret_site_ns, self.inside_ns[row]),
+                    false => (self.uretprobe_ns, self.inside_ns[row + 1]),
+                };
+                ProbeCost {
+                    entry_ns: round(entry_ns),
+                    exit_ns: round(exit_ns),
+                    // Never more than the two hits.
+                    inside_ns: round(inside.min(entry_ns + exit_ns)),
+                }
+            }
+        }
+    }
 }
 
 // Leaf functions whose layout is known, so that the return instruction
@@ -78,6 +129,10 @@ calibration_functions! {
     "profiler_calib_push_entry": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
     "profiler_calib_nop_base": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
     "profiler_calib_nop_entry": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
+    "profiler_calib_push_ret": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
+    "profiler_calib_push_uret": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
+    "profiler_calib_nop_ret": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
+    "profiler_calib_nop_uret": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
 }
 
 unsafe extern "C" {
@@ -90,6 +145,10 @@ unsafe extern "C" {
     fn profiler_calib_push_entry(x: u64) -> u64;
     fn profiler_calib_nop_base(x: u64) -> u64;
     fn profiler_calib_nop_entry(x: u64) -> u64;
+    fn profiler_calib_push_ret(x: u64) -> u64;
+    fn profiler_calib_push_uret(x: u64) -> u64;
+    fn profiler_calib_nop_ret(x: u64) -> u64;
+    fn profiler_calib_nop_uret(x: u64) -> u64;
 }
 
 /// A calibration function.
@@ -134,9 +193,24 @@ fn file_offset(addr: u64) -> Result<u64> {
     )))
 }
 
-/// Nanoseconds per call of each of `fns`: the median of [`ROUNDS`]
-/// batches, timed in alternation.
-fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Vec<f64> {
+/// The functions probed at both ends whose calls are timed from their
+/// events, by cookie (1 to 6, the order of [`HitCost::inside_ns`]); other
+/// probes have cookie 0.
+const INSIDE: usize = 6;
+
+/// What [`time_calls`] measured.
+struct Timed {
+    /// Nanoseconds per call of each function: the median of [`ROUNDS`]
+    /// batches, timed in alternation.
+    per_call: Vec<f64>,
+    /// For cookies 1 to [`INSIDE`]: the median of each round's median
+    /// exit-minus-entry time, and the interquartile range of those
+    /// medians in % of it.
+    inside: [(f64, f64); INSIDE],
+}
+
+/// Times `fns` (see [`Timed`]), reading the events from `ring`.
+fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Timed {
     let run = |f: CalibFn, n: u64| {
         let f = std::hint::black_box(f);
         let mut acc = 0u64;
@@ -152,21 +226,65 @@ fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Vec<f6
     }
     while ring.next().is_some() {}
     let mut times = vec![Vec::with_capacity(ROUNDS); fns.len()];
+    let mut rounds: [Vec<f64>; INSIDE] = Default::default();
     for _ in 0..ROUNDS {
+        let mut spans: [Vec<u64>; INSIDE] = Default::default();
+        let mut entered = [None::<u64>; INSIDE];
         for (t, &f) in times.iter_mut().zip(fns) {
             let start = Instant::now();
             run(f, BATCH);
             t.push(start.elapsed());
-            while ring.next().is_some() {}
+            while let Some(item) = ring.next() {
+                let Some(ev) = profiler_common::read::<Event>(&item) else {
+                    continue;
+                };
+                let Some(i) = (ev.func() as usize).checked_sub(1).filter(|&i| i < INSIDE) else {
+                    continue;
+                };
+                match ev.kind() {
+                    KIND_ENTRY => entered[i] = Some(ev.ts_ns),
+                    _ => {
+                        if let Some(at) = entered[i].take() {
+                            spans[i].push(ev.ts_ns.saturating_sub(at));
+                        }
+                    }
+                }
+            }
+        }
+        for (r, mut s) in rounds.iter_mut().zip(spans) {
+            if !s.is_empty() {
+                s.sort_unstable();
+                r.push(s[s.len() / 2] as f64);
+            }
         }
     }
-    times
-        .into_iter()
-        .map(|mut t: Vec<Duration>| {
-            t.sort();
-            t[ROUNDS / 2].as_nanos() as f64 / BATCH as f64
-        })
-        .collect()
+    let mut inside = [(0.0, 0.0); INSIDE];
+    for (out, mut r) in inside.iter_mut().zip(rounds) {
+        if r.is_empty() {
+            continue;
+        }
+        r.sort_by(f64::total_cmp);
+        let median = r[r.len() / 2];
+        let iqr = r[r.len() * 3 / 4] - r[r.len() / 4];
+        *out = (
+            median,
+            if median > 0.0 {
+                iqr / median * 100.0
+            } else {
+                0.0
+            },
+        );
+    }
+    Timed {
+        per_call: times
+            .into_iter()
+            .map(|mut t: Vec<Duration>| {
+                t.sort();
+                t[ROUNDS / 2].as_nanos() as f64 / BATCH as f64
+            })
+            .collect(),
+        inside,
+    }
 }
 
 /// Measures [`HitCost`] on this host (about 0.1–0.3 s, most of it loading
@@ -195,32 +313,48 @@ pub fn calibrate() -> Result<HitCost> {
     let ret = prog(PROG_RET).map_err(|e| fail(PROG_RET, e))?;
     let exit = prog(PROG_EXIT).map_err(|e| fail(PROG_EXIT, e))?;
     let off = |f: CalibFn| file_offset(addr(f));
+    // (offset, cookie): cookies 1 to 6 are the functions probed at both
+    // ends, in the order of `HitCost::inside_ns`.
     let entries = [
-        off(profiler_calib_step_entry)?,
-        off(profiler_calib_step_ret)?,
-        off(profiler_calib_step_uret)?,
-        off(profiler_calib_push_entry)?,
-        off(profiler_calib_nop_entry)?,
+        (off(profiler_calib_step_entry)?, 0),
+        (off(profiler_calib_step_ret)?, 1),
+        (off(profiler_calib_step_uret)?, 2),
+        (off(profiler_calib_push_entry)?, 0),
+        (off(profiler_calib_nop_entry)?, 0),
+        (off(profiler_calib_push_ret)?, 3),
+        (off(profiler_calib_push_uret)?, 4),
+        (off(profiler_calib_nop_ret)?, 5),
+        (off(profiler_calib_nop_uret)?, 6),
     ];
     let exe = Path::new("/proc/self/exe");
-    let attach = |prog: &std::os::fd::OwnedFd, offs: &[u64], ret: bool| {
-        let cookies = vec![0; offs.len()];
-        multi::attach_uprobe_multi(prog.as_fd(), exe, offs, &cookies, pid, ret)
+    let attach = |prog: &std::os::fd::OwnedFd, probes: &[(u64, u64)], ret: bool| {
+        let (offs, cookies): (Vec<u64>, Vec<u64>) = probes.iter().copied().unzip();
+        multi::attach_uprobe_multi(prog.as_fd(), exe, &offs, &cookies, pid, ret)
             .map_err(|e| fail("attaching", e))
     };
     let _links = [
         attach(
             &ret,
             &[
-                off(profiler_calib_step_ret)? + RET_AT,
-                off(profiler_calib_step_ret_only)? + RET_AT,
+                (off(profiler_calib_step_ret)? + RET_AT, 1),
+                (off(profiler_calib_step_ret_only)? + RET_AT, 0),
+                (off(profiler_calib_push_ret)? + RET_AT, 3),
+                (off(profiler_calib_nop_ret)? + RET_AT, 5),
             ],
             false,
         )?,
-        attach(&exit, &[off(profiler_calib_step_uret)?], true)?,
+        attach(
+            &exit,
+            &[
+                (off(profiler_calib_step_uret)?, 2),
+                (off(profiler_calib_push_uret)?, 4),
+                (off(profiler_calib_nop_uret)?, 6),
+            ],
+            true,
+        )?,
         attach(&entry, &entries, false)?,
     ];
-    let t = time_calls(
+    let timed = time_calls(
         &[
             profiler_calib_step_base,
             profiler_calib_step_entry,
@@ -231,9 +365,14 @@ pub fn calibrate() -> Result<HitCost> {
             profiler_calib_nop_base,
             profiler_calib_nop_entry,
             profiler_calib_step_ret_only,
+            profiler_calib_push_ret,
+            profiler_calib_push_uret,
+            profiler_calib_nop_ret,
+            profiler_calib_nop_uret,
         ],
         &mut ring,
     );
+    let t = &timed.per_call;
     let pos = |x: f64| x.max(1.0);
     Ok(HitCost {
         entry_ns: pos(t[1] - t[0]),
@@ -241,7 +380,39 @@ pub fn calibrate() -> Result<HitCost> {
         entry_nop_ns: pos(t[7] - t[6]),
         ret_site_ns: pos(t[8] - t[0]),
         uretprobe_ns: pos(t[3] - t[1]),
+        inside_ns: timed.inside.map(|(median, _)| median),
+        inside_spread_pct: timed
+            .inside
+            .iter()
+            .map(|&(_, spread)| spread)
+            .fold(0.0, f64::max),
     })
+}
+
+/// Gives each function of `sel` what its probe hits cost, from `cost`, by
+/// its first instruction and how its returns are probed. Go functions get
+/// none: their calls are paired by goroutine, and stay as measured.
+pub fn set_costs(sel: &mut crate::target::select::Selection, cost: &HitCost) {
+    use crate::target::exits::ExitProbe;
+    let files: Vec<Option<std::fs::File>> = sel
+        .binaries
+        .iter()
+        .map(|b| match b.go {
+            true => None,
+            false => std::fs::File::open(&b.open_path).ok(),
+        })
+        .collect();
+    for f in &mut sel.funcs {
+        let Some(file) = files.get(f.binary as usize).and_then(Option::as_ref) else {
+            continue;
+        };
+        let exit = match f.exit {
+            ExitProbe::Sites(_) => Some(true),
+            ExitProbe::Uretprobe => Some(false),
+            ExitProbe::EntryOnly(_) => None,
+        };
+        f.cost = cost.cost_of(entry_kind(file, f.offset), exit);
+    }
 }
 
 /// How the kernel handles an entry probe, by the probed instruction.
@@ -276,32 +447,69 @@ mod tests {
 
     #[test]
     fn calibration_functions_have_the_expected_layout() {
-        let all: [CalibFn; 9] = [
-            profiler_calib_step_base,
-            profiler_calib_step_entry,
-            profiler_calib_step_ret,
-            profiler_calib_step_uret,
-            profiler_calib_step_ret_only,
-            profiler_calib_push_base,
-            profiler_calib_push_entry,
-            profiler_calib_nop_base,
-            profiler_calib_nop_entry,
+        // (function, first byte: lea / push rbp / 5-byte nop, f(5))
+        let all: [(CalibFn, u8, u64); 13] = [
+            (profiler_calib_step_base, 0x48, 16),
+            (profiler_calib_step_entry, 0x48, 16),
+            (profiler_calib_step_ret, 0x48, 16),
+            (profiler_calib_step_uret, 0x48, 16),
+            (profiler_calib_step_ret_only, 0x48, 16),
+            (profiler_calib_push_base, 0x55, 15),
+            (profiler_calib_push_entry, 0x55, 15),
+            (profiler_calib_push_ret, 0x55, 15),
+            (profiler_calib_push_uret, 0x55, 15),
+            (profiler_calib_nop_base, 0x0f, 15),
+            (profiler_calib_nop_entry, 0x0f, 15),
+            (profiler_calib_nop_ret, 0x0f, 15),
+            (profiler_calib_nop_uret, 0x0f, 15),
         ];
-        for (i, f) in all.into_iter().enumerate() {
+        for (i, (f, first, want)) in all.into_iter().enumerate() {
             // SAFETY: reading our own code bytes.
             let code = unsafe { std::slice::from_raw_parts(addr(f) as *const u8, 10) };
             assert_eq!(code[RET_AT as usize], 0xc3, "function {i}");
-            let first = match i {
-                0..=4 => 0x48,
-                5 | 6 => 0x55,
-                _ => 0x0f,
-            };
             assert_eq!(code[0], first, "function {i}");
-            let want = if i < 5 { 16 } else { 15 };
             // SAFETY: plain leaf functions that read only their argument.
             let got = unsafe { f(5) };
             assert_eq!(got, want, "function {i}");
         }
+    }
+
+    #[test]
+    fn costs_per_function_from_the_calibration() {
+        let c = HitCost {
+            entry_ns: 9000.0,
+            entry_push_ns: 900.0,
+            entry_nop_ns: 300.0,
+            ret_site_ns: 9500.0,
+            uretprobe_ns: 1000.0,
+            inside_ns: [9100.0, 8900.0, 1200.0, 700.0, 900.0, 400.0],
+            inside_spread_pct: 3.0,
+        };
+        let cost = |e, x| c.cost_of(e, x);
+        assert_eq!(
+            cost(EntryKind::Push, Some(false)),
+            ProbeCost {
+                entry_ns: 900,
+                exit_ns: 1000,
+                inside_ns: 700
+            }
+        );
+        assert_eq!(cost(EntryKind::Step, Some(true)).inside_ns, 9100);
+        assert_eq!(cost(EntryKind::Nop, Some(true)).hits_ns(), 9800);
+        assert_eq!(
+            cost(EntryKind::Step, None),
+            ProbeCost {
+                entry_ns: 9000,
+                exit_ns: 0,
+                inside_ns: 0
+            }
+        );
+        // Never more inside than the two hits.
+        let odd = HitCost {
+            inside_ns: [1e6; 6],
+            ..c
+        };
+        assert_eq!(odd.cost_of(EntryKind::Nop, Some(false)).inside_ns, 1300);
     }
 
     #[test]
@@ -315,5 +523,10 @@ mod tests {
         println!("{c:?}");
         assert!(c.entry_ns > 50.0 && c.entry_ns < 100_000.0, "{c:?}");
         assert!(c.ret_site_ns > 50.0, "{c:?}");
+        // Each configuration probed at both ends was timed from its
+        // events, and its own hits weigh on its duration.
+        for (i, inside) in c.inside_ns.iter().enumerate() {
+            assert!(*inside > 20.0 && *inside < 100_000.0, "{i}: {c:?}");
+        }
     }
 }

@@ -79,6 +79,9 @@ const FALLBACK_COST: HitCost = HitCost {
     entry_nop_ns: 500.0,
     ret_site_ns: 5000.0,
     uretprobe_ns: 3000.0,
+    // Durations are not corrected with guesses.
+    inside_ns: [0.0; 6],
+    inside_spread_pct: 0.0,
 };
 
 /// Checks option combinations that need launch mode or a running process.
@@ -400,16 +403,37 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         true => 0.0,
         false => args.max_overhead.unwrap_or(if launch { 0.0 } else { 10.0 }),
     };
-    let hit_cost = (max_overhead > 0.0).then(|| {
-        calibrate::calibrate().unwrap_or_else(|e| {
+    // The cost of one probe hit here, measured before the target is
+    // probed: for the governor, and to take the probes' own cost out of
+    // the durations.
+    let calibrated = match max_overhead > 0.0 || !args.raw_durations {
+        true => Some(calibrate::calibrate()),
+        false => None,
+    };
+    let hit_cost = (max_overhead > 0.0).then(|| match &calibrated {
+        Some(Ok(c)) => *c,
+        Some(Err(e)) => {
             eprintln!(
-                "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
-                crate::error::chain(&e),
+                "profiler: warning: {}; the overhead governor assumes {} µs per probe hit, and durations keep the probes' cost",
+                crate::error::chain(e),
                 FALLBACK_COST.entry_ns / 1000.0
             );
             FALLBACK_COST
-        })
+        }
+        None => FALLBACK_COST,
     });
+    let cost_spread_pct = match &calibrated {
+        Some(Ok(c)) if !args.raw_durations => Some(c.inside_spread_pct),
+        _ => None,
+    };
+    match &calibrated {
+        Some(Ok(c)) if !args.raw_durations => calibrate::set_costs(&mut sel, c),
+        Some(Err(e)) if max_overhead <= 0.0 => eprintln!(
+            "profiler: warning: {}; durations keep the probes' own cost",
+            crate::error::chain(e)
+        ),
+        _ => {}
+    }
     // The session starts before the first probe that reports events goes
     // on: every time in the outputs counts from here, so none is earlier.
     let started = Instant::now();
@@ -470,12 +494,13 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if let Some(c) = &hit_cost {
         eprintln!(
             "profiler: overhead governor: a probe hit costs {:.1} µs here ({:.1} µs on a push, \
-             {:.2} µs on a 5-byte nop, {:.1} µs at a return site); functions are detached when a thread spends over {max_overhead}% \
+             {:.2} µs on a 5-byte nop, {:.1} µs at a return site, {:.1} µs a return uprobe); functions are detached when a thread spends over {max_overhead}% \
              of its CPU time in probes (--max-overhead; 0 turns this off)",
             c.entry_ns / 1000.0,
             c.entry_push_ns / 1000.0,
             c.entry_nop_ns / 1000.0,
             c.ret_site_ns / 1000.0,
+            c.uretprobe_ns / 1000.0,
         );
     }
     let mut exec_ns = 0;
@@ -596,6 +621,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
                     offset: f.offset,
                     dispatch: f.dispatch,
                     exit: f.exit.kind().into(),
+                    cost: f.cost,
                 })
                 .collect(),
             dispatch_rule: sel.dispatch_rule.clone(),
@@ -630,6 +656,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             trace_events: args.trace_events,
             processes: targets.clone(),
             follow: args.follow,
+            cost_spread_pct,
         };
         let file = out.create("profile.data")?;
         sinks.data = Some(
@@ -817,6 +844,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         untraced_children: counters_now.untraced_children,
         follow: args.follow,
         governor: governed.clone(),
+        cost_spread_pct,
     };
     if counters_now.traced_full + counters_now.lost_proc > 0 {
         eprintln!(

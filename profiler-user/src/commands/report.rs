@@ -129,6 +129,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         untraced_children: t.untraced_children,
         follow: h.follow,
         governor: t.governor.clone(),
+        cost_spread_pct: h.cost_spread_pct,
     };
     finish::write(
         finish::Finish {

@@ -61,7 +61,12 @@ impl<'a> WakerJson<'a> {
 struct SlowJson<'a> {
     index: u64,
     start_ns: u64,
+    /// Without the probes' cost (`measured_ns - probe_ns`).
     duration_ns: u64,
+    /// As measured, the probes' own cost included.
+    measured_ns: u64,
+    /// The probe hits' cost taken out.
+    probe_ns: u64,
     on_cpu_ns: u64,
     blocked_ns: u64,
     runnable_ns: u64,
@@ -149,6 +154,8 @@ struct DispatchesJson<'a> {
     /// stack pointer proved the frame gone): they end at their last traced
     /// event.
     ended_unseen: u64,
+    /// The probes' cost taken out of all dispatches' durations, in ns.
+    probe_ns: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
@@ -213,6 +220,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         hangs_not_listed: d.hangs_dropped,
         ended_by_detach: d.ended_by_detach,
         ended_unseen: d.ended_unseen,
+        probe_ns: d.probe_ns,
         sampler: SamplerJson {
             samples: d.quality.samples,
             complete_stacks_share: d.quality.complete_share(),
@@ -227,6 +235,8 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                 index: s.index,
                 start_ns: s.start_ns,
                 duration_ns: s.duration_ns,
+                measured_ns: s.duration_ns + s.probe_ns,
+                probe_ns: s.probe_ns,
                 on_cpu_ns: s.split.on_cpu_ns,
                 blocked_ns: s.split.blocked_ns,
                 runnable_ns: s.split.runnable_ns,
@@ -377,6 +387,14 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
             fmt_ns(idle),
             fmt_ns(duration_ns),
             100.0 - idle as f64 * 100.0 / duration_ns.max(1) as f64
+        );
+    }
+    if d.probe_ns > 0 {
+        let _ = writeln!(
+            out,
+            "durations leave out the probes' own cost: {} taken out of all dispatches \
+             (--raw-durations keeps it in; dispatches.json has both)",
+            fmt_ns(d.probe_ns)
         );
     }
     if d.cfg.sample_period_ns > 0 {

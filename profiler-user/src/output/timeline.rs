@@ -99,7 +99,7 @@ impl Timeline {
         let start = self.rel(c.start_ns);
         let r = self
             .w
-            .call(pid, tid, &self.names[c.func as usize], start, c.dur_ns);
+            .call(pid, tid, &self.names[c.func as usize], start, c.measured_ns);
         self.keep(r);
     }
 

@@ -84,13 +84,15 @@ pub fn build(config: Config) -> Result<Sinks> {
     let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
     let index = |name: &str| index_of(funcs, name);
     out.write("hangs.log", b"")?;
-    let dispatcher = Dispatcher::new(
+    let mut dispatcher = Dispatcher::new(
         dispatch,
         pid,
         names.clone(),
         funcs.iter().map(|f| f.dispatch).collect(),
         session_start_ns,
     );
+    // Durations without the probes' own cost (zero: as measured).
+    dispatcher.set_costs(funcs.iter().map(|f| f.cost).collect());
     let timeline = match trace_events {
         0 => None,
         limit => Some(
@@ -115,6 +117,7 @@ pub fn build(config: Config) -> Result<Sinks> {
             .map(|f| matches!(f.exit, ExitProbe::EntryOnly(_)))
             .collect(),
     );
+    stacks.set_costs(funcs.iter().map(|f| f.cost));
     let mut sinks = Sinks::new(pid, stacks, Some(dispatcher), timeline);
     sinks.hang_log = Some(out.path().join("hangs.log"));
     let resolved = stages
@@ -130,7 +133,9 @@ pub fn build(config: Config) -> Result<Sinks> {
     if let Some((exec_ns, ready)) = startup {
         let mut watch = StartupWatch::new(index("main"), ready.and_then(index));
         watch.set_exec(exec_ns);
-        sinks.startup = Some((watch, Stacks::new(funcs.len())));
+        let mut window = Stacks::new(funcs.len());
+        window.set_costs(funcs.iter().map(|f| f.cost));
+        sinks.startup = Some((watch, window));
         sinks.ready_on_first_dispatch = ready.is_none() && !dispatch_fallback;
     }
     Ok(sinks)

@@ -52,6 +52,7 @@ impl ProbedRecord {
                     offset: f.offset,
                     dispatch: f.dispatch,
                     exit: f.exit.kind().into(),
+                    cost: f.cost,
                 })
                 .collect(),
         }
@@ -168,6 +169,7 @@ mod tests {
                 offset: 64,
                 dispatch: false,
                 exit: "ret".into(),
+                cost: Default::default(),
             }],
         };
         let bytes = rec.encode();

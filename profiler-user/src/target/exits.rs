@@ -202,6 +202,26 @@ impl<'a> Code<'a> {
     }
 }
 
+/// What one probed function's probe hits add to the durations measured
+/// (from the calibration at attach, `attach/calibrate.rs`): the durations
+/// reported are corrected by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProbeCost {
+    /// Its entry hit, all of it, in ns (inside its caller's duration).
+    pub entry_ns: u32,
+    /// Its exit hit, all of it.
+    pub exit_ns: u32,
+    /// The part of its own two hits inside its own measured duration.
+    pub inside_ns: u32,
+}
+
+impl ProbeCost {
+    /// Both hits: what one call adds to its callers' durations.
+    pub fn hits_ns(&self) -> u64 {
+        u64::from(self.entry_ns) + u64::from(self.exit_ns)
+    }
+}
+
 /// How one function's returns are observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExitProbe {

@@ -98,6 +98,7 @@ mod tests {
                     dispatch: false,
                     exit: ExitProbe::Uretprobe,
                     unprobed: None,
+                    cost: Default::default(),
                 })
                 .collect(),
             ..Default::default()

@@ -104,6 +104,9 @@ pub struct Func {
     /// A way its frame can end that no exit probe sees (it is closed by
     /// stack pointer then), with return-site probes.
     pub unprobed: Option<Unprobed>,
+    /// What its probe hits add to measured durations (zero until the
+    /// calibration at attach says).
+    pub cost: super::exits::ProbeCost,
 }
 
 impl Func {
@@ -115,6 +118,7 @@ impl Func {
             dispatch,
             exit: ExitProbe::Uretprobe,
             unprobed: None,
+            cost: Default::default(),
         }
     }
 }

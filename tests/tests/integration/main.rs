@@ -12,6 +12,7 @@ mod bad_input;
 mod causes;
 mod cgroups;
 mod containers;
+mod costs;
 mod deleted;
 mod demangle;
 mod dispatch;

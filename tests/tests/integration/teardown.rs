@@ -29,7 +29,9 @@ fn sigkill_during_calls_leaves_target_unharmed() {
 fn deep_recursion(extra: &[&str]) -> (serde_json::Value, Outputs) {
     let out = TempDir::new("deep");
     let mut fx = Fixture::spawn(calls_exe(), &["deep"]);
-    let mut args = vec!["--func", "rec_fn"];
+    // Compared with the fixture's own clock, which runs with the probes:
+    // the durations as measured.
+    let mut args = vec!["--func", "rec_fn", "--raw-durations"];
     args.extend_from_slice(extra);
     let rec = Recording::start(fx.pid, out.path(), &args);
     let truth = fx.run();

@@ -34,6 +34,37 @@ struct Frame {
     sp: u64,
     entry_ns: u64,
     child_ns: u64,
+    /// The probe hits of the traced calls inside it, in ns.
+    probe_ns: u64,
+}
+
+/// Completes frame `f` (popped off `stack`) at `ts` in `tree`: its time
+/// without the probes' cost (as `analyze/stacks.rs` does), added to its
+/// caller's with its hits.
+fn close(
+    d: &Dispatcher,
+    tree: &mut Option<Tree>,
+    stack: &mut [Frame],
+    f: &Frame,
+    ts: u64,
+    detached: bool,
+) {
+    let cost = match f.func {
+        ROOT_FUNC => Default::default(),
+        func => d.cost(func),
+    };
+    let measured = ts.saturating_sub(f.entry_ns);
+    let dur = measured - (f.probe_ns + u64::from(cost.inside_ns)).min(measured);
+    if let Some(t) = tree {
+        t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
+        if detached {
+            t.nodes[f.node].detached += 1;
+        }
+    }
+    if let Some(p) = stack.last_mut() {
+        p.child_ns += dur;
+        p.probe_ns += f.probe_ns + cost.hits_ns();
+    }
 }
 
 /// Root of an event-loop iteration's tree ([`super::Config::wait_loop`]).
@@ -74,6 +105,7 @@ pub(super) fn explain(
     recs: &[Rec],
     start_ns: u64,
     duration_ns: u64,
+    probe_ns: u64,
     split: Split,
 ) -> Explained {
     let mut tree: Option<Tree> = None;
@@ -92,6 +124,7 @@ pub(super) fn explain(
             sp: 0,
             entry_ns: open.start_ns,
             child_ns: 0,
+            probe_ns: 0,
         });
     }
     for rec in recs {
@@ -99,17 +132,8 @@ pub(super) fn explain(
             Rec::Unwound(level, ts) => {
                 while stack.last().is_some_and(|f| is_dead(f.sp, *level)) {
                     let f = stack.pop().expect("checked");
-                    let dur = ts.saturating_sub(f.entry_ns);
                     let detached = d.closed_by_detach(f.func, *ts);
-                    if let Some(t) = &mut tree {
-                        t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
-                        if detached {
-                            t.nodes[f.node].detached += 1;
-                        }
-                    }
-                    if let Some(p) = stack.last_mut() {
-                        p.child_ns += dur;
-                    }
+                    close(d, &mut tree, &mut stack, &f, *ts, detached);
                 }
             }
             Rec::Call(ev) if ev.kind() == KIND_ENTRY => {
@@ -127,6 +151,7 @@ pub(super) fn explain(
                     sp: ev.sp,
                     entry_ns: ev.ts_ns,
                     child_ns: 0,
+                    probe_ns: 0,
                 });
             }
             Rec::Call(ev) | Rec::Detached(ev) => {
@@ -138,16 +163,8 @@ pub(super) fn explain(
                 };
                 stack.truncate(pos + 1);
                 let f = stack.pop().expect("pos is in the stack");
-                let dur = ev.ts_ns.saturating_sub(f.entry_ns);
-                if let Some(t) = &mut tree {
-                    t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
-                    if matches!(rec, Rec::Detached(_)) {
-                        t.nodes[f.node].detached += 1;
-                    }
-                }
-                if let Some(p) = stack.last_mut() {
-                    p.child_ns += dur;
-                }
+                let detached = matches!(rec, Rec::Detached(_));
+                close(d, &mut tree, &mut stack, &f, ev.ts_ns, detached);
             }
             Rec::Sample(_, user) => {
                 let (Some(t), Some(top)) = (&mut tree, stack.last()) else {
@@ -202,15 +219,9 @@ pub(super) fn explain(
     }
     if d.by_waits() {
         // Calls still open when the iteration ended ran until its end.
-        let end_ns = open.start_ns + duration_ns;
+        let end_ns = open.start_ns + duration_ns + probe_ns;
         while let Some(f) = stack.pop() {
-            let dur = end_ns.saturating_sub(f.entry_ns);
-            if let Some(t) = &mut tree {
-                t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
-            }
-            if let Some(p) = stack.last_mut() {
-                p.child_ns += dur;
-            }
+            close(d, &mut tree, &mut stack, &f, end_ns, false);
         }
     }
     let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
@@ -279,6 +290,7 @@ pub(super) fn explain(
             truncated: open.truncated,
             wakers,
             detached_frames: open.detached,
+            probe_ns,
         },
     }
 }

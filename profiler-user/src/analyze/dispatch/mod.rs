@@ -35,6 +35,7 @@ use self::{
 use crate::{
     analyze::stacks::{is_dead, same_frame},
     symbolize::Symbolizer,
+    target::exits::ProbeCost,
 };
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.
@@ -111,6 +112,8 @@ struct Open {
     last: (u64, sched::Split),
     samples: u32,
     last_sample: Option<Box<[u64]>>,
+    /// The probe hits inside it so far, in ns (see [`Dispatcher::set_costs`]).
+    probe_ns: u64,
 }
 
 /// A slow dispatch, explained.
@@ -144,6 +147,8 @@ pub struct Slow {
     /// (their return could not be seen); when the dispatch function's own
     /// frame is one, the dispatch ended at the detach.
     pub detached_frames: u32,
+    /// The probes' cost taken out of `duration_ns` (measured: the sum).
+    pub probe_ns: u64,
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -240,6 +245,11 @@ pub struct Dispatcher {
     /// stack pointer proved the frame gone. They end at their last traced
     /// event (a lower bound).
     pub ended_unseen: u64,
+    /// Per function, what its probe hits cost (empty: durations as
+    /// measured).
+    costs: Vec<ProbeCost>,
+    /// The probes' cost taken out of all dispatches' durations, in ns.
+    pub probe_ns: u64,
 }
 
 impl Dispatcher {
@@ -287,7 +297,22 @@ impl Dispatcher {
             detaching: Vec::new(),
             ended_by_detach: 0,
             ended_unseen: 0,
+            costs: Vec::new(),
+            probe_ns: 0,
         }
+    }
+
+    /// Sets what each function's probe hits cost (by index): a dispatch's
+    /// duration, and the slow decision, leave out the hits inside it (its
+    /// own function's share of its own two, and every traced call's whole
+    /// hits).
+    pub fn set_costs(&mut self, costs: Vec<ProbeCost>) {
+        self.costs = costs;
+    }
+
+    /// What function `func`'s probe hits cost.
+    fn cost(&self, func: u32) -> ProbeCost {
+        self.costs.get(func as usize).copied().unwrap_or_default()
     }
 
     /// The governor chose to detach `func` at `ts_ns`: its frames proven
@@ -427,7 +452,12 @@ impl Dispatcher {
                 self.begin(ev.ts_ns);
             }
             self.record(Rec::Call(*ev));
+            let cost = self.cost(func);
             if let Some(open) = &mut self.open {
+                // The dispatch function's own hits count at its end.
+                if !open.calls.is_empty() || self.waits_seen && self.cfg.wait_loop {
+                    open.probe_ns += u64::from(cost.entry_ns);
+                }
                 open.calls.push((func, ev.sp));
                 open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
             }
@@ -448,6 +478,12 @@ impl Dispatcher {
         };
         open.calls.truncate(pos);
         open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
+        let by_waits = self.cfg.wait_loop && self.waits_seen;
+        let cost = self.costs.get(func as usize).copied().unwrap_or_default();
+        open.probe_ns += match pos == 0 && !by_waits {
+            true => u64::from(cost.inside_ns),
+            false => u64::from(cost.exit_ns),
+        };
         self.record(Rec::Call(*ev));
         if pos == 0 && !self.by_waits() {
             self.end(ev.ts_ns);
@@ -511,6 +547,7 @@ impl Dispatcher {
             last: (ts_ns, sched::Split::default()),
             samples: 0,
             last_sample: None,
+            probe_ns: 0,
         });
         self.next_index += 1;
         self.first_start_ns.get_or_insert(ts_ns);
@@ -657,9 +694,15 @@ impl Dispatcher {
     /// (the tracker's, which may have run on past `end_ns`, is dropped).
     fn end_with(&mut self, end_ns: u64, split: Option<sched::Split>) {
         let Some(open) = self.open.take() else { return };
-        let duration_ns = end_ns.saturating_sub(open.start_ns);
+        let measured = end_ns.saturating_sub(open.start_ns);
+        // The probes' cost out: of the wall time, and of the time on a CPU
+        // (where probe hits run).
+        let probe_ns = open.probe_ns.min(measured);
+        let duration_ns = measured - probe_ns;
+        self.probe_ns += probe_ns;
         let tracked = self.sched.close(end_ns);
-        let split = split.unwrap_or(tracked);
+        let mut split = split.unwrap_or(tracked);
+        split.on_cpu_ns = split.on_cpu_ns.saturating_sub(probe_ns);
         let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
         self.stats.add(
             Worst {
@@ -674,7 +717,7 @@ impl Dispatcher {
         }
         if duration_ns >= self.cfg.threshold_ns {
             let recs = std::mem::take(&mut self.recs);
-            let slow = explain::explain(self, &open, &recs, start_ns, duration_ns, split);
+            let slow = explain::explain(self, &open, &recs, start_ns, duration_ns, probe_ns, split);
             self.recs = recs;
             self.add_slow(slow);
         }

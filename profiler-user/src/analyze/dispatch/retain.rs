@@ -247,6 +247,7 @@ mod tests {
                 truncated: false,
                 wakers: Vec::new(),
                 detached_frames: 0,
+                probe_ns: 0,
             },
             folded: Vec::new(),
         }

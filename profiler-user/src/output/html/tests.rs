@@ -123,6 +123,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             truncated: false,
             wakers: Vec::new(),
             detached_frames: 0,
+            probe_ns: 0,
         });
         let mut g = Group::new(key.clone());
         g.verdict = "50% on CPU".into();

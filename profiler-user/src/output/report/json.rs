@@ -106,6 +106,15 @@ struct FunctionJson<'a> {
     /// How returns were seen: `ret`, `uretprobe` or `entry` (no exit
     /// probe: `calls` counts entries and there are no durations).
     exit_probe: &'static str,
+    /// The mean inclusive duration as measured, the probes' cost in it
+    /// (`avg_ns` leaves it out).
+    measured_avg_ns: u64,
+    /// The probes' cost taken out of its calls' inclusive durations, summed.
+    probe_ns: u64,
+    /// What one call's probe hits cost: both whole, in its callers' times,
+    /// and the part in its own.
+    hits_ns: u64,
+    inside_ns: u32,
     /// True when the overhead governor detached it: its counts stop at
     /// `detached_at_ns`.
     partial: bool,
@@ -181,6 +190,10 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 unwound: st.unwound,
                 detached: st.detached,
                 exit_probe: f.exit.kind(),
+                measured_avg_ns: (st.sum_ns + st.probe_ns).checked_div(st.calls).unwrap_or(0),
+                probe_ns: st.probe_ns,
+                hits_ns: f.cost.hits_ns(),
+                inside_ns: f.cost.inside_ns,
                 partial: r.detached_at(i).is_some(),
                 detached_at_ns: r.detached_at(i),
             }

@@ -47,6 +47,9 @@ pub struct Session {
     pub follow: bool,
     /// What the overhead governor did (None: it was off).
     pub governor: Option<crate::analyze::overhead::GovernorReport>,
+    /// Durations leave out the probes' cost, calibrated with this spread
+    /// from round to round, in % (None: durations as measured).
+    pub cost_spread_pct: Option<f64>,
 }
 
 /// The finished recording, ready to render.

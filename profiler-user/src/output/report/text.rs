@@ -134,6 +134,40 @@ fn processes(out: &mut String, r: &Report, ps: &Processes) {
     }
 }
 
+/// Whether durations leave out the probes' cost, and by how much per call.
+fn probe_costs(out: &mut String, r: &Report) {
+    let Some(spread) = r.session.cost_spread_pct else {
+        let _ = writeln!(
+            out,
+            "durations are as measured, the probes' own cost included (--raw-durations, or a recording made before it was taken out)"
+        );
+        return;
+    };
+    let costs: Vec<_> = active_funcs(r.stacks)
+        .into_iter()
+        .map(|(i, _)| r.funcs[i].cost)
+        .filter(|c| c.exit_ns > 0)
+        .collect();
+    let range = |f: &dyn Fn(&crate::target::exits::ProbeCost) -> u64| {
+        let lo = costs.iter().map(f).min().unwrap_or(0);
+        let hi = costs.iter().map(f).max().unwrap_or(0);
+        match lo == hi {
+            true => fmt_ns(lo),
+            false => format!("{}-{}", fmt_ns(lo), fmt_ns(hi)),
+        }
+    };
+    let taken: u64 = r.stacks.funcs.iter().map(|f| f.probe_ns).sum();
+    let _ = writeln!(
+        out,
+        "durations leave out the probes' own cost, calibrated at attach (rounds varied {spread:.0}%): \
+         {} per traced call out of its callers' times, {} out of its own; {} in all out of the functions' \
+         summed times; --raw-durations keeps it in, functions.json has both",
+        range(&|c| c.hits_ns()),
+        range(&|c| u64::from(c.inside_ns)),
+        fmt_ns(taken)
+    );
+}
+
 /// The overhead governor's lines: its budget and calibration, and every
 /// function it detached, when and why.
 fn governor(out: &mut String, r: &Report) {
@@ -143,12 +177,13 @@ fn governor(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "overhead governor: --max-overhead {}%; a probe hit costs {:.1} µs here ({:.1} µs on a push, \
-         {:.2} µs on a 5-byte nop, {:.1} µs at a return site); highest estimate {:.1}% of a thread's CPU time, {:.1}% since the last detach; {} functions detached",
+         {:.2} µs on a 5-byte nop, {:.1} µs at a return site, {:.1} µs a return uprobe); highest estimate {:.1}% of a thread's CPU time, {:.1}% since the last detach; {} functions detached",
         g.max_overhead_pct,
         g.cost.entry_ns / 1000.0,
         g.cost.entry_push_ns / 1000.0,
         g.cost.entry_nop_ns / 1000.0,
         g.cost.ret_site_ns / 1000.0,
+        g.cost.uretprobe_ns / 1000.0,
         g.peak_pct,
         g.settled_pct,
         g.detached.len()
@@ -273,6 +308,7 @@ pub fn render(r: &Report) -> String {
         processes(&mut out, r, ps);
     }
     governor(&mut out, r);
+    probe_costs(&mut out, r);
     let mut rows = r.active_funcs();
     rows.sort_by(|a, b| b.1.self_ns.cmp(&a.1.self_ns).then(a.0.cmp(&b.0)));
     table(&mut out, r, "Top functions by self time", &rows);

@@ -65,6 +65,10 @@ pub struct FuncInfo {
     /// How its returns were observed (`ret`, `uretprobe`, `entry`).
     #[serde(default)]
     pub exit: String,
+    /// What its probe hits added to measured durations (zero in older
+    /// recordings: their replays are not corrected).
+    #[serde(default)]
+    pub cost: crate::target::exits::ProbeCost,
 }
 
 impl FuncInfo {
@@ -77,6 +81,7 @@ impl FuncInfo {
             dispatch: self.dispatch,
             exit: crate::target::exits::ExitProbe::from_kind(&self.exit),
             unprobed: None,
+            cost: self.cost,
         }
     }
 }
@@ -156,6 +161,10 @@ pub struct Header {
     /// `--follow`.
     #[serde(default)]
     pub follow: bool,
+    /// Durations leave out the probes' cost (each function's in `funcs`):
+    /// how much the calibration varied from round to round, in %.
+    #[serde(default)]
+    pub cost_spread_pct: Option<f64>,
 }
 
 /// A process the session was told to trace.

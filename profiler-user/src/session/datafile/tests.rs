@@ -15,6 +15,11 @@ fn header() -> Header {
             offset: 16,
             dispatch: true,
             exit: "ret".into(),
+            cost: crate::target::exits::ProbeCost {
+                entry_ns: 900,
+                exit_ns: 1000,
+                inside_ns: 700,
+            },
         }],
         dispatch_rule: "r".into(),
         exit_rule: "x".into(),
@@ -40,6 +45,7 @@ fn header() -> Header {
         trace_events: 4,
         processes: vec![],
         follow: false,
+        cost_spread_pct: Some(2.0 / 3.0),
     }
 }
 
@@ -83,6 +89,8 @@ fn trailer() -> Trailer {
                 entry_nop_ns: 1101.7,
                 ret_site_ns: 5999.999999999999,
                 uretprobe_ns: 0.1 + 0.2,
+                inside_ns: [9100.5, 8900.0, 1200.0, 0.1 + 0.2, 900.0, 400.0],
+                inside_spread_pct: 2.0 / 3.0,
             },
             peak_pct: 2.0 / 3.0,
             ..Default::default()

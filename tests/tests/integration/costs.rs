@@ -1,0 +1,133 @@
+//! Durations without the probes' own cost (issue 25): `fixtures/costs.c`
+//! times its own functions untraced (a near-empty one, a 2 µs one, and a
+//! caller of 20 of the first and one of the second), then runs the caller
+//! traced by PID with default options (the governor off, so that nothing
+//! is detached). The near-empty one must be reported under 0.5 µs a call
+//! and the 2 µs one within 25% (the issue's bounds); the caller's and the
+//! dispatches' excess must be mostly gone; the measured figures must keep
+//! the probes' cost, and `--raw-durations` must report as measured.
+use std::path::PathBuf;
+
+use profiler_tests::*;
+use serde_json::Value;
+
+fn costs_exe() -> PathBuf {
+    build_c("costs.c", "costs", &["-O2", "-g"])
+}
+
+/// One recording of the fixture's traced phase with `extra` options:
+/// (untraced truth, traced truth, outputs, dispatches.json).
+fn record(extra: &[&str]) -> (Value, Value, Outputs, Value) {
+    let out = TempDir::new("costs");
+    let mut fx = Fixture::spawn(&costs_exe(), &["20000"]);
+    let base = fx.truth();
+    let mut args = vec!["--func", "cost_*", "--max-overhead", "0"];
+    args.extend_from_slice(extra);
+    let rec = Recording::start(fx.pid, out.path(), &args);
+    let traced = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    fx.release();
+    let o = Outputs::load(out.path());
+    let d: Value = serde_json::from_str(&read(out.path(), "dispatches.json")).expect("json");
+    (base, traced, o, d)
+}
+
+fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+#[test]
+fn durations_leave_out_the_probes_cost() {
+    require_root!();
+    let (base, traced, o, d) = record(&[]);
+    eprintln!("untraced: {base}");
+    for (name, calls) in [
+        ("cost_caller", "caller_calls"),
+        ("cost_empty", "empty_calls"),
+        ("cost_work", "work_calls"),
+    ] {
+        let f = o.functions(name);
+        assert_eq!(f.len(), 1, "{name}");
+        assert_eq!(
+            num(f[0], "calls"),
+            traced[calls].as_u64().unwrap(),
+            "{name}"
+        );
+        eprintln!(
+            "{name}: avg {} ns, measured {} ns, hits {} ns, inside {} ns",
+            num(f[0], "avg_ns"),
+            num(f[0], "measured_avg_ns"),
+            num(f[0], "hits_ns"),
+            num(f[0], "inside_ns")
+        );
+    }
+    let avg = |name: &str| num(o.functions(name)[0], "avg_ns") as f64;
+    let measured = |name: &str| num(o.functions(name)[0], "measured_avg_ns") as f64;
+    // A near-empty function (3 ns untraced) measures its own probes' share,
+    // most of a microsecond: under 0.5 µs once corrected.
+    assert!(
+        avg("cost_empty") < 500.0,
+        "cost_empty at {} ns",
+        avg("cost_empty")
+    );
+    assert!(measured("cost_empty") > avg("cost_empty"));
+    // A 2 µs one within 25%.
+    let work = f64_of(&base, "work_ns");
+    assert!(
+        (0.75..=1.25).contains(&(avg("cost_work") / work)),
+        "cost_work: {} ns a call against {work:.0} untraced; measured {} ns",
+        avg("cost_work"),
+        measured("cost_work")
+    );
+    // Their caller held 21 calls' hits: measured, it is many times its
+    // untraced time. The hits' cost is the attach's calibration, and this
+    // host's speed moves by up to 20% from one second to the next, so 21
+    // hits' worth can be off by several times the caller's own 2 µs: the
+    // correction must remove most of the excess, not all (BENCHMARKS.md
+    // has the figures).
+    let caller = f64_of(&base, "caller_ns");
+    let excess = measured("cost_caller") - caller;
+    assert!(
+        excess > 10.0 * caller,
+        "measured {} ns",
+        measured("cost_caller")
+    );
+    let left = (avg("cost_caller") - caller).abs();
+    assert!(
+        left < 0.3 * excess,
+        "cost_caller: {} ns a call against {caller:.0} untraced, measured {} ns",
+        avg("cost_caller"),
+        measured("cost_caller")
+    );
+    // Its calls are the dispatches (no dispatch function named): their
+    // durations are corrected alike, and say by how much.
+    let p50 = d["p50_ns"].as_u64().unwrap() as f64;
+    assert!(
+        (p50 - caller).abs() < 0.3 * excess,
+        "dispatch p50 {p50} ns against {caller:.0} untraced"
+    );
+    assert!(d["probe_ns"].as_u64().unwrap() > 0, "{}", d["probe_ns"]);
+    assert!(
+        o.report
+            .contains("durations leave out the probes' own cost, calibrated at attach"),
+        "{}",
+        o.report
+    );
+}
+
+#[test]
+fn raw_durations_keep_the_probes_cost() {
+    require_root!();
+    let (base, _, o, d) = record(&["--raw-durations"]);
+    let f = o.functions("cost_caller")[0];
+    assert_eq!(num(f, "probe_ns"), 0);
+    assert_eq!(num(f, "avg_ns"), num(f, "measured_avg_ns"));
+    assert!(num(f, "avg_ns") as f64 > 2.0 * f64_of(&base, "caller_ns"));
+    assert_eq!(d["probe_ns"].as_u64(), Some(0));
+    assert!(
+        o.report.contains("durations are as measured"),
+        "{}",
+        o.report
+    );
+}
