@@ -169,8 +169,22 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// `profiler record --pid PID --out OUT extra…`, to adjust before [`Recording::spawn`].
+    /// `profiler record --pid PID --out OUT --raw-durations extra…`, to
+    /// adjust before [`Recording::spawn`]. The durations are as measured:
+    /// the fixtures time themselves on their own clock, which runs with the
+    /// probes (`costs.rs` tests the default, corrected durations, with
+    /// [`Recording::corrected`]).
     pub fn command(pid: u32, out: &std::path::Path, extra: &[&str]) -> Command {
+        let mut cmd = Recording::corrected(pid, out, extra);
+        if !extra.contains(&"--raw-durations") {
+            cmd.arg("--raw-durations");
+        }
+        cmd
+    }
+
+    /// `profiler record --pid PID --out OUT extra…`, with the default,
+    /// corrected durations.
+    pub fn corrected(pid: u32, out: &std::path::Path, extra: &[&str]) -> Command {
         let mut cmd = Command::new(profiler_bin());
         cmd.args(["record", "--pid", &pid.to_string(), "--out"])
             .arg(out)
