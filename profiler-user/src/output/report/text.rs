@@ -157,6 +157,13 @@ fn probe_costs(out: &mut String, r: &Report) {
         }
     };
     let taken: u64 = r.stacks.funcs.iter().map(|f| f.probe_ns).sum();
+    if costs.is_empty() {
+        let _ = writeln!(
+            out,
+            "durations leave out the probes' own cost, calibrated at attach (rounds varied {spread:.0}%); no traced call returned, so none was taken out"
+        );
+        return;
+    }
     let _ = writeln!(
         out,
         "durations leave out the probes' own cost, calibrated at attach (rounds varied {spread:.0}%): \
