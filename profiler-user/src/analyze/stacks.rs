@@ -194,7 +194,7 @@ impl ThreadState {
         let measured = ts_ns.saturating_sub(f.entry_ns);
         let stats = &mut funcs[f.func as usize];
         let cost = stats.cost;
-        let removed = (f.probe_ns + u64::from(cost.inside_ns)).min(measured);
+        let removed = cost.removed(measured, f.probe_ns);
         let dur = measured - removed;
         let self_ns = dur.saturating_sub(f.child_ns);
         stats.probe_ns = stats.probe_ns.saturating_add(removed);

@@ -495,6 +495,10 @@ mod tests {
             }
         );
         assert_eq!(cost(EntryKind::Step, Some(true)).inside_ns, 9100);
+        // Its own share and its inner calls' hits, never past what it measured.
+        let push = cost(EntryKind::Push, Some(false));
+        assert_eq!(push.removed(10_000, 3_000), 3_700);
+        assert_eq!(push.removed(1_000, 3_000), 1_000);
         assert_eq!(cost(EntryKind::Nop, Some(true)).hits_ns(), 9800);
         assert_eq!(
             cost(EntryKind::Step, None),

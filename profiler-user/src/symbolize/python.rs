@@ -250,15 +250,24 @@ static CODES: Mutex<Option<HashMap<(u32, u64), Code>>> = Mutex::new(None);
 /// are read when their frames are named.
 const MAX_CODES: usize = 1 << 18;
 
-fn cached(pid: u32, code: u64) -> Option<Code> {
-    CODES.lock().ok()?.as_ref()?.get(&(pid, code)).cloned()
+/// The name of instruction `index` of code object `code` of `pid`, if it
+/// was read.
+fn cached_name(pid: u32, code: u64, index: u64) -> Option<String> {
+    Some(CODES.lock().ok()?.as_ref()?.get(&(pid, code))?.name(index))
 }
 
-fn keep(pid: u32, code: u64, read: &Code) {
+fn known(pid: u32, code: u64) -> bool {
+    CODES
+        .lock()
+        .ok()
+        .is_some_and(|g| g.as_ref().is_some_and(|c| c.contains_key(&(pid, code))))
+}
+
+fn keep(pid: u32, code: u64, read: Code) {
     if let Ok(mut g) = CODES.lock() {
         let codes = g.get_or_insert_with(HashMap::new);
         if codes.len() < MAX_CODES {
-            codes.insert((pid, code), read.clone());
+            codes.insert((pid, code), read);
         }
     }
 }
@@ -383,7 +392,7 @@ impl Python {
             let Some(proc) = registered(n.pid) else {
                 continue;
             };
-            if cached(n.pid, n.code).is_some() {
+            if known(n.pid, n.code) {
                 continue;
             }
             if open.as_ref().is_none_or(|(p, _)| *p != n.pid) {
@@ -391,7 +400,7 @@ impl Python {
             }
             if let Some((_, Some(mem))) = &open {
                 if let Some(Read::Code(code)) = read_code(mem, &proc, n.code) {
-                    keep(n.pid, n.code, &code);
+                    keep(n.pid, n.code, code);
                 }
             }
         }
@@ -470,16 +479,17 @@ impl Mem {
 pub fn name(pid: u32, slot: u64) -> Option<String> {
     let proc = registered(pid)?;
     let (code, index, _) = common::decode(slot);
-    if let Some(known) = cached(pid, code) {
-        return Some(known.name(index));
+    if let Some(name) = cached_name(pid, code, index) {
+        return Some(name);
     }
     let Some(mem) = Mem::open(pid) else {
         return Some(format!("{PREFIX}[exited before its code was read]"));
     };
     Some(match read_code(&mem, &proc, code) {
         Some(Read::Code(read)) => {
-            keep(pid, code, &read);
-            read.name(index)
+            let name = read.name(index);
+            keep(pid, code, read);
+            name
         }
         // Freed (and its memory reused) between the sample and this read.
         Some(Read::Freed) => format!("{PREFIX}[freed code object]"),

@@ -220,6 +220,13 @@ impl ProbeCost {
     pub fn hits_ns(&self) -> u64 {
         u64::from(self.entry_ns) + u64::from(self.exit_ns)
     }
+
+    /// What to take out of a call measured at `measured_ns` whose traced
+    /// calls inside hit probes for `inner_ns`: those, and its own share,
+    /// never more than it measured.
+    pub fn removed(&self, measured_ns: u64, inner_ns: u64) -> u64 {
+        (inner_ns + u64::from(self.inside_ns)).min(measured_ns)
+    }
 }
 
 /// How one function's returns are observed.

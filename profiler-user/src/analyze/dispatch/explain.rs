@@ -54,7 +54,7 @@ fn close(
         func => d.cost(func),
     };
     let measured = ts.saturating_sub(f.entry_ns);
-    let dur = measured - (f.probe_ns + u64::from(cost.inside_ns)).min(measured);
+    let dur = measured - cost.removed(measured, f.probe_ns);
     if let Some(t) = tree {
         t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
         if detached {

@@ -452,10 +452,10 @@ impl Dispatcher {
                 self.begin(ev.ts_ns);
             }
             self.record(Rec::Call(*ev));
-            let cost = self.cost(func);
+            let (cost, by_waits) = (self.cost(func), self.by_waits());
             if let Some(open) = &mut self.open {
                 // The dispatch function's own hits count at its end.
-                if !open.calls.is_empty() || self.waits_seen && self.cfg.wait_loop {
+                if !open.calls.is_empty() || by_waits {
                     open.probe_ns += u64::from(cost.entry_ns);
                 }
                 open.calls.push((func, ev.sp));
@@ -463,6 +463,7 @@ impl Dispatcher {
             }
             return;
         }
+        let (cost, by_waits) = (self.cost(func), self.by_waits());
         let Some(open) = &mut self.open else { return };
         let Some(pos) = open
             .calls
@@ -478,14 +479,12 @@ impl Dispatcher {
         };
         open.calls.truncate(pos);
         open.last = (ev.ts_ns, self.sched.split_at(ev.ts_ns));
-        let by_waits = self.cfg.wait_loop && self.waits_seen;
-        let cost = self.costs.get(func as usize).copied().unwrap_or_default();
         open.probe_ns += match pos == 0 && !by_waits {
             true => u64::from(cost.inside_ns),
             false => u64::from(cost.exit_ns),
         };
         self.record(Rec::Call(*ev));
-        if pos == 0 && !self.by_waits() {
+        if pos == 0 && !by_waits {
             self.end(ev.ts_ns);
         } else {
             self.close_detached(ev.ts_ns);
