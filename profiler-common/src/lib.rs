@@ -804,6 +804,8 @@ pub fn read<T: Record>(bytes: &[u8]) -> Option<T> {
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for python::PyProc {}
 #[cfg(feature = "user")]
+unsafe impl aya::Pod for v8::V8Proc {}
+#[cfg(feature = "user")]
 unsafe impl aya::Pod for UnwindRow {}
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for UserStack {}
@@ -843,6 +845,10 @@ mod tests {
             (code, python::INSTR_MAX, false)
         );
         assert!(!python::is_frame(0x7fff_ffff_f000));
+        let js = v8::encode(0x1234_5678_9a00);
+        assert!(v8::is_frame(js) && !python::is_frame(js) && is_runtime_frame(js));
+        assert_eq!(v8::decode(js), 0x1234_5678_9a00);
+        assert!(!v8::is_frame(slot) && !v8::is_frame(0x7fff_ffff_f000));
         assert!(!python::is_frame(0xffff_ffff_8100_0000));
     }
 
@@ -1036,6 +1042,76 @@ pub mod python {
             slot & ENTRY != 0,
         )
     }
+}
+
+/// V8 (node) frames in user stacks: how the kernel tells a JavaScript
+/// frame from the frame pointers it walks ([`v8::V8Proc`], written by the
+/// agent per process from the binary's postmortem `v8dbg_*` metadata), and
+/// how such a frame is carried in a stack's `u64` slots ([`v8::encode`]).
+///
+/// Where the walk follows a frame pointer through code without unwind
+/// tables (JIT code, or the interpreter's builtins) in a process running
+/// V8, the kernel reads the frame's function slot. When it holds a
+/// `JSFunction`, the frame's slot holds that function's
+/// `SharedFunctionInfo` instead of the pc; the agent names it.
+pub mod v8 {
+    /// Hash of tgid -> [`V8Proc`].
+    pub const V8_PROCS_MAP: &str = "V8_PROCS";
+    /// Capacity of [`V8_PROCS_MAP`].
+    pub const V8_PROCS_CAPACITY: u32 = 1024;
+
+    /// Tag in the top bits of a JavaScript frame's slot (Python's is
+    /// `0xa`; user addresses stay below 2^47).
+    pub const TAG: u64 = 0xb << 60;
+    const TAG_MASK: u64 = 0xf << 60;
+    const ADDR_MASK: u64 = (1 << 56) - 1;
+
+    /// Where one V8 process keeps what the kernel reads: offsets from a
+    /// frame pointer (below it, in bytes) and in heap objects, and the
+    /// instance types that mark a function.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct V8Proc {
+        /// `-v8dbg_off_fp_context_or_frame_type`: a context (a heap
+        /// object) in JavaScript frames, a frame-type marker (a small
+        /// integer) in the others.
+        pub fp_marker: u32,
+        /// `-v8dbg_off_fp_function`: the frame's `JSFunction`.
+        pub fp_function: u32,
+        /// `HeapObject::map`.
+        pub heap_map: u32,
+        /// `Map::instance_type` (a `u16`).
+        pub map_instance_type: u32,
+        /// `JSFunction::shared`.
+        pub function_shared: u32,
+        /// Instance types of functions: `[first, last]`.
+        pub function_first: u32,
+        pub function_last: u32,
+        /// Instance type of a `SharedFunctionInfo`.
+        pub shared_type: u32,
+    }
+
+    /// A JavaScript frame's slot: the (untagged) address of its function's
+    /// `SharedFunctionInfo`.
+    pub const fn encode(shared: u64) -> u64 {
+        TAG | (shared & ADDR_MASK)
+    }
+
+    /// True for a slot written by [`encode`].
+    pub const fn is_frame(slot: u64) -> bool {
+        slot & TAG_MASK == TAG
+    }
+
+    /// The `SharedFunctionInfo` address of a slot.
+    pub const fn decode(slot: u64) -> u64 {
+        slot & ADDR_MASK
+    }
+}
+
+/// True for a slot that holds an interpreter's or JIT's frame (Python,
+/// JavaScript) rather than a code address.
+pub const fn is_runtime_frame(slot: u64) -> bool {
+    python::is_frame(slot) || v8::is_frame(slot)
 }
 
 /// Where the kernel keeps a task's pending return uprobes (see the agent's

@@ -36,6 +36,7 @@ compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers an
 
 mod python;
 mod unwind;
+mod v8;
 mod wait;
 
 use aya_ebpf::{

@@ -248,16 +248,12 @@ pub fn runs(pid: u32) -> bool {
     unsafe { PY_PROCS.get(pid) }.is_some()
 }
 
-/// Tells the agent of the code object of Python frame `slot` of `pid`, the
-/// first time a stored stack holds it. A notice the ring has no room for is
+/// Tells the agent of `code` of `pid` (a Python frame's code object, or a
+/// JavaScript frame's whole slot), the first time a stored stack holds it. A notice the ring has no room for is
 /// counted and forgotten, so the next new stack with it tells again.
 #[inline(always)]
-pub fn note_code(pid: u32, slot: u64) {
-    let key = PyCodeNotice {
-        pid,
-        pad: 0,
-        code: python::decode(slot).0,
-    };
+pub fn note_code(pid: u32, code: u64) {
+    let key = PyCodeNotice { pid, pad: 0, code };
     // SAFETY: the value is only checked for presence.
     if unsafe { PY_CODES.get(key) }.is_some()
         || PY_CODES.insert(key, 0, BPF_NOEXIST as u64).is_err()

@@ -93,6 +93,10 @@ struct Walk {
     /// trampoline's where the walk meets it.
     tramp: u64,
     ri: u64,
+    /// 1 when the process runs V8 (`v8p` says where its frames keep
+    /// their function).
+    v8: u32,
+    v8p: profiler_common::v8::V8Proc,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -282,6 +286,21 @@ fn fp_step(w: &mut Walk) -> i64 {
     0
 }
 
+/// In a V8 process, frame `n` (walked by its frame pointer) of a
+/// JavaScript function: its slot becomes the function's (`v8.rs`), and the
+/// stack's hash follows (`before`: the hash without the frame).
+#[inline(always)]
+fn js_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) {
+    if w.v8 == 0 || w.bp == 0 || w.bp < w.sp {
+        return;
+    }
+    if let Some(slot) = crate::v8::frame(&w.v8p, w.bp) {
+        // SAFETY: per-CPU scratch, index masked into range.
+        unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = slot };
+        w.hash = (before ^ slot).wrapping_mul(FNV_PRIME);
+    }
+}
+
 /// One frame: records the pc, then finds the caller's pc, sp and rbp.
 /// Returns 1 to stop the loop.
 #[inline(never)]
@@ -300,6 +319,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     // SAFETY: per-CPU scratch, index masked into range.
     unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = w.pc };
     w.n += 1;
+    let before = w.hash;
     w.hash = (w.hash ^ w.pc).wrapping_mul(FNV_PRIME);
     if w.pc == 0 {
         w.end = unwind_end::FP_END;
@@ -308,6 +328,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     // A return address points after the call: look up the call itself.
     let lookup = if n == 0 { w.pc } else { w.pc - 1 };
     if w.no_tables != 0 {
+        js_frame(w, stack, n, before);
         return fp_step(w);
     }
     if lookup < w.map_start || lookup >= w.map_end {
@@ -332,6 +353,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
         len => find_row(w.table_start, len, lookup.wrapping_sub(w.map_bias)),
     };
     let Some(row) = row else {
+        js_frame(w, stack, n, before);
         return fp_step(w);
     };
     let cfa = match row.cfa_kind {
@@ -346,7 +368,10 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
             return 1;
         }
         // No CFI at this pc (a gap between functions' tables).
-        cfa::UNSUPPORTED if row.cfa_offset == 0 => return fp_step(w),
+        cfa::UNSUPPORTED if row.cfa_offset == 0 => {
+            js_frame(w, stack, n, before);
+            return fp_step(w);
+        }
         _ => {
             w.end = unwind_end::UNSUPPORTED;
             return 1;
@@ -391,6 +416,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
+    let v8p = crate::v8::proc(pid);
     let w = WALK.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
     // expects.
@@ -413,6 +439,8 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
             outside: 0,
             tramp,
             ri,
+            v8: u32::from(v8p.is_some()),
+            v8p: v8p.unwrap_or_default(),
         };
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,
@@ -478,7 +506,7 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
         full();
         return 0;
     }
-    if crate::python::runs(pid) {
+    if crate::python::runs(pid) || crate::v8::proc(pid).is_some() {
         // SAFETY: `note_step` has the callback signature bpf_loop expects.
         unsafe {
             bpf_loop(
@@ -492,8 +520,9 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
     key
 }
 
-/// One frame of the stack just stored: a Python frame's code object is
-/// told of (`python::note_code`) if it is new.
+/// One frame of the stack just stored: a Python frame's code object, or
+/// a JavaScript frame's function, is told of (`python::note_code`) if it
+/// is new.
 #[inline(never)]
 extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
     let (Some(stack), Some(w)) = (UNWIND_SCRATCH.get_ptr_mut(0), WALK.get_ptr_mut(0)) else {
@@ -507,6 +536,8 @@ extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
     // SAFETY: as above; the index is masked into range.
     let slot = unsafe { (*stack).frames[index as usize & (MAX_UNWIND_FRAMES - 1)] };
     if profiler_common::python::is_frame(slot) {
+        crate::python::note_code(pid, profiler_common::python::decode(slot).0);
+    } else if profiler_common::v8::is_frame(slot) {
         crate::python::note_code(pid, slot);
     }
     0

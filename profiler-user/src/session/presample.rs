@@ -80,7 +80,7 @@ pub fn sample(pid: u32, tid: u32) -> Result<Seen> {
         let (user, _) = read_user(&maps, &key);
         seen.stacks += 1;
         for (i, &a) in user.iter().enumerate() {
-            if profiler_common::python::is_frame(a) {
+            if profiler_common::is_runtime_frame(a) {
                 continue;
             }
             let at = if i == 0 { a } else { a.saturating_sub(1) };

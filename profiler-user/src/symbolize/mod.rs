@@ -12,6 +12,7 @@ mod symbolizer;
 pub mod tables;
 mod unwind;
 pub mod unwind_table;
+pub mod v8;
 
 pub use symbolizer::{Symbolizer, NORMALIZED};
 pub use unwind::DwarfUnwinder;

@@ -387,6 +387,14 @@ impl Python {
         }
         told.sort_unstable_by_key(|n| (n.pid, n.code));
         told.dedup();
+        // JavaScript functions share the ring (`v8.rs`).
+        let (js, told): (Vec<PyCodeNotice>, Vec<PyCodeNotice>) = told
+            .into_iter()
+            .partition(|n| profiler_common::v8::is_frame(n.code));
+        for group in js.chunk_by(|a, b| a.pid == b.pid) {
+            let slots: Vec<u64> = group.iter().map(|n| n.code).collect();
+            super::v8::learn(group[0].pid, &slots);
+        }
         let mut open: Option<(u32, Option<Mem>)> = None;
         for n in &told {
             let Some(proc) = registered(n.pid) else {
@@ -404,7 +412,7 @@ impl Python {
                 }
             }
         }
-        told.len()
+        told.len() + js.len()
     }
 }
 

@@ -354,10 +354,10 @@ impl Symbolizer {
             .iter()
             .enumerate()
             .map(|(i, &a)| {
-                if python_frame(a) {
+                if runtime_frame(a) {
                     // Named now, while the process's memory can be read;
                     // the same name is the same slot in every process.
-                    return self.normalize_python(pid, a);
+                    return self.normalize_runtime(pid, a);
                 }
                 // A return address may end its mapping: its call is before.
                 let look = if i == 0 { a } else { a.saturating_sub(1) };
@@ -460,7 +460,7 @@ impl Symbolizer {
         let lookup: Vec<u64> = addrs
             .iter()
             .enumerate()
-            .map(|(i, &a)| match i == 0 || python_frame(a) {
+            .map(|(i, &a)| match i == 0 || runtime_frame(a) {
                 true => a,
                 false => a.saturating_sub(1),
             })
@@ -477,11 +477,9 @@ impl Symbolizer {
                 .collect();
             return python::splice(addrs, frames, is_eval);
         }
-        for &a in lookup.iter().filter(|&&a| python_frame(a)) {
+        for &a in lookup.iter().filter(|&&a| runtime_frame(a)) {
             if self.named(pid, a).is_none() {
-                let name =
-                    python::name(pid, a).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX));
-                self.journal.insert((pid, a), vec![name]);
+                self.journal.insert((pid, a), vec![runtime_name(pid, a)]);
             }
         }
         let mut missing: Vec<u64> = lookup
@@ -537,19 +535,21 @@ impl Symbolizer {
         python::splice(addrs, frames, is_eval)
     }
 
-    /// The normalized slot of Python frame `slot` of `pid`: one per name
-    /// (and evaluator-call boundary), named in the journal.
-    fn normalize_python(&mut self, pid: u32, slot: u64) -> u64 {
+    /// The normalized slot of Python or JavaScript frame `slot` of `pid`:
+    /// one per name (and evaluator-call boundary), named in the journal.
+    fn normalize_runtime(&mut self, pid: u32, slot: u64) -> u64 {
         let name = match self.named(pid, slot) {
             Some(f) => f[0].clone(),
-            None => {
-                python::name(pid, slot).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX))
-            }
+            None => runtime_name(pid, slot),
         };
         let next = self.python_names.len() as u64;
         let index = *self.python_names.entry(name.clone()).or_insert(next);
-        let entry = profiler_common::python::decode(slot).2;
-        let out = profiler_common::python::encode(index << 3, 0, entry);
+        let out = if profiler_common::v8::is_frame(slot) {
+            profiler_common::v8::encode(index << 3)
+        } else {
+            let entry = profiler_common::python::decode(slot).2;
+            profiler_common::python::encode(index << 3, 0, entry)
+        };
         self.journal.insert((NORMALIZED, out), vec![name]);
         out
     }
@@ -1066,9 +1066,18 @@ impl Core {
     }
 }
 
-/// True for a Python frame's slot (see `python.rs`).
-fn python_frame(a: u64) -> bool {
-    profiler_common::python::is_frame(a)
+/// True for a Python or JavaScript frame's slot (see `python.rs`, `v8.rs`).
+fn runtime_frame(a: u64) -> bool {
+    profiler_common::is_runtime_frame(a)
+}
+
+/// The name of a Python or JavaScript frame's slot of `pid`.
+fn runtime_name(pid: u32, slot: u64) -> String {
+    if profiler_common::v8::is_frame(slot) {
+        return super::v8::name(pid, slot)
+            .unwrap_or_else(|| format!("{}[unknown {slot:#x}]", super::v8::PREFIX));
+    }
+    python::name(pid, slot).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX))
 }
 
 /// True for the native frame that runs Python frames.

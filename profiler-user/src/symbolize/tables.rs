@@ -134,6 +134,7 @@ pub struct Tables {
     /// CPython's frames in the processes that run it (None: the programs
     /// have no Python walker).
     python: Option<super::python::Python>,
+    v8: Option<super::v8::V8>,
     /// Statistics.
     pub stats: TablesStats,
 }
@@ -195,6 +196,7 @@ impl Tables {
             files: HashMap::new(),
             per_pid: HashMap::new(),
             python: super::python::Python::take(ebpf).ok(),
+            v8: super::v8::V8::take(ebpf).ok(),
             stats: TablesStats {
                 capacity: u64::from(capacity),
                 ..Default::default()
@@ -407,7 +409,7 @@ impl Tables {
         // the uprobes' `[uprobes]` page) neither rebuilds the tables still
         // in use nor leaves a moment where the process has none.
         let old = self.per_pid.remove(&pid);
-        let py_exec = self.python.is_some().then(|| exec.clone());
+        let py_exec = (self.python.is_some() || self.v8.is_some()).then(|| exec.clone());
         let mut mappings: Vec<ExecMapping> = Vec::new();
         let mut keys = Vec::new();
         for line in exec.lines() {
@@ -446,8 +448,13 @@ impl Tables {
         }
         self.stats.processes = self.per_pid.len() as u64;
         // After the tables: the native walk matters first.
-        if let (Some(py), Some(exec)) = (&mut self.python, py_exec) {
-            py.add_process(pid, &exec);
+        if let Some(exec) = py_exec {
+            if let Some(py) = &mut self.python {
+                py.add_process(pid, &exec);
+            }
+            if let Some(v8) = &mut self.v8 {
+                v8.add_process(pid, &exec);
+            }
         }
     }
 
@@ -464,6 +471,9 @@ impl Tables {
             let _ = self.procs.remove(&pid);
             if let Some(py) = &mut self.python {
                 py.remove_process(pid);
+            }
+            if let Some(v8) = &mut self.v8 {
+                v8.remove_process(pid);
             }
             self.release(&keys);
             self.stats.processes = self.per_pid.len() as u64;

@@ -591,7 +591,7 @@ impl Dispatcher {
         let native_outermost = user
             .iter()
             .rev()
-            .find(|&&a| !profiler_common::python::is_frame(a));
+            .find(|&&a| !profiler_common::is_runtime_frame(a));
         let outermost = match native_outermost {
             Some(&pc) if end != profiler_common::unwind_end::ROOT => {
                 self.symbolizer.user_stack(&[pc]).pop()
