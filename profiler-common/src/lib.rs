@@ -848,6 +848,10 @@ mod tests {
         let js = v8::encode(0x1234_5678_9a00);
         assert!(v8::is_frame(js) && !python::is_frame(js) && is_runtime_frame(js));
         assert_eq!(v8::decode(js), 0x1234_5678_9a00);
+        assert_eq!(v8::marker(js), None);
+        let m = v8::encode_marker(13);
+        assert!(v8::is_frame(m) && !python::is_frame(m));
+        assert_eq!(v8::marker(m), Some(13));
         assert!(!v8::is_frame(slot) && !v8::is_frame(0x7fff_ffff_f000));
         assert!(!python::is_frame(0xffff_ffff_8100_0000));
     }
@@ -1091,10 +1095,31 @@ pub mod v8 {
         pub shared_type: u32,
     }
 
+    /// Set in the slot of a typed frame in JIT memory (regular
+    /// expression code, stubs): the slot holds its frame type.
+    pub const MARKER: u64 = 1 << 55;
+    /// Largest frame type taken for a marker.
+    pub const MAX_FRAME_TYPE: u64 = 63;
+
     /// A JavaScript frame's slot: the (untagged) address of its function's
     /// `SharedFunctionInfo`.
     pub const fn encode(shared: u64) -> u64 {
-        TAG | (shared & ADDR_MASK)
+        TAG | (shared & ADDR_MASK & !MARKER)
+    }
+
+    /// The slot of a typed frame of type `frame_type` (V8's
+    /// `StackFrame::Type`, the `v8dbg_frametype_*` values).
+    pub const fn encode_marker(frame_type: u64) -> u64 {
+        TAG | MARKER | (frame_type & MAX_FRAME_TYPE)
+    }
+
+    /// The frame type of a typed frame's slot, None for a function's.
+    pub const fn marker(slot: u64) -> Option<u64> {
+        if slot & MARKER != 0 {
+            Some(slot & MAX_FRAME_TYPE)
+        } else {
+            None
+        }
     }
 
     /// True for a slot written by [`encode`].

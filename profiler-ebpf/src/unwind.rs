@@ -294,7 +294,9 @@ fn js_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) {
     if w.v8 == 0 || w.bp == 0 || w.bp < w.sp {
         return;
     }
-    if let Some(slot) = crate::v8::frame(&w.v8p, w.bp) {
+    // In no file mapping: JIT code.
+    let jit = w.no_tables == 0 && w.map_end == 0;
+    if let Some(slot) = crate::v8::frame(&w.v8p, w.bp, jit) {
         // SAFETY: per-CPU scratch, index masked into range.
         unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = slot };
         w.hash = (before ^ slot).wrapping_mul(FNV_PRIME);
@@ -537,7 +539,7 @@ extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
     let slot = unsafe { (*stack).frames[index as usize & (MAX_UNWIND_FRAMES - 1)] };
     if profiler_common::python::is_frame(slot) {
         crate::python::note_code(pid, profiler_common::python::decode(slot).0);
-    } else if profiler_common::v8::is_frame(slot) {
+    } else if profiler_common::v8::is_frame(slot) && profiler_common::v8::marker(slot).is_none() {
         crate::python::note_code(pid, slot);
     }
     0

@@ -47,14 +47,22 @@ pub fn proc(pid: u32) -> Option<V8Proc> {
 }
 
 /// The slot of the JavaScript frame whose frame pointer is `bp`, or None
-/// when that frame is not one (a stub, an exit or entry frame, native code).
+/// when that frame is not one (native code, or a typed frame: a stub, an
+/// exit or entry frame). `jit`: the pc is in no file mapping, so that a
+/// typed frame's marker is V8's (regular expression code, stubs) and is
+/// kept too.
 #[inline(always)]
-pub fn frame(p: &V8Proc, bp: u64) -> Option<u64> {
+pub fn frame(p: &V8Proc, bp: u64, jit: bool) -> Option<u64> {
     if bp < u64::from(p.fp_marker.max(p.fp_function)) {
         return None;
     }
     let marker = read_u64(bp - u64::from(p.fp_marker))?;
-    // A small integer (tag bit 0): the frame-type marker of a typed frame.
+    // A small integer (tag bit 0): the frame-type marker of a typed frame,
+    // the type shifted left by one.
+    if marker & 1 == 0 {
+        let t = marker >> 1;
+        return (jit && t > 0 && t <= v8::MAX_FRAME_TYPE).then_some(v8::encode_marker(t));
+    }
     heap_object(marker)?;
     let function = heap_object(read_u64(bp - u64::from(p.fp_function))?)?;
     let t = instance_type(p, function)?;

@@ -177,6 +177,11 @@ pub struct CpuProfile {
     /// frame), and of those, samples that carry its Python frames.
     #[serde(default)]
     pub python: (u64, u64),
+    /// Samples in V8's JavaScript code (a JavaScript frame, or JIT
+    /// memory or the interpreter's entry below V8's builtins), and of those,
+    /// samples whose JavaScript frames are all named.
+    #[serde(default)]
+    pub javascript: (u64, u64),
 }
 
 impl CpuProfile {
@@ -191,10 +196,18 @@ impl CpuProfile {
 }
 
 /// Counts a stack's samples in CPython's evaluator, and those of them
-/// that carry Python frames ([`CpuProfile::python`]).
+/// that carry Python frames ([`CpuProfile::python`]); and those in V8's
+/// JavaScript, and of them those named ([`CpuProfile::javascript`]).
 pub(crate) fn count_python(prof: &mut CpuProfile, frames: &[Vec<String>], count: u64) {
     fn first(f: &[String]) -> &str {
         f.first().map(String::as_str).unwrap_or("")
+    }
+    let (in_js, named) = javascript(frames.iter().map(|f| first(f)));
+    if in_js {
+        prof.javascript.0 += count;
+        if named {
+            prof.javascript.1 += count;
+        }
     }
     if frames
         .iter()
@@ -208,6 +221,26 @@ pub(crate) fn count_python(prof: &mut CpuProfile, frames: &[Vec<String>], count:
             prof.python.1 += count;
         }
     }
+}
+
+/// Whether a stack (frame names) runs V8's JavaScript, and if so whether
+/// all its JavaScript frames are named: unnamed ones are JIT code in
+/// anonymous memory (`[unknown] 0x…`) or the interpreter's entry builtin,
+/// whose frame would have been replaced by its function's name.
+pub fn javascript<'a>(names: impl Iterator<Item = &'a str> + Clone) -> (bool, bool) {
+    let unnamed = |n: &str| {
+        (n.starts_with("[unknown] 0x")) || n.starts_with("Builtins_InterpreterEntryTrampoline")
+    };
+    let v8 = names
+        .clone()
+        .any(|n| n.starts_with(crate::symbolize::v8::PREFIX) || n.starts_with("Builtins_"));
+    if !v8 {
+        return (false, false);
+    }
+    let js = names
+        .clone()
+        .any(|n| n.starts_with(crate::symbolize::v8::PREFIX) || unnamed(n));
+    (js, js && !names.clone().any(unnamed))
 }
 
 pub(crate) fn comm_name(raw: &[u8; 16]) -> String {

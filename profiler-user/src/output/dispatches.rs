@@ -93,6 +93,8 @@ struct SamplerJson<'a> {
     walks_ended: &'a std::collections::BTreeMap<&'static str, u64>,
     /// Samples that carry CPython frames.
     with_python_frames: u64,
+    /// Samples that carry V8's JavaScript frames.
+    with_javascript_frames: u64,
 }
 
 #[derive(Serialize)]
@@ -227,6 +229,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
             no_user_stack: d.quality.no_user_stack,
             walks_ended: &d.quality.ends,
             with_python_frames: d.quality.python,
+            with_javascript_frames: d.quality.javascript,
         },
         slow: d
             .slow
@@ -529,6 +532,9 @@ fn sampler_line(q: &SampleQuality) -> String {
     }
     if q.python > 0 {
         let _ = write!(line, "; with Python frames {}", q.python);
+    }
+    if q.javascript > 0 {
+        let _ = write!(line, "; with JavaScript frames {}", q.javascript);
     }
     line
 }

@@ -272,6 +272,15 @@ pub fn write_cpu(
             named as f64 * 100.0 / in_eval as f64
         );
     }
+    let (in_js, named) = prof.javascript;
+    if in_js > 0 {
+        let _ = writeln!(
+            text,
+            "JavaScript: {in_js} samples in JavaScript code, {named} of them with every JavaScript \
+             frame named ({:.1}%)",
+            named as f64 * 100.0 / in_js as f64
+        );
+    }
     if let Some(u) = &prof.unwinding {
         let fp: Vec<String> = u
             .methods

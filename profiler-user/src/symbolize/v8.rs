@@ -32,7 +32,7 @@ use super::unwind_table::FileKey;
 pub const PREFIX: &str = "JS:";
 
 /// What V8's metadata says of the objects the namer reads.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
     pub version: (u32, u32, u32),
     pub kernel: V8Proc,
@@ -66,7 +66,20 @@ pub struct Meta {
     external_resource: u32,
     array_length: u32,
     array_data: u32,
+    /// Frame type (a marker's value) -> index in [`FRAME_TYPES`] + 1.
+    frame_types: [u8; 64],
 }
+
+/// The frame types a marker in JIT memory may name, as the metadata
+/// spells them (`v8dbg_frametype_*`).
+const FRAME_TYPES: [&str; 6] = [
+    "IrregexpFrame",
+    "StubFrame",
+    "TurbofanStubWithContextFrame",
+    "InternalFrame",
+    "BuiltinFrame",
+    "NativeFrame",
+];
 
 /// Reads the metadata from a binary's symbols and data, or says which
 /// symbol is missing. `Ok(None)`: the binary has no V8 in it.
@@ -145,7 +158,16 @@ fn read_meta(open: &str) -> Result<Option<Meta>, String> {
             return Err(format!("{name} = {got}, not {want}"));
         }
     }
+    let mut frame_types = [0u8; 64];
+    for (i, name) in FRAME_TYPES.iter().enumerate() {
+        if let Ok(v) = u(&format!("v8dbg_frametype_{name}")) {
+            if let Some(slot) = frame_types.get_mut(v as usize) {
+                *slot = i as u8 + 1;
+            }
+        }
+    }
     Ok(Some(Meta {
+        frame_types,
         version,
         kernel: V8Proc {
             fp_marker: below("v8dbg_off_fp_context_or_frame_type")?,
@@ -218,6 +240,8 @@ impl Function {
         };
         match self.place.as_str() {
             "" => format!("{PREFIX}{name}"),
+            // A script without a name (`eval`, `new Function`).
+            place if place.starts_with(':') => format!("{PREFIX}{name} [no file]{place}"),
             place => format!("{PREFIX}{name} {place}"),
         }
     }
@@ -357,6 +381,14 @@ pub fn learn(pid: u32, slots: &[u64]) {
 /// known to run V8.
 pub fn name(pid: u32, slot: u64) -> Option<String> {
     let meta = registered(pid)?;
+    if let Some(t) = common::marker(slot) {
+        let known = meta.frame_types.get(t as usize).copied().unwrap_or(0);
+        return Some(match FRAME_TYPES.get((known as usize).wrapping_sub(1)) {
+            Some(&"IrregexpFrame") => format!("{PREFIX}[regular expression code]"),
+            Some(name) => format!("{PREFIX}[V8 {}]", name.trim_end_matches("Frame")),
+            None => format!("{PREFIX}[V8 frame type {t}]"),
+        });
+    }
     let shared = common::decode(slot);
     if let Some(name) = cached(pid, shared) {
         return Some(name);

@@ -602,6 +602,9 @@ impl Dispatcher {
         if user.iter().any(|&a| profiler_common::python::is_frame(a)) {
             self.quality.python += 1;
         }
+        if user.iter().any(|&a| profiler_common::v8::is_frame(a)) {
+            self.quality.javascript += 1;
+        }
         let Some(open) = &mut self.open else { return };
         open.samples += 1;
         open.last_sample = Some(user.into());

@@ -18,6 +18,8 @@ pub struct SampleQuality {
     pub ends: BTreeMap<&'static str, u64>,
     /// Of those, samples that carry Python frames.
     pub python: u64,
+    /// Of those, samples that carry JavaScript frames (V8's, by name).
+    pub javascript: u64,
 }
 
 impl SampleQuality {
