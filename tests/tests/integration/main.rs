@@ -25,6 +25,7 @@ mod governor;
 mod helpers;
 mod html;
 mod inlined;
+mod js_frames;
 mod launch;
 mod libs;
 mod loss;

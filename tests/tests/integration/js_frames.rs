@@ -1,0 +1,206 @@
+//! JavaScript frames by PID (issue 22): node started without flags (no
+//! perf map), attached by PID. The kernel finds each JavaScript frame's
+//! function from V8's frame layout, and the agent names it from the
+//! binary's postmortem metadata: the samples carry the script's functions
+//! with their lines and columns, checked against its known call structure,
+//! and a slow dispatch's verdict names the JavaScript function.
+use profiler_tests::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// `tick` (line 10) calls `middle` (line 6), which calls `leaf` (line 1),
+/// every 5 ms; every 8th tick also calls `slowRoute` (line 14), about
+/// 150 ms of work.
+const SCRIPT: &str = concat!(
+    "function leaf(n) {\n",
+    "  let s = 0;\n",
+    "  for (let i = 0; i < n; i++) s += Math.sqrt(i);\n",
+    "  return s;\n",
+    "}\n",
+    "function middle(n) {\n",
+    "  return leaf(n) + 1;\n",
+    "}\n",
+    "let ticks = 0;\n",
+    "function tick() {\n",
+    "  middle(SIZE);\n",
+    "  if (SLOW && ++ticks % 8 === 0) slowRoute();\n",
+    "}\n",
+    "function slowRoute() {\n",
+    "  const end = Date.now() + 150;\n",
+    "  let s = 0;\n",
+    "  while (Date.now() < end) s += Math.sin(s);\n",
+    "  return s;\n",
+    "}\n",
+    "setInterval(tick, 5);\n",
+    "console.log('ready', process.pid);\n",
+);
+
+fn node_script(dir: &Path, size: u32, slow: bool) -> std::path::PathBuf {
+    let path = dir.join("app.js");
+    let text = SCRIPT
+        .replace("SIZE", &size.to_string())
+        .replace("SLOW", if slow { "true" } else { "false" });
+    std::fs::write(&path, text).expect("write app.js");
+    path
+}
+
+fn node() -> Option<std::path::PathBuf> {
+    let ok = Command::new("node").arg("--version").output().ok()?;
+    ok.status
+        .success()
+        .then(|| std::fs::canonicalize("/usr/bin/node").unwrap_or_else(|_| "node".into()))
+}
+
+/// Of the samples with a JavaScript frame, the share that walk
+/// `tick` → `middle` → `leaf` with the perf map's names (no tier), and
+/// how many had one.
+fn named_share(stacks: &[(Vec<String>, u64)], script: &Path) -> (f64, u64) {
+    let s = script.display();
+    let chain = [
+        format!("JS:tick {s}:10:14"),
+        format!("JS:middle {s}:6:16"),
+        format!("JS:leaf {s}:1:14"),
+    ];
+    let (mut in_js, mut named) = (0, 0);
+    for (frames, n) in stacks {
+        if !frames.iter().any(|f| f.starts_with("JS:")) {
+            continue;
+        }
+        in_js += n;
+        if frames.windows(3).any(|w| w.iter().zip(&chain).all(|(a, b)| a == b)) {
+            named += n;
+        }
+    }
+    (named as f64 / in_js.max(1) as f64, in_js)
+}
+
+#[test]
+fn javascript_frames_by_pid_for_node_started_without_flags() {
+    require_root!();
+    let Some(node) = node() else {
+        eprintln!("SKIP javascript_frames_by_pid_for_node_started_without_flags: no node");
+        return;
+    };
+    let dir = TempDir::new("jsframes");
+    let script = node_script(dir.path(), 2_000_000, false);
+    let mut cmd = Command::new(&node);
+    cmd.arg(&script);
+    let fx = Fixture::spawn_cmd(cmd, &node);
+    // Let the JIT compile `leaf` first (the case that matters most).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = TempDir::new("jsframes-out");
+    let fin = profiler(&[
+        "sample",
+        "--pid",
+        &fx.pid.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let stacks = folded(&read(out.path(), "cpu.folded"));
+    let (share, total) = named_share(&stacks, &script);
+    eprintln!(
+        "tick;middle;leaf with their lines in {:.1}% of {total} samples in JavaScript",
+        share * 100.0
+    );
+    assert!(total >= 500, "only {total} samples in JavaScript");
+    assert!(share >= 0.95, "{share:.3} of {total}: {stacks:?}");
+    let unnamed: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|n| n.starts_with("[unknown] 0x")))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        unnamed * 100 <= total,
+        "{unnamed} samples with an unnamed JIT frame of {total}"
+    );
+    let txt = read(out.path(), "cpu.txt");
+    let line = txt
+        .lines()
+        .find(|l| l.starts_with("JavaScript: "))
+        .unwrap_or_else(|| panic!("cpu.txt counts JavaScript samples: {txt}"));
+    let pct: f64 = line
+        .rsplit('(')
+        .next()
+        .and_then(|p| p.strip_suffix("%)"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a share in {line:?}"));
+    assert!(pct >= 90.0, "{line}");
+
+    // System-wide, the same names (through the names that stand for the
+    // process's own across processes).
+    let out = TempDir::new("jsframes-all");
+    let fin = profiler(&[
+        "sample",
+        "--all",
+        "--hz",
+        "499",
+        "--duration",
+        "2s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let stacks: Vec<(Vec<String>, u64)> = folded(&read(out.path(), "cpu.folded"))
+        .into_iter()
+        .filter(|(f, _)| f.first().is_some_and(|c| c.starts_with("node")))
+        .collect();
+    let (share, total) = named_share(&stacks, &script);
+    eprintln!(
+        "--all: tick;middle;leaf in {:.1}% of {total} samples in JavaScript",
+        share * 100.0
+    );
+    assert!(total >= 200 && share >= 0.95, "{share:.3} of {total}");
+}
+
+#[test]
+fn a_slow_javascript_handler_attached_by_pid_is_named() {
+    require_root!();
+    let Some(node) = node() else {
+        eprintln!("SKIP a_slow_javascript_handler_attached_by_pid_is_named: no node");
+        return;
+    };
+    let dir = TempDir::new("jsslow");
+    let script = node_script(dir.path(), 20_000, true);
+    let mut cmd = Command::new(&node);
+    cmd.arg(&script);
+    let fx = Fixture::spawn_cmd(cmd, &node);
+    let out = dir.join("out");
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &fx.pid.to_string(),
+        "--duration",
+        "4s",
+        "--threshold",
+        "100ms",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let d = read_json(&out, "dispatches.json");
+    let slow = d["slow"].as_array().expect("slow").len();
+    let groups = d["groups"].as_array().expect("groups");
+    let want = format!("JS:slowRoute {}:14:19", script.display());
+    // Every 8th tick of 5 ms or more: one slow dispatch every 0.2-0.35 s.
+    assert!(slow >= 6, "{slow} slow dispatches: {groups:?}");
+    for g in groups {
+        let key = g["key"].as_str().unwrap_or_default();
+        assert!(
+            key.starts_with(&want),
+            "every slow group is slowRoute's, named {want:?}: {key:?}"
+        );
+    }
+    let counted: u64 = groups.iter().map(|g| num(g, "count")).sum();
+    assert_eq!(counted, slow as u64, "{groups:?}");
+    let txt = read(&out, "dispatches.txt");
+    assert!(
+        txt.lines()
+            .any(|l| l.contains("verdict:") && l.contains("in JS:slowRoute ")),
+        "the verdict names slowRoute: {txt}"
+    );
+    let _: Value = d;
+}
