@@ -68,7 +68,10 @@ fn named_share(stacks: &[(Vec<String>, u64)], script: &Path) -> (f64, u64) {
             continue;
         }
         in_js += n;
-        if frames.windows(3).any(|w| w.iter().zip(&chain).all(|(a, b)| a == b)) {
+        if frames
+            .windows(3)
+            .any(|w| w.iter().zip(&chain).all(|(a, b)| a == b))
+        {
             named += n;
         }
     }

@@ -14,6 +14,7 @@ mod rate;
 mod redis;
 mod rings;
 mod run;
+mod runtimes;
 mod sampling;
 mod unwind;
 
@@ -84,6 +85,8 @@ enum Part {
     Rings,
     /// m: event-loop iterations from the loop's waits: cost per iteration on a 10 kHz loop.
     Loop,
+    /// n: kernel cost per sample of walking Python and JavaScript frames, on and off.
+    Runtimes,
 }
 
 impl Args {
@@ -230,6 +233,17 @@ pub fn run(args: &Args) -> Result<()> {
         "\nBench wall time: {:.0} s.\n",
         started.elapsed().as_secs_f64()
     ));
+    if args.wants(Part::Runtimes) {
+        let rows = runtimes::measure(args.repeat, &work);
+        md.push_str("\n## n. Interpreter and JIT frames: kernel cost per CPU sample\n\n");
+        md.push_str(&runtimes::rows(&rows));
+        md.push_str(
+            "\nThe CPU sampler's own run time per sample (`kernel.bpf_stats_enabled`, `bpftool \
+             prog show name prof_cpu_sample`) while `profiler sample --pid P --hz 999` samples the \
+             runtime, its frame walk on and off (`PROFILER_PYTHON_FRAMES=0`, `PROFILER_JS_FRAMES=0`) \
+             in alternating rounds against the same process. Goal: at most 2x the native walk.\n",
+        );
+    }
 
     let path = workspace_root().join("target/bench.md");
     std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
