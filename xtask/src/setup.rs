@@ -37,6 +37,9 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     // CPython's headers: the test that checks the Python walker's offsets
     // against them (symbolize/python.rs).
     ("x86_64-linux-gnu-python3.11-config", "python3.11-dev"),
+    // Debian's debug build of CPython: its frames are walked too (tests
+    // python_frames.rs).
+    ("python3.11d", "python3.11-dbg"),
     // The report.html tests open the page in headless Chromium.
     ("chromium", "chromium"),
 ];

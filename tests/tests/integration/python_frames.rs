@@ -26,9 +26,10 @@ const SCRIPT: &str = concat!(
     "outer()\n",
 );
 
-/// The CPython 3.11+ interpreters installed: Debian's, then pyenv's.
+/// The CPython 3.11+ interpreters installed: Debian's (and its debug build,
+/// `python3.11-dbg`), then pyenv's.
 fn pythons() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = vec!["/usr/bin/python3.11".into()];
+    let mut found: Vec<PathBuf> = vec!["/usr/bin/python3.11".into(), "/usr/bin/python3.11d".into()];
     let pyenv = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
