@@ -329,7 +329,7 @@ pub fn calibrate() -> Result<HitCost> {
     let exe = Path::new("/proc/self/exe");
     let attach = |prog: &std::os::fd::OwnedFd, probes: &[(u64, u64)], ret: bool| {
         let (offs, cookies): (Vec<u64>, Vec<u64>) = probes.iter().copied().unzip();
-        multi::attach_uprobe_multi(prog.as_fd(), exe, &offs, &cookies, pid, ret)
+        multi::attach_uprobe_multi(prog.as_fd(), exe, &offs, &cookies, &[], pid, ret)
             .map_err(|e| fail("attaching", e))
     };
     let _links = [

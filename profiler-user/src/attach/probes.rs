@@ -863,12 +863,17 @@ fn multi_links(
     pid: u32,
 ) -> std::result::Result<Vec<OwnedFd>, String> {
     let mut links = Vec::new();
+    // Probes behind a USDT semaphore get links of their own: a kernel that
+    // refuses the semaphore leaves the functions' links alone.
+    let (gated, plain): (Vec<usize>, Vec<usize>) = idx
+        .iter()
+        .partition(|&&i| sel.funcs[i].semaphores != [0; 2]);
     for (prog, kind) in [
         (&progs.ret, ProbeKind::ReturnSite),
         (&progs.exit, ProbeKind::Return),
         (&progs.entry, ProbeKind::Entry),
     ] {
-        let (offsets, cookies) = probe_points(sel, idx, kind, |i| cookie(sel, i, gen));
+        let (offsets, cookies) = probe_points(sel, &plain, kind, |i| cookie(sel, i, gen));
         if offsets.is_empty() {
             continue;
         }
@@ -877,9 +882,42 @@ fn multi_links(
             path,
             &offsets,
             &cookies,
+            &[],
             pid,
             kind == ProbeKind::Return,
         )?);
+    }
+    for &i in &gated {
+        let f = &sel.funcs[i];
+        let ExitProbe::Sites(sites) = &f.exit else {
+            continue;
+        };
+        let c = cookie(sel, i, gen);
+        let made = multi::attach_uprobe_multi(
+            progs.ret.as_fd(),
+            path,
+            sites,
+            &vec![c; sites.len()],
+            &vec![f.semaphores[1]; sites.len()],
+            pid,
+            false,
+        )
+        .and_then(|exit| {
+            multi::attach_uprobe_multi(
+                progs.entry.as_fd(),
+                path,
+                &[f.offset],
+                &[c],
+                &[f.semaphores[0]],
+                pid,
+                false,
+            )
+            .map(|entry| [exit, entry])
+        });
+        match made {
+            Ok(pair) => links.extend(pair),
+            Err(e) => eprintln!("profiler: note: {} is not timed: {e}", f.name),
+        }
     }
     Ok(links)
 }

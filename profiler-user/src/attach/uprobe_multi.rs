@@ -171,16 +171,22 @@ pub fn load_multi_program(bytes: &[u8], ebpf: &aya::Ebpf, name: &str) -> Result<
 /// `/proc/PID/exe` or `/proc/PID/map_files/…`) at the file `offsets`, with
 /// one cookie per offset (read in BPF with `bpf_get_attach_cookie`), firing
 /// only in process `pid` (0: every process), as return probes if
-/// `retprobe`. Dropping the returned fd detaches them all at once.
+/// `retprobe`. `ref_ctrs`, when not empty, holds one USDT semaphore's file
+/// offset per offset (0: none), which the kernel raises while the probe is
+/// attached. Dropping the returned fd detaches them all at once.
 pub fn attach_uprobe_multi(
     prog: BorrowedFd<'_>,
     path: &Path,
     offsets: &[u64],
     cookies: &[u64],
+    ref_ctrs: &[u64],
     pid: u32,
     retprobe: bool,
 ) -> Result<OwnedFd, String> {
-    if offsets.is_empty() || offsets.len() != cookies.len() {
+    if offsets.is_empty()
+        || offsets.len() != cookies.len()
+        || !(ref_ctrs.is_empty() || ref_ctrs.len() == offsets.len())
+    {
         return Err(format!(
             "uprobe_multi needs one cookie per offset and at least one offset \
              ({} offsets, {} cookies)",
@@ -200,7 +206,10 @@ pub fn attach_uprobe_multi(
     let multi = unsafe { &mut link.__bindgen_anon_3.uprobe_multi };
     multi.path = c_path.as_ptr() as u64;
     multi.offsets = offsets.as_ptr() as u64;
-    multi.ref_ctr_offsets = 0;
+    multi.ref_ctr_offsets = match ref_ctrs {
+        [] => 0,
+        r => r.as_ptr() as u64,
+    };
     multi.cookies = cookies.as_ptr() as u64;
     multi.cnt = offsets.len() as u32;
     multi.flags = if retprobe {
@@ -334,9 +343,18 @@ mod tests {
         const FUNC: u32 = 7;
         let cookies = [u64::from(FUNC) | COOKIE_DISPATCH];
         let exit_link =
-            attach_uprobe_multi(exit.as_fd(), exe, &[leaf.offset], &cookies, pid, true).unwrap();
-        let entry_link =
-            attach_uprobe_multi(entry.as_fd(), exe, &[leaf.offset], &cookies, pid, false).unwrap();
+            attach_uprobe_multi(exit.as_fd(), exe, &[leaf.offset], &cookies, &[], pid, true)
+                .unwrap();
+        let entry_link = attach_uprobe_multi(
+            entry.as_fd(),
+            exe,
+            &[leaf.offset],
+            &cookies,
+            &[],
+            pid,
+            false,
+        )
+        .unwrap();
         const N: usize = 100;
         let mut acc = 0;
         for i in 0..N as u64 {
@@ -352,7 +370,9 @@ mod tests {
         assert_eq!(count_events(&mut ring, tid, FUNC), (0, 0), "detached");
 
         // Wrong arguments are refused before the syscall.
-        assert!(attach_uprobe_multi(entry.as_fd(), exe, &[leaf.offset], &[], pid, false).is_err());
+        assert!(
+            attach_uprobe_multi(entry.as_fd(), exe, &[leaf.offset], &[], &[], pid, false).is_err()
+        );
 
         // 1,000 distinct offsets per link, entry and return: attach and detach time.
         let offsets = text_offsets(1000);
@@ -360,9 +380,9 @@ mod tests {
         let cookies: Vec<u64> = (0..offsets.len() as u64).collect();
         let start = Instant::now();
         let exit_link =
-            attach_uprobe_multi(exit.as_fd(), exe, &offsets, &cookies, pid, true).unwrap();
+            attach_uprobe_multi(exit.as_fd(), exe, &offsets, &cookies, &[], pid, true).unwrap();
         let entry_link =
-            attach_uprobe_multi(entry.as_fd(), exe, &offsets, &cookies, pid, false).unwrap();
+            attach_uprobe_multi(entry.as_fd(), exe, &offsets, &cookies, &[], pid, false).unwrap();
         let attach = start.elapsed();
         let start = Instant::now();
         drop(entry_link);

@@ -98,6 +98,7 @@ mod tests {
                     dispatch: false,
                     exit: ExitProbe::Uretprobe,
                     unprobed: None,
+                    semaphores: [0; 2],
                     cost: Default::default(),
                 })
                 .collect(),

@@ -9,6 +9,7 @@
 //! - [`cgroup`]: `sample --all --cgroup`, a process's cgroup;
 //! - [`caps`]: the capabilities tracing needs, checked first;
 //! - [`symbols`]: ELF symbol tables of its binaries;
+//! - [`usdt`]: its USDT probes (CPython's collections);
 //! - [`select`]: which functions to probe;
 //! - [`merge`]: several processes' selections as one, each function once;
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
@@ -24,3 +25,4 @@ pub mod merge;
 pub mod process;
 pub mod select;
 pub mod symbols;
+pub mod usdt;

@@ -7,7 +7,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use super::{
     exits::{self, ExitProbe, Policy, Runtime, Unprobed},
     process::{FileId, Target},
-    symbols,
+    symbols, usdt,
 };
 use crate::{
     cli::{ExitProbes, SelectArgs},
@@ -107,6 +107,9 @@ pub struct Func {
     /// What its probe hits add to measured durations (zero until the
     /// calibration at attach says).
     pub cost: super::exits::ProbeCost,
+    /// File offsets of the USDT semaphores its entry and exit probes
+    /// raise (0: none; see `usdt.rs`).
+    pub semaphores: [u64; 2],
 }
 
 impl Func {
@@ -119,6 +122,7 @@ impl Func {
             exit: ExitProbe::Uretprobe,
             unprobed: None,
             cost: Default::default(),
+            semaphores: [0; 2],
         }
     }
 }
@@ -393,7 +397,37 @@ pub fn select_among(
         sel.dispatch_fallback = true;
         sel.dispatch_rule = FALLBACK_RULE.to_string();
     }
+    add_python_gc(&mut sel, &symbols, &mut taken);
     Ok(sel)
+}
+
+/// CPython's collections, where the interpreter has the `gc__start` and
+/// `gc__done` probes: one call of [`usdt::PYTHON_GC`] each, from one probe
+/// to the other (both in the collector's frame, at the same stack
+/// pointer), enabled through their semaphores.
+fn add_python_gc(
+    sel: &mut Selection,
+    symbols: &[symbols::Functions],
+    taken: &mut std::collections::HashSet<(u32, u64)>,
+) {
+    for (bi, syms) in symbols.iter().enumerate() {
+        let probes = usdt::probes(&syms.data);
+        let Some((start, done)) = usdt::python_gc(&probes) else {
+            continue;
+        };
+        if taken.insert((bi as u32, start.offset)) {
+            sel.funcs.push(Func {
+                name: usdt::PYTHON_GC.into(),
+                binary: bi as u32,
+                offset: start.offset,
+                dispatch: false,
+                exit: ExitProbe::Sites(vec![done.offset]),
+                unprobed: None,
+                cost: Default::default(),
+                semaphores: [start.semaphore, done.semaphore],
+            });
+        }
+    }
 }
 
 /// How dispatches are found when no dispatch function is known: the

@@ -82,6 +82,7 @@ impl FuncInfo {
             exit: crate::target::exits::ExitProbe::from_kind(&self.exit),
             unprobed: None,
             cost: self.cost,
+            semaphores: [0; 2],
         }
     }
 }
