@@ -5,8 +5,10 @@ use clap::{Args, Parser, Subcommand};
 
 /// Finds out why a program's main thread stalls: eBPF uprobes on function
 /// entry and exit, exact per-thread call stacks, reports and flame graphs.
+// `about` comes from the doc comment above, not from Cargo.toml's
+// description: xtask compiles this file too (man pages), with its own.
 #[derive(Debug, Parser)]
-#[command(name = "profiler", version = VERSION, about)]
+#[command(name = "profiler", version = VERSION)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
