@@ -4,6 +4,7 @@ use anyhow::{anyhow, Context as _};
 use profiler_ebpf as _;
 
 fn main() -> anyhow::Result<()> {
+    version();
     // The fuzz targets (fuzz/, built by cargo-fuzz with `--cfg fuzzing`)
     // run parsers only and never load the eBPF object: an empty one saves
     // the nightly eBPF build and keeps it out of the sanitizer's flags.
@@ -35,4 +36,43 @@ fn main() -> anyhow::Result<()> {
         ..Default::default()
     };
     aya_build::build_ebpf([ebpf_package], aya_build::Toolchain::default())
+}
+
+/// Sets `PROFILER_VERSION` (`--version`, cli.rs) to the package version and
+/// the commit: `PROFILER_COMMIT` when set (a build from a source archive),
+/// else `git rev-parse --short HEAD`; without either, the version alone.
+fn version() {
+    println!("cargo:rerun-if-env-changed=PROFILER_COMMIT");
+    let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+    };
+    let commit = std::env::var("PROFILER_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "--short", "HEAD"]));
+    // Run again when HEAD moves: HEAD itself (a checkout), the branch's ref
+    // (a commit), packed-refs. Only files that exist: cargo would rerun a
+    // build script watching a missing file on every build.
+    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watched {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name]) {
+            if std::path::Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    let full = match commit {
+        Some(c) => format!("{version} ({c})"),
+        None => version.to_owned(),
+    };
+    println!("cargo:rustc-env=PROFILER_VERSION={full}");
 }

@@ -5,13 +5,24 @@ use clap::{Args, Parser, Subcommand};
 
 /// Finds out why a program's main thread stalls: eBPF uprobes on function
 /// entry and exit, exact per-thread call stacks, reports and flame graphs.
+// `about` comes from the doc comment above, not from Cargo.toml's
+// description: xtask compiles this file too (man pages), with its own.
 #[derive(Debug, Parser)]
-#[command(name = "profiler", version, about)]
+#[command(name = "profiler", version = VERSION)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What `--version` prints after the name: the package version and, when
+/// the build saw a git checkout, its commit, e.g. `0.1.0 (1a2b3c4)`
+/// (`build.rs` sets `PROFILER_VERSION`). Without it (a build from a source
+/// archive, or this file compiled into xtask), the package version alone.
+pub const VERSION: &str = match option_env!("PROFILER_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -35,6 +46,18 @@ pub enum Command {
     /// Compile the unwind tables the samplers would use for ELF files, and
     /// print their size, build time and coverage (no root needed).
     Tables(TablesArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) to stdout, e.g. `profiler completions bash >
+    /// /etc/bash_completion.d/profiler`.
+    Completions(CompletionsArgs),
+}
+
+/// `profiler completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write the script for.
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// `profiler tables`.

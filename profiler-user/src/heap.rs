@@ -12,7 +12,9 @@
 //! threshold no longer moves) and a periodic `malloc_trim`, which returns
 //! the free pages inside the arenas.
 
-/// Blocks at least this large are mmap'd and unmapped on free.
+/// Blocks at least this large are mmap'd and unmapped on free. (musl's
+/// allocator, in the static build, has a fixed threshold of its own.)
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MMAP_THRESHOLD: i32 = 256 * 1024;
 
 /// Fixes the allocator's mmap threshold; call once, before the session's

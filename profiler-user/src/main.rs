@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => commands::diff::run(args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => commands::report::run(args).map(|()| ExitCode::SUCCESS),
         Command::Tables(args) => commands::tables::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Completions(args) => commands::completions::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -1,6 +1,7 @@
 //! `cargo xtask lint`: formatting, the agent's module layering
-//! ([`crate::layers`]), and clippy, with the eBPF crate checked in its own
-//! nightly invocation (feature unification would break its `no_std`).
+//! ([`crate::layers`]), the man pages (one per subcommand), and clippy,
+//! with the eBPF crate checked in its own nightly invocation (feature
+//! unification would break its `no_std`).
 
 use std::process::Command;
 
@@ -13,6 +14,11 @@ pub fn run() -> Result<()> {
     crate::setup::ensure_nightly_component("clippy", &mut Vec::new())?;
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
     crate::layers::check(&workspace_root().join("profiler-user/src"))?;
+    // One man page per subcommand, from the clap definitions (what dist ships).
+    let man = workspace_root().join("target/lint-man");
+    let pages = crate::dist::man::write_pages(&man, &crate::dist::version_here())?;
+    crate::dist::man::check_pages(&pages)?;
+    eprintln!("lint: {} man pages, one per subcommand", pages.len());
     exec(cargo().args([
         "clippy",
         "--workspace",

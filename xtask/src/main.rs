@@ -6,6 +6,7 @@
 mod bench;
 mod browser;
 mod demo;
+mod dist;
 mod fuzz;
 mod layers;
 mod libtest;
@@ -55,6 +56,13 @@ enum Cmd {
     /// Run the profiler for a long time on a busy, forking target and
     /// report its memory, fds and BPF maps over time (target/soak.md).
     Soak(soak::Args),
+    /// Build the static (musl) release binary and package it into
+    /// target/dist/: a tar.gz and a .deb, each with the man pages, bash,
+    /// zsh and fish completions and the license.
+    Dist,
+    /// Write the man pages of `profiler` and its subcommands (profiler.1,
+    /// profiler-record.1, …) into OUTDIR.
+    Man(dist::man::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +78,8 @@ fn main() -> ExitCode {
         Cmd::Reliability(args) => reliability::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::Soak(args) => soak::run(&args),
+        Cmd::Dist => dist::run(),
+        Cmd::Man(args) => dist::man::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -42,6 +42,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("python3.11d", "python3.11-dbg"),
     // The report.html tests open the page in headless Chromium.
     ("chromium", "chromium"),
+    // zstd's C code in the static build (`cargo xtask dist`).
+    ("musl-gcc", "musl-tools"),
 ];
 
 /// Extra programs the bench needs.
@@ -66,6 +68,7 @@ pub fn run(args: &Args) -> Result<()> {
     nightly_with_rust_src(&mut did)?;
     bpf_linker(&mut did)?;
     cargo_fuzz(&mut did)?;
+    musl_target(&mut did)?;
     let mut tools = TEST_TOOLS.to_vec();
     if args.bench {
         tools.extend_from_slice(BENCH_TOOLS);
@@ -73,7 +76,8 @@ pub fn run(args: &Args) -> Result<()> {
     debian_tools(&tools, &mut did)?;
     if did.is_empty() {
         eprintln!(
-            "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, cargo-fuzz, {})",
+            "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, cargo-fuzz, the {} target, {})",
+            crate::dist::TARGET,
             tools
                 .iter()
                 .map(|(bin, _)| *bin)
@@ -129,6 +133,19 @@ pub fn ensure_nightly_component(component: &str, did: &mut Vec<String>) -> Resul
         ]))?;
         did.push(format!("added {component} to nightly"));
     }
+    Ok(())
+}
+
+/// The Rust standard library for the static build (`cargo xtask dist`),
+/// for the toolchain that builds the agent.
+fn musl_target(did: &mut Vec<String>) -> Result<()> {
+    let target = crate::dist::TARGET;
+    let installed = stdout_of("rustup", ["target", "list", "--installed"]).unwrap_or_default();
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    exec(Command::new("rustup").args(["target", "add", target]))?;
+    did.push(format!("added the {target} target"));
     Ok(())
 }
 

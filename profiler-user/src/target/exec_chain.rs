@@ -97,8 +97,15 @@ pub fn seize(pid: u32) -> std::io::Result<()> {
     }
 }
 
+/// ptrace's request argument: `c_uint` in glibc's prototype, `c_int` in
+/// musl's (the static build, `cargo xtask dist`).
+#[cfg(not(target_env = "musl"))]
+type PtraceRequest = libc::c_uint;
+#[cfg(target_env = "musl")]
+type PtraceRequest = libc::c_int;
+
 /// Resumes the traced `pid` from a stop, delivering `sig` (0: none).
-fn cont(pid: u32, req: libc::c_uint, sig: i32) {
+fn cont(pid: u32, req: PtraceRequest, sig: i32) {
     // SAFETY: a ptrace request on our own tracee; `data` is a signal number.
     // A tracee that died meanwhile makes it fail with ESRCH, and waitpid
     // then reports the death.

@@ -1,0 +1,193 @@
+//! The `.deb` of `cargo xtask dist`, built with `dpkg-deb` from a staged
+//! tree (no crate from crates.io at dist time): `/usr/bin/profiler`, the
+//! man pages gzipped in `/usr/share/man/man1`, the bash, zsh and fish
+//! completions where those shells look for them, and
+//! `/usr/share/doc/profiler/copyright`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+
+use super::Staged;
+use crate::util::exec;
+
+/// Where each shell's completions go in a Debian package.
+fn completion_path(shell: &str) -> Option<&'static str> {
+    Some(match shell {
+        "bash" => "usr/share/bash-completion/completions/profiler",
+        "zsh" => "usr/share/zsh/vendor-completions/_profiler",
+        "fish" => "usr/share/fish/vendor_completions.d/profiler.fish",
+        _ => return None,
+    })
+}
+
+/// Builds `profiler_VERSION_amd64.deb` in `out_dir` from `staged`.
+pub fn build(staged: &Staged, out_dir: &Path, version: &str) -> Result<PathBuf> {
+    let root = out_dir.join("deb-root");
+    let put = |rel: &str, from: &Path| -> Result<()> {
+        let to = root.join(rel);
+        mkdir(to.parent().expect("a path under the root"))?;
+        std::fs::copy(from, &to).with_context(|| format!("copying {}", from.display()))?;
+        Ok(())
+    };
+    put("usr/bin/profiler", &staged.binary)?;
+    let man_dir = root.join("usr/share/man/man1");
+    mkdir(&man_dir)?;
+    for page in &staged.man_pages {
+        let name = page.file_name().context("a man page's name")?;
+        let gz = man_dir.join(format!("{}.gz", name.to_string_lossy()));
+        // -n: no name or time stamp inside, so the same page gives the
+        // same bytes.
+        let out = Command::new("gzip")
+            .args(["-9", "-n", "-c"])
+            .arg(page)
+            .output()
+            .context("running gzip")?;
+        if !out.status.success() {
+            bail!("gzip {} failed", page.display());
+        }
+        std::fs::write(&gz, out.stdout).with_context(|| format!("writing {}", gz.display()))?;
+    }
+    for (shell, file) in &staged.completions {
+        let rel = completion_path(shell).with_context(|| format!("no place for {shell}"))?;
+        put(rel, file)?;
+    }
+    let doc = root.join("usr/share/doc/profiler");
+    mkdir(&doc)?;
+    let mit = std::fs::read_to_string(
+        staged
+            .licenses
+            .iter()
+            .find(|p| p.ends_with("LICENSE-MIT"))
+            .context("LICENSE-MIT staged")?,
+    )?;
+    std::fs::write(doc.join("copyright"), copyright(&mit)).context("writing copyright")?;
+
+    // Every file 0644 and directory 0755 whatever the umask, the binary
+    // 0755; dpkg-deb --root-owner-group makes them root's.
+    normalize_modes(&root)?;
+    std::fs::set_permissions(
+        root.join("usr/bin/profiler"),
+        PermissionsExt::from_mode(0o755),
+    )?;
+    let installed_kib = tree_kib(&root)?;
+    let debian = root.join("DEBIAN");
+    mkdir(&debian)?;
+    std::fs::write(
+        debian.join("control"),
+        format!(
+            "Package: profiler\n\
+             Version: {version}\n\
+             Architecture: amd64\n\
+             Maintainer: The profiler developers <profiler@localhost>\n\
+             Installed-Size: {installed_kib}\n\
+             Section: devel\n\
+             Priority: optional\n\
+             Description: eBPF profiler that finds why a program's main thread stalls\n \
+             Puts uprobes on the entry and exit of the functions you pick in a\n \
+             running process (or a command it launches), rebuilds every thread's\n \
+             call stack exactly, and writes text and JSON reports and flame graphs.\n \
+             A static binary with its eBPF programs inside; needs root (CAP_BPF,\n \
+             CAP_PERFMON, CAP_SYS_ADMIN) and a kernel with BTF.\n"
+        ),
+    )
+    .context("writing DEBIAN/control")?;
+    normalize_modes(&debian)?;
+    let deb = out_dir.join(format!("profiler_{version}_amd64.deb"));
+    exec(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "--build"])
+            .arg(&root)
+            .arg(&deb),
+    )?;
+    std::fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
+    Ok(deb)
+}
+
+/// `debian/copyright` in the machine-readable format, with the MIT text
+/// inline and Apache-2.0 by reference to the copy every Debian system has.
+fn copyright(mit: &str) -> String {
+    let mut mit_field = String::new();
+    for line in mit.lines() {
+        if line.trim().is_empty() {
+            mit_field.push_str(" .\n");
+        } else {
+            mit_field.push(' ');
+            mit_field.push_str(line);
+            mit_field.push('\n');
+        }
+    }
+    format!(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
+         Upstream-Name: profiler\n\
+         Comment: /usr/bin/profiler is statically linked: it holds the Rust\n \
+         crates listed in the source's Cargo.lock, musl libc and zstd, each under\n \
+         its own license (MIT, Apache-2.0, BSD, Zlib and the like). The eBPF\n \
+         programs inside it declare the license \"Dual MIT/GPL\" to the kernel.\n\
+         \n\
+         Files: *\n\
+         Copyright: 2026 The profiler developers\n\
+         License: MIT or Apache-2.0\n\
+         \n\
+         License: MIT\n\
+         {mit_field}\
+         \n\
+         License: Apache-2.0\n \
+         On Debian systems, the full text of the Apache License, Version 2.0, is\n \
+         in /usr/share/common-licenses/Apache-2.0.\n"
+    )
+}
+
+fn mkdir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// Directories 0755, files 0644, under `dir` (itself included).
+fn normalize_modes(dir: &Path) -> Result<()> {
+    std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755))?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            normalize_modes(&path)?;
+        } else {
+            std::fs::set_permissions(&path, PermissionsExt::from_mode(0o644))?;
+        }
+    }
+    Ok(())
+}
+
+/// The size of the files under `dir`, in KiB, each rounded up (the
+/// control file's `Installed-Size`).
+fn tree_kib(dir: &Path) -> Result<u64> {
+    let mut kib = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            kib += tree_kib(&path)?;
+        } else {
+            kib += std::fs::metadata(&path)?.len().div_ceil(1024);
+        }
+    }
+    Ok(kib)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copyright_fields_are_continued() {
+        let text = copyright("MIT License\n\nCopyright (c) 2026 X\n");
+        assert!(
+            text.contains(
+                "License: MIT\n MIT License\n .\n Copyright (c) 2026 X\n\nLicense: Apache-2.0\n"
+            ),
+            "{text}"
+        );
+        for line in text.lines() {
+            assert!(!line.starts_with('\t'), "{line:?}");
+        }
+    }
+}
