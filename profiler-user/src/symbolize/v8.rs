@@ -88,7 +88,9 @@ fn read_meta(open: &str) -> Result<Option<Meta>, String> {
     let data = object::ReadCache::new(file);
     let obj = object::File::parse(&data).map_err(|e| e.to_string())?;
     let mut syms: HashMap<Vec<u8>, u64> = HashMap::new();
-    for s in obj.dynamic_symbols().chain(obj.symbols()) {
+    // node exports its metadata; a binary without it in its dynamic
+    // symbols (every library of a process) is not read further.
+    for s in obj.dynamic_symbols() {
         if let Ok(name) = s.name_bytes() {
             if name.starts_with(b"v8dbg_") || name.starts_with(b"_ZN2v88internal7Version6") {
                 syms.insert(name.to_vec(), s.address());
