@@ -90,10 +90,14 @@ fn chain_below_frame(names: &[String], tree: &Tree, top: &Frame) -> Vec<String> 
 fn chain_below(names: &[String], traced: &str) -> Vec<String> {
     let end = match names.iter().position(|n| n == traced) {
         Some(pos) => pos,
-        None => names
-            .iter()
-            .position(|n| frames::is_own(n))
-            .map_or(names.len().min(1), |own| own + 1),
+        None => {
+            let under = frames::under_python(names);
+            names
+                .iter()
+                .zip(&under)
+                .position(|(n, &u)| frames::is_own_in(n, u))
+                .map_or(names.len().min(1), |own| own + 1)
+        }
     };
     names[..end].iter().rev().cloned().collect()
 }

@@ -203,6 +203,30 @@ pub const LIBC: &[&str] = &[
     "exit",
 ];
 
+/// [`is_own`] for a frame called from Python code (a `py:` frame is among
+/// its callers): then only Python frames are the program's own, and native
+/// ones are the interpreter's (`time_sleep`, `task_step_impl`, named when
+/// the interpreter's debug symbols are installed) or an extension's,
+/// whose Python caller names the cause.
+pub fn is_own_in(name: &str, under_python: bool) -> bool {
+    if under_python && !name.starts_with("py:") {
+        return false;
+    }
+    is_own(name)
+}
+
+/// For a stack innermost first, whether each frame has a Python frame
+/// among its callers (further out).
+pub fn under_python(names: &[String]) -> Vec<bool> {
+    let mut out = vec![false; names.len()];
+    let mut seen = false;
+    for (i, n) in names.iter().enumerate().rev() {
+        out[i] = seen;
+        seen |= n.starts_with("py:");
+    }
+    out
+}
+
 /// True unless `name` is unnamed, the C library's or the loader's, or a
 /// language runtime's (see the module doc).
 pub fn is_own(name: &str) -> bool {
@@ -341,6 +365,23 @@ mod tests {
             "py:_call_with_frames_removed (<frozen importlib._bootstrap>:241)"
         ));
         assert!(!is_own("py:[freed code object]"));
+        // Called from Python, the interpreter's C functions are its own.
+        let stack: Vec<String> = [
+            "clock_nanosleep",
+            "time_sleep",
+            "py:staller (/a.py:3)",
+            "main",
+        ]
+        .map(String::from)
+        .to_vec();
+        let under = under_python(&stack);
+        assert_eq!(under, vec![true, true, false, false]);
+        let own: Vec<bool> = stack
+            .iter()
+            .zip(&under)
+            .map(|(n, &u)| is_own_in(n, u))
+            .collect();
+        assert_eq!(own, vec![false, false, true, true]);
     }
 
     #[test]

@@ -168,9 +168,24 @@ impl Tree {
     fn own_depths(&self) -> Vec<u32> {
         let mut d = vec![0u32; self.nodes.len()];
         for i in 1..self.nodes.len() {
-            d[i] = d[self.nodes[i].parent] + u32::from(frames::is_own(&self.nodes[i].name));
+            d[i] = d[self.nodes[i].parent] + u32::from(self.is_own(i));
         }
         d
+    }
+
+    /// Whether node `id` is a frame of the program's own
+    /// ([`frames::is_own_in`]: below a Python frame, only Python frames are).
+    fn is_own(&self, id: usize) -> bool {
+        let mut up = self.nodes[id].parent;
+        let mut under_python = false;
+        while up != 0 {
+            if self.nodes[up].name.starts_with("py:") {
+                under_python = true;
+                break;
+            }
+            up = self.nodes[up].parent;
+        }
+        frames::is_own_in(&self.nodes[id].name, under_python)
     }
 
     /// The key node: Matrix's rule over traced nodes, sampled ones only if
@@ -219,7 +234,7 @@ impl Tree {
     /// `id` if it is a frame of the program's own ([`frames::is_own`]),
     /// else its nearest ancestor that is, else the root.
     pub fn own_or_ancestor(&self, mut id: usize) -> usize {
-        while id != 0 && !frames::is_own(&self.nodes[id].name) {
+        while id != 0 && !self.is_own(id) {
             id = self.nodes[id].parent;
         }
         id

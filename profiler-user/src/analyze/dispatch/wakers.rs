@@ -207,7 +207,13 @@ pub fn classify(
 /// whose memory is already gone can have no named user frame); else its
 /// first frame as `module+0xoffset` ([`frames::key_name`]).
 pub fn function_of(stack: &[String], kernel: &[String]) -> String {
-    let own: Vec<&String> = stack.iter().filter(|f| frames::is_own(f)).collect();
+    let under = frames::under_python(stack);
+    let own: Vec<&String> = stack
+        .iter()
+        .zip(&under)
+        .filter(|(f, &u)| frames::is_own_in(f, u))
+        .map(|(f, _)| f)
+        .collect();
     match own.as_slice() {
         [f, caller, ..] => {
             return format!("{} <- {}", frames::key_name(f), frames::key_name(caller))
@@ -344,7 +350,13 @@ pub fn attach(
                 .collect();
             // Where it was: its innermost frame of its own (not the C
             // library's, nor a clock read's).
-            if let Some(top) = names.iter().find(|f| frames::is_own(f)).or(names.first()) {
+            let under = frames::under_python(&names);
+            let own = names
+                .iter()
+                .zip(&under)
+                .find(|(f, &u)| frames::is_own_in(f, u))
+                .map(|(f, _)| f);
+            if let Some(top) = own.or(names.first()) {
                 *hot[at].entry(frames::key_name(top)).or_default() += 1;
             }
             let chain: Vec<String> = names.into_iter().rev().collect();
