@@ -203,7 +203,7 @@ fn presample_selection(
     required: &[select::Required],
 ) -> Result<Option<(select::Selection, u64)>> {
     let (tid, _) = target.resolve_thread(&args.dispatch.thread)?;
-    let rows = crate::symbolize::budget::rows(args.unwind_memory, false);
+    let rows = crate::symbolize::budget::rows(args.unwind_memory, false, Some(target.pid));
     let seen = crate::session::presample::sample(target.pid, tid, rows)?;
     let maps = crate::target::process::read_maps(target.pid)
         .map_err(|e| Error::io("reading the target's mappings", e))?;
@@ -355,7 +355,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         )),
         u => u,
     };
-    let table_rows = crate::symbolize::budget::rows(args.unwind_memory, false);
+    // A launched command has not exec'd its program yet: the machine's
+    // ceiling; a running process: what its binaries need.
+    let table_rows =
+        crate::symbolize::budget::rows(args.unwind_memory, false, (!launch).then_some(target.pid));
     let mut probes = Probes::load(
         target.pid,
         probes::Watch {

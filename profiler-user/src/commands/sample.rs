@@ -182,7 +182,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         (false, true) => 64 << 10,
         (false, false) => 4096,
     };
-    let table_rows = crate::symbolize::budget::rows(args.unwind_memory, args.all);
+    let table_rows = crate::symbolize::budget::rows(args.unwind_memory, args.all, args.pid);
     let mut probes = Probes::load_in_cgroup(
         pid,
         Default::default(),

@@ -4,10 +4,15 @@
 //! ([`Placement`]), so the reports can say which binaries the budget left
 //! to frame pointers and how many samples that cost.
 //!
-//! The default is sized to the machine: 1/64 of `MemAvailable` (else of
-//! `MemTotal`) for one process, between 32 MiB and 256 MiB; 1/32 of it
-//! system-wide (`sample --all`), between 64 MiB and 512 MiB.
-//! `--unwind-memory` overrides it.
+//! The default is sized to the machine and to what is traced: for one
+//! running process, what its binaries' tables are expected to take (from
+//! the size of their CFI sections) and a quarter more, plus 16 MiB for
+//! libraries it loads later, between 32 MiB and a ceiling of 1/64 of
+//! `MemAvailable` (else of `MemTotal`) clamped to [32 MiB, 256 MiB]; the
+//! ceiling itself for a command not started yet; 1/32 of the memory,
+//! between 64 MiB and 512 MiB, system-wide (`sample --all`). The array's
+//! pages are all allocated when the programs load, so the default is only
+//! as large as the target needs. `--unwind-memory` overrides it.
 use std::collections::HashMap;
 
 use profiler_common::UnwindRow;
@@ -39,15 +44,76 @@ pub fn default_bytes(all: bool, meminfo: &str) -> u64 {
 }
 
 /// Rows of `UNWIND_ROWS` for `--unwind-memory` (`option`), else the
-/// machine's default.
-pub fn rows(option: Option<u64>, all: bool) -> u32 {
+/// default for the machine and, when one running process is traced,
+/// `pid`'s binaries (see the module's doc).
+pub fn rows(option: Option<u64>, all: bool, pid: Option<u32>) -> u32 {
     let bytes = option.unwrap_or_else(|| {
-        default_bytes(
+        let ceiling = default_bytes(
             all,
             &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
-        )
+        );
+        match pid.filter(|_| !all).and_then(need_rows) {
+            Some(need) => sized_to(need, ceiling),
+            None => ceiling,
+        }
     });
     (bytes.clamp(MIN_BYTES, MAX_BYTES) / ROW_BYTES) as u32
+}
+
+/// The default budget for a process whose tables are expected to take
+/// `need` rows, under `ceiling` bytes.
+pub fn sized_to(need: u64, ceiling: u64) -> u64 {
+    (need * ROW_BYTES * 5 / 4 + (16 << 20)).clamp(32 << 20, ceiling.max(32 << 20))
+}
+
+/// Bytes of CFI sections per row of a compiled table, for estimates
+/// (libLLVM-15: 5.3, libz3: 5.7, libgtk-3: 4.5, libc: 5.4).
+const CFI_BYTES_PER_ROW: u64 = 5;
+
+/// Rows the table of `elf` is expected to take, from the size of its CFI
+/// sections, before it is compiled.
+pub fn estimate_rows<'a, R: object::ReadRef<'a>>(elf: &object::File<'a, R>) -> u64 {
+    use object::{Object, ObjectSection};
+    let cfi: u64 = [".eh_frame", ".debug_frame"]
+        .iter()
+        .filter_map(|n| elf.section_by_name(n).map(|s| s.size()))
+        .sum();
+    cfi.div_ceil(CFI_BYTES_PER_ROW).max(1)
+}
+
+/// Rows the tables of `pid`'s mapped binaries are expected to take
+/// (headers read only); None when its mappings cannot be read.
+fn need_rows(pid: u32) -> Option<u64> {
+    let text = crate::target::process::read_maps(pid).ok()?;
+    let mut seen = std::collections::HashSet::new();
+    let mut rows = 0;
+    for line in text.lines() {
+        if !line
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|p| p.contains('x'))
+        {
+            continue;
+        }
+        let Some(m) = crate::target::process::parse_line(line) else {
+            continue;
+        };
+        let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+        let Ok(meta) = std::fs::metadata(&open) else {
+            continue;
+        };
+        if !seen.insert(super::unwind_table::FileKey::new(&meta)) {
+            continue;
+        }
+        let Ok(file) = std::fs::File::open(&open) else {
+            continue;
+        };
+        let data = object::ReadCache::new(file);
+        if let Ok(elf) = object::File::parse(&data) {
+            rows += estimate_rows(&elf);
+        }
+    }
+    Some(rows)
 }
 
 /// A budget that would hold `rows`, with a quarter to spare, rounded up
@@ -134,8 +200,21 @@ mod tests {
         // 1 Mi rows (16 MiB) and a quarter: 32M.
         assert_eq!(suggest(1 << 20), 32 << 20);
         assert_eq!(suggest(10), 1 << 20);
-        assert_eq!(rows(Some(32 << 20), false), 2 << 20);
-        assert_eq!(rows(Some(1), false), (MIN_BYTES / ROW_BYTES) as u32);
+        assert_eq!(rows(Some(32 << 20), false, None), 2 << 20);
+        assert_eq!(rows(Some(1), false, None), (MIN_BYTES / ROW_BYTES) as u32);
+    }
+
+    #[test]
+    fn a_process_default_follows_its_binaries() {
+        let ceiling = 256 << 20;
+        // A small program: the floor.
+        assert_eq!(sized_to(50_000, ceiling), 32 << 20);
+        // 60 MiB of expected rows: 75 MiB and 16 to spare.
+        assert_eq!(sized_to(60 << 16, ceiling), 91 << 20);
+        // More than the machine allows: the ceiling.
+        assert_eq!(sized_to(1 << 26, ceiling), ceiling);
+        // This process's own binaries are readable and have CFI.
+        assert!(need_rows(std::process::id()).is_some_and(|r| r > 1000));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use aya::{
     maps::{HashMap as BpfHash, MapData},
     Ebpf,
 };
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSegment};
 use profiler_common::{
     ExecMapping, ProcMaps, UnwindRow, MAX_MAPPINGS, UNWIND_PROCS_MAP, UNWIND_ROWS_MAP,
 };
@@ -64,14 +64,9 @@ struct FileInfo {
     /// Loadable segments: (file offset, file size, virtual address).
     segments: Vec<(u64, u64, u64)>,
     /// Rows its table is expected to take, from the size of its CFI
-    /// sections (about 5 bytes of `.eh_frame` per row on Debian's
-    /// libraries), before it is compiled.
+    /// sections (`budget::estimate_rows`), before it is compiled.
     est_rows: u64,
 }
-
-/// Bytes of CFI sections per row of a compiled table, for estimates
-/// (libLLVM-15: 5.3, libz3: 5.7, libgtk-3: 4.5, libc: 5.4).
-const CFI_BYTES_PER_ROW: u64 = 5;
 
 /// One process's tables and mappings.
 #[derive(Debug, Default)]
@@ -319,15 +314,12 @@ impl Tables {
                 (off, size, s.address())
             })
             .collect();
-        let cfi: u64 = [".eh_frame", ".debug_frame"]
-            .iter()
-            .filter_map(|n| elf.section_by_name(n).map(|s| s.size()))
-            .sum();
+        let est_rows = super::budget::estimate_rows(&elf);
         let key = CacheKey::new(&data, &meta);
         let info = FileInfo {
             key,
             segments,
-            est_rows: cfi.div_ceil(CFI_BYTES_PER_ROW).max(1),
+            est_rows,
         };
         self.files.insert(fkey, info.clone());
         Some(info)
