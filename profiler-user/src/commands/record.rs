@@ -765,6 +765,13 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     for line in &never_mapped {
         eprintln!("profiler: {line}");
     }
+    if args.sample.is_none() {
+        // Without --sample, cpu.txt is not there to say it (with it, the
+        // warning comes with the CPU profile, with shares).
+        if let Some(line) = sinks.tables.as_ref().and_then(|t| t.starved_note()) {
+            eprintln!("profiler: warning: {line}");
+        }
+    }
     let counters_now = counters.read();
     status.finish();
     match reason {

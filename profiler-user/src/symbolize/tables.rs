@@ -666,6 +666,40 @@ impl Tables {
         true
     }
 
+    /// A line naming the binaries samples landed in that the budget left
+    /// to frame pointers at the end, and the option to raise; None when
+    /// there are none.
+    pub fn starved_note(&self) -> Option<String> {
+        use super::budget::{fmt_bytes, suggest, ROW_BYTES};
+        let mut hot: Vec<(&String, u64)> = self
+            .starved
+            .iter()
+            .filter(|(k, _)| self.hot.contains(*k))
+            .map(|(_, (p, rows))| (p, *rows))
+            .collect();
+        if hot.is_empty() {
+            return None;
+        }
+        hot.sort();
+        let need: u64 = hot.iter().map(|h| h.1).sum();
+        let names: Vec<String> = hot
+            .iter()
+            .map(|(p, rows)| {
+                format!(
+                    "{p} (its table needs about {})",
+                    fmt_bytes(rows * ROW_BYTES)
+                )
+            })
+            .collect();
+        let budget = u64::from(self.capacity) * ROW_BYTES;
+        Some(format!(
+            "unwind table memory ({}) full: samples landed in {}, walked by frame pointers; raise it with --unwind-memory (e.g. --unwind-memory {})",
+            fmt_bytes(budget),
+            names.join(", "),
+            fmt_bytes(suggest(self.stats.rows + need).max(budget * 2))
+        ))
+    }
+
     /// Where each process's binaries are and whether they had tables, as
     /// the reports name them ([`super::budget::Placement`]).
     pub fn placement(&self) -> super::budget::Placement {
