@@ -490,7 +490,7 @@ impl Tables {
                 open.clone(),
             ));
         }
-        order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        order.sort_by_key(|a| (a.0, a.1));
         for (_, est, key, path, open) in &order {
             self.ensure(key, path, open, *est);
         }
@@ -611,7 +611,7 @@ impl Tables {
             .filter(|(k, l)| !self.hot.contains(*k) && l.refs > 0)
             .map(|(k, l)| (k.clone(), u64::from(l.len)))
             .collect();
-        cold.sort_by(|a, b| b.1.cmp(&a.1));
+        cold.sort_by_key(|c| std::cmp::Reverse(c.1));
         let mut room = self.obtainable();
         let mut drop = Vec::new();
         let mut fits = HashSet::new();
