@@ -185,3 +185,40 @@ fn samples_in_a_left_out_library_make_room_for_it() {
     );
     assert!(share > 0.0, "no sample walked out of LLVMContextCreate");
 }
+
+/// The same with `record --sample`: cpu.txt and stderr name libc and the
+/// option.
+#[test]
+fn too_small_a_budget_is_named_when_recording() {
+    require_root!();
+    let fx = Fixture::spawn(bigmap(), &["60"]);
+    let out = TempDir::new("budget-record");
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &fx.pid.to_string(),
+        "--func",
+        "main",
+        "--sample",
+        "--unwind-memory",
+        "64K",
+        "--duration",
+        "3s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "profiler record failed: {fin:?}");
+    let txt = read(out.path(), "cpu.txt");
+    let warning = txt
+        .lines()
+        .find(|l| l.starts_with("unwind table memory (64K) full"))
+        .unwrap_or_else(|| panic!("no budget warning in cpu.txt:\n{txt}"));
+    assert!(warning.contains("libc.so.6 ("), "{warning}");
+    assert!(warning.contains("--unwind-memory"), "{warning}");
+    let told = fin
+        .stderr
+        .iter()
+        .filter(|l| l.contains("unwind table memory (64K) full") && l.contains("libc.so.6"))
+        .count();
+    assert_eq!(told, 1, "stderr: {:?}", fin.stderr);
+}
