@@ -541,10 +541,6 @@ pub const UNWIND_ROWS_MAP: &str = "UNWIND_ROWS";
 pub const UNWIND_PROCS_MAP: &str = "UNWIND_PROCS";
 /// Hash of stack key -> [`UserStack`] (the table unwinder's stacks).
 pub const USER_STACKS_MAP: &str = "USER_STACKS";
-/// Rows of [`UNWIND_ROWS_MAP`] when one process is sampled (32 MiB).
-pub const UNWIND_ROWS_ONE_PROCESS: u32 = 2 << 20;
-/// Rows of [`UNWIND_ROWS_MAP`] when every process is sampled (64 MiB).
-pub const UNWIND_ROWS_ALL: u32 = 4 << 20;
 /// Capacity of [`UNWIND_PROCS_MAP`].
 pub const UNWIND_PROCS_CAPACITY: u32 = 8192;
 
@@ -564,6 +560,17 @@ pub mod unwind_end {
     pub const NO_TABLES: u32 = 6;
     /// The walk went nowhere (the stack pointer did not move up).
     pub const BAD_FRAME: u32 = 7;
+    /// Bits of `end` that hold the reason.
+    pub const REASON: u32 = 0xff;
+    /// Flag beside the reason: some frame was stepped by frame pointers
+    /// because its binary had no table (yet, or not within the budget), or
+    /// the process had none.
+    pub const FP_NO_TABLE: u32 = 0x100;
+
+    /// The reason alone, without the flags.
+    pub const fn reason(end: u32) -> u32 {
+        end & REASON
+    }
 }
 
 /// A user stack walked with the unwind tables.

@@ -88,6 +88,9 @@ struct Walk {
     table_len: u32,
     /// 1 when a frame was in none of the process's known file mappings.
     outside: u32,
+    /// [`unwind_end::FP_NO_TABLE`] once a frame was stepped by frame
+    /// pointers because its binary (or the process) had no table.
+    fp_no_table: u32,
     /// The uprobe trampoline of the process (0: none), and the task's next
     /// pending return uprobe, whose original return address replaces the
     /// trampoline's where the walk meets it.
@@ -330,6 +333,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     // A return address points after the call: look up the call itself.
     let lookup = if n == 0 { w.pc } else { w.pc - 1 };
     if w.no_tables != 0 {
+        w.fp_no_table = unwind_end::FP_NO_TABLE;
         js_frame(w, stack, n, before);
         return fp_step(w);
     }
@@ -351,7 +355,12 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
         }
     }
     let row = match w.table_len {
-        0 => None,
+        0 => {
+            if w.map_end != 0 {
+                w.fp_no_table = unwind_end::FP_NO_TABLE;
+            }
+            None
+        }
         len => find_row(w.table_start, len, lookup.wrapping_sub(w.map_bias)),
     };
     let Some(row) = row else {
@@ -439,6 +448,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
             table_start: 0,
             table_len: 0,
             outside: 0,
+            fp_no_table: 0,
             tramp,
             ri,
             v8: u32::from(v8p.is_some()),
@@ -455,6 +465,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     if w.end == 0 {
         w.end = unwind_end::DEPTH;
     }
+    w.end |= w.fp_no_table;
     for i in 0..profiler_common::python::MAX_PY_FRAMES {
         if i >= py_n {
             break;

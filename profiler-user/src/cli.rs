@@ -120,6 +120,13 @@ pub struct SampleArgs {
     /// copied per sample and unwound in the agent; with --pid only).
     #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
     pub unwind: UnwindMode,
+    /// Kernel memory for the unwind tables (e.g. 64M, 1G, 512MiB). Default:
+    /// sized to the machine, 1/64 of the available memory between 32M and
+    /// 256M (1/32 between 64M and 512M with --all). Binaries whose tables
+    /// do not fit are walked with frame pointers; the report names those
+    /// that samples landed in.
+    #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]
+    pub unwind_memory: Option<u64>,
     /// Same as `--unwind copy` (kept for older scripts).
     #[arg(long, hide = true, conflicts_with = "all")]
     pub dwarf: bool,
@@ -318,6 +325,10 @@ pub struct RecordArgs {
     /// or `fp`. See `profiler sample --help`.
     #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
     pub unwind: UnwindMode,
+    /// Kernel memory for the unwind tables (e.g. 64M, 1G, 512MiB); see
+    /// `profiler sample --help`.
+    #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]
+    pub unwind_memory: Option<u64>,
     /// Slow dispatches of the watched thread.
     #[command(flatten)]
     pub dispatch: DispatchArgs,
@@ -453,9 +464,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("bad duration {s:?}: use 1ns to 100 days"))
 }
 
-/// Parses a byte size with an optional K/M/G suffix.
+/// Parses a byte size with an optional K/M/G suffix (binary multiples;
+/// `KiB`, `KB` and the like are read the same).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix("ib"))
+        .or_else(|| {
+            t.strip_suffix('B')
+                .filter(|r| r.ends_with(['K', 'k', 'M', 'm', 'G', 'g']))
+        })
+        .unwrap_or(t);
     let (num, mult) = match t.char_indices().last() {
         Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
         Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
@@ -483,6 +503,27 @@ fn parse_overhead(s: &str) -> Result<f64, String> {
             "{s:?} is not a percentage: give a number from 0 to 100 (0 turns the governor off)"
         )),
     }
+}
+
+/// Smallest `--unwind-memory` accepted.
+pub const UNWIND_MEMORY_MIN: u64 = 64 << 10;
+
+/// Largest `--unwind-memory` accepted (2^28 rows of 16 bytes; one table's
+/// binary search covers 2^24 rows, so any one binary stays far below).
+pub const UNWIND_MEMORY_MAX: u64 = 4 << 30;
+
+/// `--unwind-memory`: a size within the bounds the tables accept.
+fn parse_unwind_memory(s: &str) -> Result<u64, String> {
+    use crate::fmt::fmt_bytes;
+    let n = parse_size(s)?;
+    if !(UNWIND_MEMORY_MIN..=UNWIND_MEMORY_MAX).contains(&n) {
+        return Err(format!(
+            "--unwind-memory {s} is out of range: use {} to {}",
+            fmt_bytes(UNWIND_MEMORY_MIN),
+            fmt_bytes(UNWIND_MEMORY_MAX)
+        ));
+    }
+    Ok(n)
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {
@@ -527,6 +568,12 @@ mod tests {
     fn sizes() {
         assert_eq!(parse_size("4K").unwrap(), 4096);
         assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("64m").unwrap(), 64 << 20);
+        assert_eq!(parse_unwind_memory("1G").unwrap(), 1 << 30);
+        assert!(parse_unwind_memory("1K").is_err());
+        assert!(parse_unwind_memory("64T").is_err());
         assert_eq!(parse_ring_size("4096").unwrap(), 4096);
         assert_eq!(parse_overhead("10").unwrap(), 10.0);
         assert_eq!(parse_overhead("2.5%").unwrap(), 2.5);

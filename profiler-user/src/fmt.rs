@@ -51,6 +51,17 @@ pub fn folded_frame(name: &str) -> String {
         .collect()
 }
 
+/// Bytes as the reports and `--unwind-memory` write them (`512K`, `32M`,
+/// `1.5M`, `1G`).
+pub fn fmt_bytes(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{}G", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1 << 20) as f64),
+        b => format!("{}K", b.div_ceil(1 << 10)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,10 @@ use super::cpu_profile::{
 use crate::{
     attach::samplers::CpuMaps,
     fmt::folded_frame,
-    symbolize::{Symbolizer, NORMALIZED},
+    symbolize::{
+        budget::{Placement, Status},
+        Symbolizer, NORMALIZED,
+    },
 };
 
 /// One sample's (or one key's) worth of stacks to fold.
@@ -46,6 +49,9 @@ pub struct Folder {
     leaves: HashMap<String, u64>,
     /// A (process, address) of each leaf, for its `file:line`.
     leaf_addr: HashMap<String, (u32, u64)>,
+    /// Which binary each address was in and whether it had a table, to
+    /// count the samples the unwind-table budget cost.
+    placement: Option<Placement>,
 }
 
 impl Folder {
@@ -64,6 +70,9 @@ impl Folder {
         super::cpu_profile::count_python(prof, &user_frames, s.count);
         if s.end != 0 {
             *prof.ends.entry(end_reason(s.end).to_string()).or_default() += s.count;
+        }
+        if let Some(p) = &self.placement {
+            count_fp(prof, p, &s);
         }
         // Complete means the walk reached the outermost frame: the CFI said
         // so, or the last frame is a known process or thread start.
@@ -118,6 +127,7 @@ impl Folder {
             paths,
             leaves,
             leaf_addr,
+            ..
         } = self;
         prof.folded = paths.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
         let mut leaves: Vec<(String, u64)> = leaves.into_iter().collect();
@@ -259,9 +269,44 @@ impl ExitedProcs {
     }
 }
 
-/// Reads, symbolizes and folds everything sampled.
-pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer) -> CpuProfile {
-    fold(maps, &maps.counts, sym, false, None)
+/// Counts a stack's samples against the unwind-table budget: once per
+/// binary it has a frame in that the budget left without a table
+/// ([`CpuProfile::unwind_starved`]), and, when the kernel says a frame was
+/// walked by frame pointers for want of a table but every binary of the
+/// stack has one by now, as walked before its table was built
+/// ([`CpuProfile::fp_meantime`]).
+fn count_fp(prof: &mut CpuProfile, p: &Placement, s: &Stacks<'_>) {
+    let mut starved: Vec<&str> = Vec::new();
+    let mut explained = false;
+    for (i, &a) in s.user.iter().enumerate() {
+        if profiler_common::python::is_frame(a) {
+            continue;
+        }
+        let pc = if i == 0 { a } else { a.wrapping_sub(1) };
+        match p.binary(s.pid, pc) {
+            Some((path, Status::Starved)) => {
+                explained = true;
+                if !starved.contains(&path) {
+                    starved.push(path);
+                }
+            }
+            Some((_, Status::Other)) => explained = true,
+            _ => {}
+        }
+    }
+    for path in starved {
+        *prof.unwind_starved.entry(path.to_string()).or_default() += s.count;
+    }
+    if s.end & profiler_common::unwind_end::FP_NO_TABLE != 0 && !explained {
+        prof.fp_meantime += s.count;
+    }
+}
+
+/// Reads, symbolizes and folds everything sampled; with `placement`
+/// (the unwind tables' [`crate::symbolize::tables::Tables::placement`]),
+/// also counts what the tables' budget cost.
+pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer, placement: Option<Placement>) -> CpuProfile {
+    fold(maps, &maps.counts, sym, false, None, placement)
 }
 
 /// As [`collect`], with the processes that exited during the session
@@ -270,14 +315,17 @@ pub fn collect_with_exited(
     maps: &CpuMaps,
     sym: &mut Symbolizer,
     exited: &ExitedProcs,
+    placement: Option<Placement>,
 ) -> CpuProfile {
-    fold(maps, &maps.counts, sym, false, Some(exited))
+    fold(maps, &maps.counts, sym, false, Some(exited), placement)
 }
 
 /// Reads, symbolizes and folds the off-CPU time (weights in nanoseconds),
 /// if `--off-cpu` was on.
 pub fn collect_offcpu(maps: &CpuMaps, sym: &mut Symbolizer) -> Option<CpuProfile> {
-    maps.offcpu.as_ref().map(|m| fold(maps, m, sym, true, None))
+    maps.offcpu
+        .as_ref()
+        .map(|m| fold(maps, m, sym, true, None, None))
 }
 
 fn fold(
@@ -286,8 +334,12 @@ fn fold(
     sym: &mut Symbolizer,
     offcpu: bool,
     exited: Option<&ExitedProcs>,
+    placement: Option<Placement>,
 ) -> CpuProfile {
-    let mut folder = Folder::default();
+    let mut folder = Folder {
+        placement,
+        ..Default::default()
+    };
     // Processes that exited during the session, folded as they went.
     if let Some(e) = exited.filter(|_| !offcpu) {
         e.add_to(maps, &mut folder, sym);

@@ -8,7 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{unwind_end, SampleKey};
 
-use crate::{attach::samplers::CpuMaps, fmt::folded_frame, symbolize::Symbolizer};
+use crate::{
+    attach::samplers::CpuMaps,
+    fmt::folded_frame,
+    symbolize::{tables::Tables, Symbolizer},
+};
 
 /// Outermost user frames that mean the unwinder reached the bottom of the
 /// stack: such a stack is complete.
@@ -31,12 +35,13 @@ const STACK_ROOTS: &[&str] = &[
 /// because the CFI said so (`end`), or because its outermost frame is a known
 /// process or thread start.
 pub fn is_complete(end: u32, outermost: Option<&str>) -> bool {
-    end == unwind_end::ROOT || outermost.is_some_and(|f| STACK_ROOTS.contains(&f))
+    unwind_end::reason(end) == unwind_end::ROOT
+        || outermost.is_some_and(|f| STACK_ROOTS.contains(&f))
 }
 
 /// Words for an `unwind_end` reason, for cpu.txt.
 pub fn end_reason(end: u32) -> &'static str {
-    match end {
+    match unwind_end::reason(end) {
         unwind_end::ROOT => "reached the outermost frame",
         unwind_end::FP_END => "frame-pointer chain ended",
         unwind_end::READ_FAULT => "stack unreadable",
@@ -128,6 +133,22 @@ impl CpuMaps {
     }
 }
 
+/// Tells the unwind tables where the samples taken since the last call
+/// landed (each user stack the kernel walked, once), so the binaries
+/// they are in get tables first; makes room for those left without one
+/// ([`Tables::rebalance`]). Returns whether the tables changed.
+pub fn note_hot(maps: &CpuMaps, tables: &mut Tables) -> bool {
+    let mut starved = false;
+    for key in maps.counts.keys().filter_map(|k| k.ok()) {
+        if key.user_hash == 0 || !tables.first_time(key.user_hash) {
+            continue;
+        }
+        let (user, _) = read_user(maps, &key);
+        starved |= tables.note_samples(key.pid, &user);
+    }
+    starved && tables.rebalance()
+}
+
 /// Leaves whose `file:line` is looked up.
 pub(crate) const TOP_LOCATIONS: usize = 20;
 
@@ -182,6 +203,15 @@ pub struct CpuProfile {
     /// samples whose JavaScript frames are all named.
     #[serde(default)]
     pub javascript: (u64, u64),
+    /// Samples with a frame in a binary the unwind-table budget left to
+    /// frame pointers, by binary path.
+    #[serde(default)]
+    pub unwind_starved: BTreeMap<String, u64>,
+    /// Samples walked by frame pointers through a binary that had no table
+    /// then but had one by the end (its table was built after they were
+    /// taken).
+    #[serde(default)]
+    pub fp_meantime: u64,
 }
 
 impl CpuProfile {

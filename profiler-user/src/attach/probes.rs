@@ -232,16 +232,26 @@ pub struct Probes {
 
 impl Probes {
     /// Loads the programs for process `tgid` with the rings `ring`
-    /// (`--rings`, `--ring-size`), walking user stacks as `unwind` says.
+    /// (`--rings`, `--ring-size`), walking user stacks as `unwind` says
+    /// (with tables: an array of `rows` rows for them,
+    /// `symbolize::budget::rows`).
     pub fn load(
         tgid: u32,
         watch: Watch,
         ring: RingSpec,
         sample_all: bool,
-        unwind: UnwindMode,
+        (unwind, rows): (UnwindMode, u32),
         tracking: Tracking,
     ) -> Result<Self> {
-        Self::load_in_cgroup(tgid, watch, ring, sample_all, unwind, None, tracking)
+        Self::load_in_cgroup(
+            tgid,
+            watch,
+            ring,
+            sample_all,
+            (unwind, rows),
+            None,
+            tracking,
+        )
     }
 
     /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
@@ -251,7 +261,7 @@ impl Probes {
         watch: Watch,
         ring: RingSpec,
         sample_all: bool,
-        unwind: UnwindMode,
+        (unwind, table_rows): (UnwindMode, u32),
         cgroup: Option<&Cgroup>,
         tracking: Tracking,
     ) -> Result<Self> {
@@ -263,13 +273,7 @@ impl Probes {
         });
         let dwarf = unwind == UnwindMode::Copy;
         let (mode, rows) = match unwind {
-            UnwindMode::Tables if sample_all => {
-                (unwind_mode::TABLES, profiler_common::UNWIND_ROWS_ALL)
-            }
-            UnwindMode::Tables => (
-                unwind_mode::TABLES,
-                profiler_common::UNWIND_ROWS_ONE_PROCESS,
-            ),
+            UnwindMode::Tables => (unwind_mode::TABLES, table_rows.max(1)),
             _ => (unwind_mode::FP, 1),
         };
         // Wake the agent only when a quarter of a ring is pending; the

@@ -203,7 +203,8 @@ fn presample_selection(
     required: &[select::Required],
 ) -> Result<Option<(select::Selection, u64)>> {
     let (tid, _) = target.resolve_thread(&args.dispatch.thread)?;
-    let seen = crate::session::presample::sample(target.pid, tid)?;
+    let rows = crate::symbolize::budget::rows(args.unwind_memory, false, Some(target.pid));
+    let seen = crate::session::presample::sample(target.pid, tid, rows)?;
     let maps = crate::target::process::read_maps(target.pid)
         .map_err(|e| Error::io("reading the target's mappings", e))?;
     let offsets =
@@ -354,6 +355,10 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         )),
         u => u,
     };
+    // A launched command has not exec'd its program yet: the machine's
+    // ceiling; a running process: what its binaries need.
+    let table_rows =
+        crate::symbolize::budget::rows(args.unwind_memory, false, (!launch).then_some(target.pid));
     let mut probes = Probes::load(
         target.pid,
         probes::Watch {
@@ -366,7 +371,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
             size: args.ring_size,
         },
         false,
-        unwind,
+        (unwind, table_rows),
         tracking,
     )
     .map_err(gone)?;
@@ -379,10 +384,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     probes.attach_process_events(tracking)?;
     let mut tables = match unwind {
         crate::cli::UnwindMode::Tables => {
-            let mut t = crate::symbolize::tables::Tables::take(
-                probes.ebpf_mut(),
-                crate::symbolize::tables::capacity(false),
-            )?;
+            let mut t = crate::symbolize::tables::Tables::take(probes.ebpf_mut(), table_rows)?;
             t.add_process(target.pid);
             Some(t)
         }
@@ -763,6 +765,13 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     for line in &never_mapped {
         eprintln!("profiler: {line}");
     }
+    if args.sample.is_none() {
+        // Without --sample, cpu.txt is not there to say it (with it, the
+        // warning comes with the CPU profile, with shares).
+        if let Some(line) = sinks.tables.as_ref().and_then(|t| t.starved_note()) {
+            eprintln!("profiler: warning: {line}");
+        }
+    }
     let counters_now = counters.read();
     status.finish();
     match reason {
@@ -822,7 +831,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     if let Some((maps, sym)) = &mut sinks.cpu {
         offcpu = cpu_fold::collect_offcpu(maps, sym);
         cpu = args.sample.map(|hz| {
-            let mut prof = cpu_fold::collect(maps, sym);
+            let placement = sinks.tables.as_ref().map(|t| t.placement());
+            let mut prof = cpu_fold::collect(maps, sym, placement);
+            prof.unwinding = sinks.tables.as_ref().map(|t| t.stats.clone());
+            for note in crate::output::writers::unwind_notes(&prof).warnings {
+                eprintln!("profiler: warning: {note}");
+            }
             prof.lost = (counters_now.cpu_stack_lost, counters_now.cpu_counts_full, 0);
             prof.unwinding = sinks.tables.as_ref().map(|t| t.stats.clone());
             (hz, prof)

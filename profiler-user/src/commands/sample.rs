@@ -182,17 +182,18 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         (false, true) => 64 << 10,
         (false, false) => 4096,
     };
+    let table_rows = crate::symbolize::budget::rows(args.unwind_memory, args.all, args.pid);
     let mut probes = Probes::load_in_cgroup(
         pid,
         Default::default(),
         RingSpec::shared(ring_size),
         args.all,
-        unwind,
+        (unwind, table_rows),
         cgroup.as_ref(),
         Default::default(),
     )?;
     let mut tables = match unwind {
-        UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), tables::capacity(args.all))?),
+        UnwindMode::Tables => Some(Tables::take(probes.ebpf_mut(), table_rows)?),
         _ => None,
     };
     // The processes whose stacks get tables: the target; with --all, those
@@ -313,6 +314,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                 maps.remember_maps(&mut sym, target.as_ref().map(|t| t.pid));
                 if let Some(t) = &mut tables {
                     t.add_process(pid);
+                    // Binaries samples landed in get tables first.
+                    cpu_profile::note_hot(&maps, t);
                 }
             } else {
                 // Only what changed since the last scan: processes sampled
@@ -342,10 +345,15 @@ pub fn run(args: &SampleArgs) -> Result<()> {
                         true => Vec::new(),
                         false => running(cgroup.as_ref()),
                     };
+                    let changed = !scan.changed.is_empty();
                     pids.extend(scan.changed);
                     pids.append(&mut pending);
                     pids.retain(|p| !sighted.gone.contains(p));
                     pending = t.sync(&pids, false, TABLES_BUDGET);
+                    if changed {
+                        // Binaries samples landed in get tables first.
+                        cpu_profile::note_hot(&maps, t);
+                    }
                     if let Some(n) = &mut news {
                         n.mappings_read(pids.into_iter().filter(|p| !pending.contains(p)));
                     }
@@ -378,7 +386,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(probes);
     eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
-    let mut prof = cpu_fold::collect_with_exited(&maps, &mut sym, &exited);
+    let placement = tables.as_ref().map(Tables::placement);
+    let mut prof = cpu_fold::collect_with_exited(&maps, &mut sym, &exited, placement);
     let c = counters.read();
     prof.lost = (c.cpu_stack_lost, c.cpu_counts_full, c.dwarf_lost);
     prof.unwinding = tables.as_ref().map(|t| t.stats.clone());
@@ -407,6 +416,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         ));
     }
     let text = writers::write_cpu(&out, &prof, &what, hz, duration_ns, &mut page)?;
+    for note in writers::unwind_notes(&prof).warnings {
+        eprintln!("profiler: warning: {note}");
+    }
     let start = crate::output::export::unix_ns_ago(duration_ns);
     let pprof = match args.all {
         true => crate::output::export::cpu_pprof_by_cgroup(

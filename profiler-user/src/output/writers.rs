@@ -239,6 +239,61 @@ pub fn write_offcpu(
     Ok(text)
 }
 
+/// What cpu.txt, report.html and stderr say of the unwind tables' budget.
+#[derive(Debug, Default)]
+pub struct UnwindNotes {
+    /// Binaries samples landed in that the budget left to frame pointers,
+    /// each with its share of the samples and the option to raise.
+    pub warnings: Vec<String>,
+    /// Samples walked by frame pointers before their binaries' tables
+    /// were built, tables dropped for sampled binaries.
+    pub info: Vec<String>,
+}
+
+/// The notes of `prof` on the unwind tables' budget.
+pub fn unwind_notes(prof: &CpuProfile) -> UnwindNotes {
+    use crate::symbolize::budget::{fmt_bytes, suggest, ROW_BYTES};
+    let mut notes = UnwindNotes::default();
+    let Some(u) = &prof.unwinding else {
+        return notes;
+    };
+    let pct = |n: u64| n as f64 * 100.0 / prof.samples.max(1) as f64;
+    let budget = fmt_bytes(u.capacity * ROW_BYTES);
+    let mut starved: Vec<(&String, &u64)> = prof.unwind_starved.iter().collect();
+    starved.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if !starved.is_empty() {
+        let need: u64 = starved
+            .iter()
+            .filter_map(|(p, _)| u.starved_rows.get(*p))
+            .sum();
+        let names: Vec<String> = starved
+            .iter()
+            .map(|(p, n)| {
+                let size = u
+                    .starved_rows
+                    .get(*p)
+                    .map(|r| format!("; its table needs about {}", fmt_bytes(r * ROW_BYTES)))
+                    .unwrap_or_default();
+                format!("{p} ({:.1}% of samples{size})", pct(**n))
+            })
+            .collect();
+        notes.warnings.push(format!(
+            "unwind table memory ({budget}) full: walked by frame pointers in {}; raise it with --unwind-memory (e.g. --unwind-memory {})",
+            names.join(", "),
+            fmt_bytes(suggest(u.rows + need).max(u.capacity * ROW_BYTES * 2)),
+        ));
+    }
+    if prof.fp_meantime > 0 || u.dropped > 0 {
+        notes.info.push(format!(
+            "unwind tables for what runs: {} samples ({:.1}%) walked by frame pointers before their binaries' tables were built; {} tables of binaries no sample touched dropped for sampled ones",
+            prof.fp_meantime,
+            pct(prof.fp_meantime),
+            u.dropped
+        ));
+    }
+    notes
+}
+
 /// Writes `cpu.folded`, `cpu.svg` and `cpu.txt`; returns the summary text.
 pub fn write_cpu(
     out: &OutDir,
@@ -290,7 +345,7 @@ pub fn write_cpu(
             .collect();
         let _ = writeln!(
             text,
-            "unwinding: compiled .eh_frame tables for {} binaries ({} functions, {} rows of which {} unsupported, {:.1} MiB of {:.0} MiB, {} compiled in {} ms, {} put back after eviction){}",
+            "unwinding: compiled .eh_frame tables for {} binaries ({} functions, {} rows of which {} unsupported, {:.1} MiB of {:.1} MiB, {} compiled in {} ms, {} put back after eviction){}",
             u.methods.values().filter(|h| *h == "tables").count(),
             u.fdes,
             u.rows,
@@ -306,6 +361,13 @@ pub fn write_cpu(
                 format!("; frame pointers for {}", fp.join(", "))
             }
         );
+    }
+    let notes = unwind_notes(prof);
+    for line in notes.warnings.iter().chain(&notes.info) {
+        let _ = writeln!(text, "{line}");
+    }
+    for w in notes.warnings {
+        page.warn(w);
     }
     if !prof.ends.is_empty() {
         let total: u64 = prof.ends.values().sum();

@@ -139,6 +139,9 @@ pub struct Sinks {
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
     pub tables: Option<crate::symbolize::tables::Tables>,
+    /// A sample landed in a binary the unwind-table budget left without a
+    /// table since the last tick (see `Tables::rebalance`).
+    hot_stacks: bool,
     /// `--lib`s not mapped when the probes went on, checked every 0.1 s
     /// until they are.
     pub libs: crate::target::libwatch::LibWatch,
@@ -293,6 +296,10 @@ impl Sinks {
                         }
                         let end = stacks.as_ref().map_or(0, StackEvent::user_end);
                         d.on_sample(ev.ts_ns, user, end);
+                        if let Some(t) = &mut self.tables {
+                            // Its binaries get tables first.
+                            self.hot_stacks |= t.note_samples(self.pid, user);
+                        }
                     }
                 } else {
                     d.on_switch_out(ev.ts_ns, ev.func() == SCHED_BLOCKED, user.zip(kernel));
@@ -572,6 +579,7 @@ impl Sinks {
             ticks: 0,
             goroutines: Goroutines::default(),
             tables: None,
+            hot_stacks: false,
             libs: Default::default(),
             processes: None,
             execs: Vec::new(),
@@ -620,6 +628,14 @@ impl Sinks {
                 crate::heap::release_free();
             }
             if let Some(t) = &mut self.tables {
+                // Binaries samples landed in that the budget left without
+                // a table get room from those no sample touched.
+                if let Some((maps, _)) = &self.cpu {
+                    crate::analyze::cpu_profile::note_hot(maps, t);
+                }
+                if std::mem::take(&mut self.hot_stacks) {
+                    t.rebalance();
+                }
                 // Children that exited since: their entries and table uses
                 // go (a target forking all day would fill the map).
                 t.forget(|_| false);

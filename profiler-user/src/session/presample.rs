@@ -15,7 +15,7 @@ use crate::{
         samplers::{self, CpuMaps},
     },
     cli::UnwindMode,
-    symbolize::tables::{self, Tables},
+    symbolize::tables::Tables,
     Result,
 };
 
@@ -36,18 +36,19 @@ pub struct Seen {
     pub stacks: u64,
 }
 
-/// Samples thread `tid` of process `pid` for [`SPAN`].
-pub fn sample(pid: u32, tid: u32) -> Result<Seen> {
+/// Samples thread `tid` of process `pid` for [`SPAN`], with `rows` rows of
+/// unwind tables.
+pub fn sample(pid: u32, tid: u32, rows: u32) -> Result<Seen> {
     let mut probes = Probes::load_in_cgroup(
         pid,
         Default::default(),
         RingSpec::shared(4096),
         false,
-        UnwindMode::Tables,
+        (UnwindMode::Tables, rows),
         None,
         Default::default(),
     )?;
-    let mut tables = Tables::take(probes.ebpf_mut(), tables::capacity(false))?;
+    let mut tables = Tables::take(probes.ebpf_mut(), rows)?;
     tables.add_process(pid);
     samplers::start(probes.ebpf_mut(), HZ)?;
     samplers::start_offcpu(probes.ebpf_mut())?;

@@ -5,6 +5,7 @@
 //!   replay;
 //! - [`DwarfUnwinder`] (`unwind.rs`): framehop over each executable
 //!   mapping's `.eh_frame`, for `sample --dwarf`.
+pub mod budget;
 pub mod perfmap;
 pub mod python;
 mod row_space;

@@ -65,7 +65,6 @@ impl RowSpace {
     }
 
     /// Rows free in all (possibly in pieces).
-    #[cfg(test)]
     pub fn free_rows(&self) -> u64 {
         u64::from(self.capacity - self.next)
             + self.free.values().map(|&l| u64::from(l)).sum::<u64>()

@@ -9,6 +9,14 @@
 //! and keeps tables no process uses any more until their rows are needed
 //! (then the oldest go first), so a binary mapped again soon is not compiled
 //! again.
+//!
+//! The rows array has a budget ([`super::budget`]). Within it, tables go
+//! first to the binaries samples land in ([`Tables::note_samples`]), then
+//! to the others smallest first, so a big library nothing calls (libLLVM
+//! mapped by Mesa) is the one left to frame pointers, and is not even
+//! compiled when it cannot fit. When samples land in a binary the budget
+//! left without a table, [`Tables::rebalance`] drops tables no sample has
+//! touched to make room for it.
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     os::fd::{AsFd, AsRawFd},
@@ -30,16 +38,7 @@ use super::{
 };
 use crate::{error::chain, target::process::parse_line, Error, Result};
 
-/// Capacity of `UNWIND_ROWS` (as the programs were loaded with it):
-/// 2 Mi rows (32 MiB of kernel memory) for one process, 4 Mi (64 MiB)
-/// system-wide.
-pub fn capacity(all: bool) -> u32 {
-    if all {
-        profiler_common::UNWIND_ROWS_ALL
-    } else {
-        profiler_common::UNWIND_ROWS_ONE_PROCESS
-    }
-}
+mod what_runs;
 
 /// Rows of evicted tables the agent keeps (32 MiB).
 const SPARE_ROWS: usize = 2 << 20;
@@ -62,10 +61,24 @@ pub fn running_pids() -> Vec<u32> {
 /// What was learnt from reading a binary.
 #[derive(Debug, Clone)]
 struct FileInfo {
-    /// Its table's key, if it has one.
-    key: Option<CacheKey>,
+    /// Its table's key.
+    key: CacheKey,
     /// Loadable segments: (file offset, file size, virtual address).
     segments: Vec<(u64, u64, u64)>,
+    /// Rows its table is expected to take, from the size of its CFI
+    /// sections (`budget::estimate_rows`), before it is compiled.
+    est_rows: u64,
+}
+
+/// One process's tables and mappings.
+#[derive(Debug, Default)]
+struct ProcEntry {
+    /// Tables it uses (one use each).
+    keys: Vec<CacheKey>,
+    /// Its executable mappings' lines of `/proc/PID/maps`.
+    exec: String,
+    /// Its file mappings: (start, end, binary's key and path), by start.
+    maps: Vec<(u64, u64, CacheKey, String)>,
 }
 
 /// One compiled table in the rows array.
@@ -104,6 +117,16 @@ pub struct TablesStats {
     pub processes: u64,
     /// Unwinding method per binary path: `tables`, or `frame pointers` and why.
     pub methods: std::collections::BTreeMap<String, String>,
+    /// Rows each binary the budget left without a table would need
+    /// (counted when compiled, else estimated), by path.
+    #[serde(default)]
+    pub starved_rows: std::collections::BTreeMap<String, u64>,
+    /// Tables of binaries no sample touched, dropped to make room for
+    /// binaries samples landed in, and how many times that was done.
+    #[serde(default)]
+    pub dropped: u64,
+    #[serde(default)]
+    pub rebalances: u64,
 }
 
 /// The kernel's unwind tables and what is in them.
@@ -129,8 +152,20 @@ pub struct Tables {
     spare_rows: usize,
     /// Each binary seen, by file identity, so it is read once.
     files: HashMap<unwind_table::FileKey, FileInfo>,
-    /// Each process's tables, and its executable mappings' text.
-    per_pid: HashMap<u32, (Vec<CacheKey>, String)>,
+    /// Each process's tables and mappings.
+    per_pid: HashMap<u32, ProcEntry>,
+    /// Binaries samples landed in.
+    hot: HashSet<CacheKey>,
+    /// Binaries the budget left without a table: path, rows needed.
+    starved: HashMap<CacheKey, (String, u64)>,
+    /// Binaries no sample touched whose tables were dropped for ones
+    /// samples landed in: not loaded again unless samples land in them.
+    dropped: HashSet<CacheKey>,
+    /// Binaries whose CFI could not be compiled (or is empty).
+    no_cfi: HashSet<CacheKey>,
+    /// Stacks (by the kernel's hash) already told of to
+    /// [`Tables::note_samples`].
+    stacks_seen: HashSet<u64>,
     /// CPython's frames in the processes that run it (None: the programs
     /// have no Python walker).
     python: Option<super::python::Python>,
@@ -195,6 +230,11 @@ impl Tables {
             spare_rows: 0,
             files: HashMap::new(),
             per_pid: HashMap::new(),
+            hot: HashSet::new(),
+            starved: HashMap::new(),
+            dropped: HashSet::new(),
+            no_cfi: HashSet::new(),
+            stacks_seen: HashSet::new(),
             python: super::python::Python::take(ebpf).ok(),
             v8: super::v8::V8::take(ebpf).ok(),
             stats: TablesStats {
@@ -226,7 +266,6 @@ impl Tables {
             self.keep_spare(key.clone(), rows.to_vec());
             self.space.free(l.start, l.len);
             self.stats.rows -= u64::from(l.len);
-            self.files.retain(|_, f| f.key.as_ref() != Some(key));
         }
         self.stats.tables = self.loaded.len();
     }
@@ -261,88 +300,86 @@ impl Tables {
         Some(rows)
     }
 
-    /// The table of the binary at `path` (opened from here as `open`),
-    /// compiled and uploaded if new, for a mapping at `start` of file
-    /// offset `offset`. Returns its key, the mapping's bias and its range.
-    fn table_for(
-        &mut self,
-        path: &str,
-        open: &str,
-        start: u64,
-        offset: u64,
-    ) -> Option<(CacheKey, u64, u32, u32)> {
+    /// What is known of the binary opened from here as `open`: read once
+    /// per file (its headers, build-id note and section sizes only).
+    fn file_info(&mut self, open: &str) -> Option<FileInfo> {
         let meta = std::fs::metadata(open).ok()?;
         let fkey = unwind_table::FileKey::new(&meta);
-        let info = match self.files.get(&fkey) {
-            Some(info) => info.clone(),
-            None => {
-                let info = self.load(path, open, &meta)?;
-                self.files.insert(fkey, info.clone());
-                info
-            }
-        };
-        let key = info.key?;
-        let &(seg_off, _, vaddr) = info
-            .segments
-            .iter()
-            .find(|&&(off, size, _)| offset >= off && offset < off + size.max(1))?;
-        let bias = start.wrapping_sub(vaddr + (offset - seg_off));
-        let l = self.loaded.get_mut(&key)?;
-        if l.refs == 0 {
-            // In use again: no longer a candidate for eviction.
-            self.idle.retain(|k| k != &key);
+        if let Some(info) = self.files.get(&fkey) {
+            return Some(info.clone());
         }
-        l.refs += 1;
-        Some((key, bias, l.start, l.len))
-    }
-
-    /// Reads one binary, and compiles and uploads its table if new. Only
-    /// what is needed is read (`pread` through [`object::ReadCache`]): the
-    /// headers and the build-id note, then the CFI sections if the table is
-    /// not loaded yet. A 150 MB compiler library whose table is cached
-    /// costs a few kilobytes, not a copy of the file.
-    fn load(&mut self, path: &str, open: &str, meta: &std::fs::Metadata) -> Option<FileInfo> {
         let file = std::fs::File::open(open).ok()?;
         let data = object::ReadCache::new(file);
-        let segments = object::File::parse(&data)
-            .ok()?
+        let elf = object::File::parse(&data).ok()?;
+        let segments = elf
             .segments()
             .map(|s| {
                 let (off, size) = s.file_range();
                 (off, size, s.address())
             })
             .collect();
-        let key = self.upload(path, &data, meta);
-        Some(FileInfo { key, segments })
+        let est_rows = super::budget::estimate_rows(&elf);
+        let key = CacheKey::new(&data, &meta);
+        let info = FileInfo {
+            key,
+            segments,
+            est_rows,
+        };
+        self.files.insert(fkey, info.clone());
+        Some(info)
     }
 
-    /// Compiles and uploads the table of `data`, unless already there.
-    fn upload(
-        &mut self,
-        path: &str,
-        data: &object::ReadCache<std::fs::File>,
-        meta: &std::fs::Metadata,
-    ) -> Option<CacheKey> {
-        let key = CacheKey::new(data, meta);
-        if self.loaded.contains_key(&key) {
-            return Some(key);
+    /// Rows that could be had now: free ones, and those of idle tables.
+    fn obtainable(&self) -> u64 {
+        let idle: u64 = self
+            .idle
+            .iter()
+            .filter_map(|k| self.loaded.get(k))
+            .map(|l| u64::from(l.len))
+            .sum();
+        self.space.free_rows() + idle
+    }
+
+    /// Compiles and uploads the table of the binary `path` (opened from
+    /// here as `open`, key `key`, about `est` rows), unless it is loaded
+    /// already, has no CFI, was dropped, or cannot fit (then it is left to
+    /// frame pointers, and not even compiled when its estimate is well
+    /// past what could be freed).
+    fn ensure(&mut self, key: &CacheKey, path: &str, open: &str, est: u64) {
+        if self.dropped.contains(key) || self.no_cfi.contains(key) {
+            return;
         }
-        let rows = match self.take_spare(&key) {
+        if self.loaded.contains_key(key) {
+            self.method(path, "tables");
+            return;
+        }
+        let rows = match self.take_spare(key) {
             Some(rows) => {
                 self.stats.reloaded += 1;
                 rows
             }
             None => {
+                // Estimates are within a fifth of the real size: beyond
+                // that, it cannot fit, and compiling it would be wasted.
+                if est * 4 / 5 > self.obtainable() {
+                    self.starve(key, path, est, "; not compiled");
+                    return;
+                }
                 let t0 = Instant::now();
-                let table = match unwind_table::build(data) {
+                let built = std::fs::File::open(open)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| unwind_table::build(&object::ReadCache::new(f)));
+                let table = match built {
                     Ok(t) if !t.rows.is_empty() => t,
                     Ok(_) => {
+                        self.no_cfi.insert(key.clone());
                         self.method(path, "frame pointers (no CFI)");
-                        return None;
+                        return;
                     }
                     Err(e) => {
+                        self.no_cfi.insert(key.clone());
                         self.method(path, &format!("frame pointers ({e})"));
-                        return None;
+                        return;
                     }
                 };
                 self.stats.build_ms += t0.elapsed().as_millis() as u64;
@@ -352,10 +389,14 @@ impl Tables {
                 table.rows
             }
         };
-        let len = u32::try_from(rows.len()).ok()?;
+        let Some(len) = u32::try_from(rows.len()).ok() else {
+            return;
+        };
         let Some(start) = self.alloc(len) else {
-            self.method(path, "frame pointers (unwind table memory full)");
-            return None;
+            // Kept, so that making room later costs a copy.
+            self.starve(key, path, u64::from(len), "");
+            self.keep_spare(key.clone(), rows);
+            return;
         };
         // SAFETY: [start, start + len) is inside the mapping and ours.
         unsafe {
@@ -366,6 +407,8 @@ impl Tables {
             );
         }
         self.method(path, "tables");
+        self.starved.remove(key);
+        self.stats.starved_rows.remove(path);
         self.loaded.insert(
             key.clone(),
             Loaded {
@@ -376,7 +419,14 @@ impl Tables {
         );
         self.stats.tables = self.loaded.len();
         self.stats.rows += u64::from(len);
-        Some(key)
+    }
+
+    /// Notes that the budget left `key` (at `path`, `rows` rows) without a
+    /// table.
+    fn starve(&mut self, key: &CacheKey, path: &str, rows: u64, how: &str) {
+        self.starved.insert(key.clone(), (path.to_string(), rows));
+        self.stats.starved_rows.insert(path.to_string(), rows);
+        self.method(path, &format!("{}{how})", super::budget::MEMORY_FULL));
     }
 
     fn method(&mut self, path: &str, how: &str) {
@@ -401,52 +451,11 @@ impl Tables {
             .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
             .collect::<Vec<_>>()
             .join("\n");
-        if self.per_pid.get(&pid).is_some_and(|(_, t)| *t == exec) {
+        if self.per_pid.get(&pid).is_some_and(|e| e.exec == exec) {
             return;
         }
-        // The old entry stays in the kernel until the new one replaces it,
-        // and its tables stay held until then: a changed mapping (dlopen,
-        // the uprobes' `[uprobes]` page) neither rebuilds the tables still
-        // in use nor leaves a moment where the process has none.
-        let old = self.per_pid.remove(&pid);
         let py_exec = (self.python.is_some() || self.v8.is_some()).then(|| exec.clone());
-        let mut mappings: Vec<ExecMapping> = Vec::new();
-        let mut keys = Vec::new();
-        for line in exec.lines() {
-            let Some(m) = parse_line(line) else { continue };
-            let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-            let mut e = ExecMapping {
-                start: m.start,
-                end: m.end,
-                ..Default::default()
-            };
-            if let Some((key, bias, start, len)) = self.table_for(&m.path, &open, m.start, m.offset)
-            {
-                e.bias = bias;
-                e.table_start = start;
-                e.table_len = len;
-                keys.push(key);
-            }
-            mappings.push(e);
-        }
-        mappings.sort_by_key(|m| m.start);
-        mappings.truncate(MAX_MAPPINGS);
-        let mut value = ProcMaps {
-            len: mappings.len() as u32,
-            pad: 0,
-            maps: [ExecMapping::default(); MAX_MAPPINGS],
-        };
-        value.maps[..mappings.len()].copy_from_slice(&mappings);
-        if self.procs.insert(pid, value, 0).is_ok() {
-            self.per_pid.insert(pid, (keys, exec));
-        } else {
-            self.release(&keys);
-            let _ = self.procs.remove(&pid);
-        }
-        if let Some((old_keys, _)) = old {
-            self.release(&old_keys);
-        }
-        self.stats.processes = self.per_pid.len() as u64;
+        self.apply(pid, exec, &HashSet::new());
         // After the tables: the native walk matters first.
         if let Some(exec) = py_exec {
             if let Some(py) = &mut self.python {
@@ -458,6 +467,103 @@ impl Tables {
         }
     }
 
+    /// Writes `pid`'s entry for its executable mappings `exec`, uploading
+    /// the tables it lacks (those of binaries samples landed in first,
+    /// then the smallest first), except those in `defer`.
+    fn apply(&mut self, pid: u32, exec: String, defer: &HashSet<CacheKey>) {
+        // The old entry stays in the kernel until the new one replaces it,
+        // and its tables stay held until then: a changed mapping (dlopen,
+        // the uprobes' `[uprobes]` page) neither rebuilds the tables still
+        // in use nor leaves a moment where the process has none.
+        let old = self.per_pid.remove(&pid);
+        let mut found = Vec::new();
+        for line in exec.lines() {
+            let Some(m) = parse_line(line) else { continue };
+            let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+            let info = self.file_info(&open);
+            found.push((m, open, info));
+        }
+        // Each binary once, in the order its table is wanted.
+        let mut order: Vec<(bool, u64, CacheKey, String, String)> = Vec::new();
+        for (m, open, info) in &found {
+            let Some(info) = info else { continue };
+            if defer.contains(&info.key) || order.iter().any(|o| o.2 == info.key) {
+                continue;
+            }
+            let cold = !self.hot.contains(&info.key);
+            order.push((
+                cold,
+                info.est_rows,
+                info.key.clone(),
+                m.path.clone(),
+                open.clone(),
+            ));
+        }
+        order.sort_by_key(|a| (a.0, a.1));
+        for (_, est, key, path, open) in &order {
+            self.ensure(key, path, open, *est);
+        }
+        let mut mappings: Vec<ExecMapping> = Vec::new();
+        let mut keys = Vec::new();
+        let mut maps = Vec::new();
+        for (m, _, info) in found {
+            let mut e = ExecMapping {
+                start: m.start,
+                end: m.end,
+                ..Default::default()
+            };
+            if let Some(info) = info {
+                if let Some((bias, start, len)) = self.use_table(&info, m.start, m.offset) {
+                    e.bias = bias;
+                    e.table_start = start;
+                    e.table_len = len;
+                    keys.push(info.key.clone());
+                }
+                maps.push((m.start, m.end, info.key, m.path));
+            }
+            mappings.push(e);
+        }
+        mappings.sort_by_key(|m| m.start);
+        mappings.truncate(MAX_MAPPINGS);
+        maps.sort_by_key(|m| m.0);
+        let mut value = ProcMaps {
+            len: mappings.len() as u32,
+            pad: 0,
+            maps: [ExecMapping::default(); MAX_MAPPINGS],
+        };
+        value.maps[..mappings.len()].copy_from_slice(&mappings);
+        if self.procs.insert(pid, value, 0).is_ok() {
+            self.per_pid.insert(pid, ProcEntry { keys, exec, maps });
+        } else {
+            self.release(&keys);
+            let _ = self.procs.remove(&pid);
+        }
+        if let Some(old) = old {
+            self.release(&old.keys);
+        }
+        self.stats.processes = self.per_pid.len() as u64;
+    }
+
+    /// One more use of the loaded table of `info`, for a mapping at `start`
+    /// of file offset `offset`: the mapping's bias and the table's range.
+    fn use_table(&mut self, info: &FileInfo, start: u64, offset: u64) -> Option<(u64, u32, u32)> {
+        let &(seg_off, _, vaddr) = info
+            .segments
+            .iter()
+            .find(|&&(off, size, _)| offset >= off && offset < off + size.max(1))?;
+        let bias = start.wrapping_sub(vaddr + (offset - seg_off));
+        if self.dropped.contains(&info.key) {
+            return None;
+        }
+        let l = self.loaded.get_mut(&info.key)?;
+        if l.refs == 0 {
+            // In use again: no longer a candidate for eviction.
+            self.idle.retain(|k| k != &info.key);
+        }
+        l.refs += 1;
+        Some((bias, l.start, l.len))
+    }
+
     /// Reads the Python code objects the kernel told of since the last
     /// call, while their processes run ([`super::python::Python::learn`]).
     /// Returns how many notices there were.
@@ -467,7 +573,7 @@ impl Tables {
 
     /// Forgets `pid`: its entry in the kernel, and its uses of tables.
     pub fn remove_process(&mut self, pid: u32) {
-        if let Some((keys, _)) = self.per_pid.remove(&pid) {
+        if let Some(e) = self.per_pid.remove(&pid) {
             let _ = self.procs.remove(&pid);
             if let Some(py) = &mut self.python {
                 py.remove_process(pid);
@@ -475,7 +581,7 @@ impl Tables {
             if let Some(v8) = &mut self.v8 {
                 v8.remove_process(pid);
             }
-            self.release(&keys);
+            self.release(&e.keys);
             self.stats.processes = self.per_pid.len() as u64;
         }
     }

@@ -45,5 +45,6 @@ mod tables;
 mod teardown;
 mod threads;
 mod tracing;
+mod unwind_budget;
 mod unwinding;
 mod waker;

@@ -593,7 +593,10 @@ impl Dispatcher {
             .rev()
             .find(|&&a| !profiler_common::is_runtime_frame(a));
         let outermost = match native_outermost {
-            Some(&pc) if end != profiler_common::unwind_end::ROOT => {
+            Some(&pc)
+                if profiler_common::unwind_end::reason(end)
+                    != profiler_common::unwind_end::ROOT =>
+            {
                 self.symbolizer.user_stack(&[pc]).pop()
             }
             _ => None,
