@@ -514,13 +514,14 @@ pub const UNWIND_MEMORY_MAX: u64 = 4 << 30;
 
 /// `--unwind-memory`: a size within the bounds the tables accept.
 fn parse_unwind_memory(s: &str) -> Result<u64, String> {
-    use crate::fmt::fmt_bytes;
+    // Spelled out, not through `crate::fmt`: xtask compiles this file on
+    // its own for the man pages (std and clap only).
     let n = parse_size(s)?;
     if !(UNWIND_MEMORY_MIN..=UNWIND_MEMORY_MAX).contains(&n) {
         return Err(format!(
-            "--unwind-memory {s} is out of range: use {} to {}",
-            fmt_bytes(UNWIND_MEMORY_MIN),
-            fmt_bytes(UNWIND_MEMORY_MAX)
+            "--unwind-memory {s} is out of range: use {}K to {}G",
+            UNWIND_MEMORY_MIN >> 10,
+            UNWIND_MEMORY_MAX >> 30
         ));
     }
     Ok(n)
