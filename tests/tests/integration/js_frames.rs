@@ -147,9 +147,12 @@ fn javascript_frames_by_pid_for_node_started_without_flags() {
         out.path().to_str().unwrap(),
     ]);
     assert!(fin.status.success(), "{fin:?}");
+    // Other node processes may run on the machine: only stacks in this
+    // script count.
+    let mine = script.display().to_string();
     let stacks: Vec<(Vec<String>, u64)> = folded(&read(out.path(), "cpu.folded"))
         .into_iter()
-        .filter(|(f, _)| f.first().is_some_and(|c| c.starts_with("node")))
+        .filter(|(f, _)| f.iter().any(|n| n.starts_with("JS:") && n.contains(&mine)))
         .collect();
     let (share, total) = named_share(&stacks, &script);
     eprintln!(
