@@ -44,6 +44,10 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("chromium", "chromium"),
     // zstd's C code in the static build (`cargo xtask dist`).
     ("musl-gcc", "musl-tools"),
+    // The unwind-budget tests map big libraries the fixture seldom calls
+    // (tests unwind_budget.rs): a path stands for a library.
+    ("/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1", "libllvm15"),
+    ("/usr/lib/x86_64-linux-gnu/libz3.so.4", "libz3-4"),
 ];
 
 /// Extra programs the bench needs.
@@ -201,7 +205,10 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
 fn debian_tools(tools: &[(&str, &str)], did: &mut Vec<String>) -> Result<()> {
     let mut missing: Vec<&str> = tools
         .iter()
-        .filter(|(bin, _)| find_program(bin).is_none())
+        .filter(|(bin, _)| match bin.starts_with('/') {
+            true => !std::path::Path::new(bin).exists(),
+            false => find_program(bin).is_none(),
+        })
         .map(|(_, pkg)| *pkg)
         .collect();
     missing.dedup();
