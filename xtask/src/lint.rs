@@ -1,5 +1,6 @@
 //! `cargo xtask lint`: formatting, the agent's module layering
-//! ([`crate::layers`]), the man pages (one per subcommand), and clippy,
+//! ([`crate::layers`]), the man pages (one per subcommand), the docs'
+//! links ([`crate::links`]), and clippy,
 //! with the eBPF crate checked in its own nightly invocation (feature
 //! unification would break its `no_std`).
 
@@ -19,6 +20,8 @@ pub fn run() -> Result<()> {
     let pages = crate::dist::man::write_pages(&man, &crate::dist::version_here())?;
     crate::dist::man::check_pages(&pages)?;
     eprintln!("lint: {} man pages, one per subcommand", pages.len());
+    let docs = crate::links::check(&workspace_root())?;
+    eprintln!("lint: links of {docs} Markdown files");
     exec(cargo().args([
         "clippy",
         "--workspace",

@@ -10,6 +10,7 @@ mod dist;
 mod fuzz;
 mod layers;
 mod libtest;
+mod links;
 mod lint;
 mod proc;
 mod reliability;
