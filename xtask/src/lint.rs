@@ -22,6 +22,15 @@ pub fn run() -> Result<()> {
     eprintln!("lint: {} man pages, one per subcommand", pages.len());
     let docs = crate::links::check(&workspace_root())?;
     eprintln!("lint: links of {docs} Markdown files");
+    // Each command the README shows parses as the profiler would parse it.
+    let readme = std::fs::read_to_string(workspace_root().join("README.md"))?;
+    let refused = crate::dist::man::refused_commands(&readme);
+    if !refused.is_empty() {
+        anyhow::bail!(
+            "README.md shows commands the profiler refuses:\n{}",
+            refused.join("\n")
+        );
+    }
     exec(cargo().args([
         "clippy",
         "--workspace",

@@ -135,3 +135,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// The `profiler` command lines shown in fenced code blocks of `text`
+/// (Markdown) that the command-line definitions refuse, each with clap's
+/// first error line. A line is taken as the shell would split it on
+/// spaces, after any `sudo` and before any `#` comment.
+pub fn refused_commands(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut bad = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let l = line.trim();
+        let l = l.strip_prefix("sudo ").unwrap_or(l);
+        if !fenced || !l.starts_with("profiler ") {
+            continue;
+        }
+        let l = l.split(" #").next().unwrap_or(l);
+        let args: Vec<&str> = l.split_whitespace().collect();
+        if let Err(e) = command().try_get_matches_from(&args) {
+            let first = e.to_string();
+            let first = first.lines().next().unwrap_or_default().to_string();
+            bad.push(format!("{line}: {first}"));
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod readme_tests {
+    #[test]
+    fn shown_commands_are_checked_against_the_definitions() {
+        let text = "```\nsudo profiler record --pid 4242 --duration 10s --out prof/   # ten seconds\nprofiler sample --bogus\n```\nprofiler sample --bogus (prose)\n";
+        let bad = super::refused_commands(text);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(bad[0].contains("--bogus"), "{bad:?}");
+    }
+}
