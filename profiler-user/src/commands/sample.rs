@@ -275,6 +275,9 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         if let Some(d) = &mut dwarf {
             d.drain(pid);
         }
+        // Python code objects first: a process may exec or exit at any
+        // moment, and the rest of the tick (tables) can take a while.
+        let py_early = tables.as_mut().map_or(0, Tables::learn_python);
         if let Some(n) = &mut news {
             // Told of again, a process's mappings changed (an exec, libc
             // mapped after a first sample in the dynamic loader).
@@ -365,7 +368,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         }
         // Python code objects met since the last tick, read while their
         // processes run.
-        let py_told = tables.as_mut().map_or(0, Tables::learn_python) > 0;
+        let py_told = py_early + tables.as_mut().map_or(0, Tables::learn_python) > 0;
         // Notices came: read them again after the gap, unwoken.
         news.as_ref().is_some_and(|n| n.polling() || py_told)
     };
