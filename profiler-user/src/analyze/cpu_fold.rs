@@ -67,7 +67,7 @@ impl Folder {
         prof.samples += s.count;
         *prof.per_pid.entry(s.shown_pid).or_default() += s.count;
         let user_frames = sym.frames(s.pid, s.user);
-        super::cpu_profile::count_python(prof, &user_frames, s.count);
+        super::cpu_profile::count_runtimes(prof, &user_frames, s.count);
         if s.end != 0 {
             *prof.ends.entry(end_reason(s.end).to_string()).or_default() += s.count;
         }

@@ -228,7 +228,7 @@ impl CpuProfile {
 /// Counts a stack's samples in CPython's evaluator, and those of them
 /// that carry Python frames ([`CpuProfile::python`]); and those in V8's
 /// JavaScript, and of them those named ([`CpuProfile::javascript`]).
-pub(crate) fn count_python(prof: &mut CpuProfile, frames: &[Vec<String>], count: u64) {
+pub(crate) fn count_runtimes(prof: &mut CpuProfile, frames: &[Vec<String>], count: u64) {
     fn first(f: &[String]) -> &str {
         f.first().map(String::as_str).unwrap_or("")
     }
@@ -304,7 +304,7 @@ pub fn add_unwound(
         prof.samples += count;
         *prof.per_pid.entry(*pid).or_default() += count;
         let frames = sym.frames(*pid, addrs);
-        count_python(prof, &frames, count);
+        count_runtimes(prof, &frames, count);
         if addrs.is_empty() {
             prof.no_user_stack += count;
         } else if is_complete(0, frames.last().map(|f| f[0].as_str())) {

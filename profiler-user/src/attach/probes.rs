@@ -440,6 +440,16 @@ impl Probes {
                 if !ok[i] || !pending[i] {
                     continue;
                 }
+                if f.semaphores != [0; 2] {
+                    // Without a semaphore the program never reaches the
+                    // probe's site: say so rather than attach in vain.
+                    ok[i] = false;
+                    self.failed.push((
+                        f.name.clone(),
+                        "a USDT probe's semaphore needs uprobe_multi links (Linux 6.6)".into(),
+                    ));
+                    continue;
+                }
                 let bin = &sel.binaries[f.binary as usize];
                 let (offsets, _) = probe_points(sel, &[i], kind, cookie);
                 for offset in offsets {

@@ -7,6 +7,7 @@
 //!   mapping's `.eh_frame`, for `sample --dwarf`.
 pub mod budget;
 pub mod perfmap;
+mod proc_mem;
 pub mod python;
 mod row_space;
 mod symbolizer;

@@ -18,7 +18,7 @@
 //! One freed and another allocated at its address in the same process
 //! would keep the first one's name; code objects are seldom freed (only
 //! code made at run time, by `exec` or `compile`, is).
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, sync::Mutex};
+use std::{collections::HashMap, fs::File, sync::Mutex};
 
 use aya::{
     maps::{HashMap as BpfHash, MapData, RingBuf},
@@ -29,7 +29,7 @@ use profiler_common::python::{
     self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
 };
 
-use super::unwind_table::FileKey;
+use super::{proc_mem::Mem, unwind_table::FileKey};
 use crate::{error::chain, Error, Result};
 
 /// The native function that runs Python frames.
@@ -425,61 +425,36 @@ fn version_in_name(path: &str) -> Option<(u32, u32)> {
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// Reads fields of one process's memory through one open file.
-struct Mem(File);
-
-impl Mem {
-    fn open(pid: u32) -> Option<Self> {
-        File::open(format!("/proc/{pid}/mem")).ok().map(Mem)
+/// A `str` object's text (compact strings; others read as `?`).
+fn string(mem: &Mem, layout: &Layout, obj: u64) -> Option<String> {
+    let len = mem.u64(obj + STR_LENGTH)?.min(4096) as usize;
+    let state = mem.u32(obj + STR_STATE)?;
+    let (kind, compact, ascii) = (
+        (state >> 2) & 7,
+        state & (1 << 5) != 0,
+        state & (1 << 6) != 0,
+    );
+    if !compact {
+        return Some("?".into());
     }
-
-    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.0.read_exact_at(&mut buf, addr).ok()?;
-        Some(buf)
+    if ascii {
+        let b = mem.bytes(obj + u64::from(layout.ascii_size), len)?;
+        return Some(String::from_utf8_lossy(&b).into_owned());
     }
-
-    fn u64(&self, addr: u64) -> Option<u64> {
-        let b = self.bytes(addr, 8)?;
-        Some(u64::from_ne_bytes(b.try_into().ok()?))
-    }
-
-    fn u32(&self, addr: u64) -> Option<u32> {
-        let b = self.bytes(addr, 4)?;
-        Some(u32::from_ne_bytes(b.try_into().ok()?))
-    }
-
-    /// A `str` object's text (compact strings; others read as `?`).
-    fn string(&self, layout: &Layout, obj: u64) -> Option<String> {
-        let len = self.u64(obj + STR_LENGTH)?.min(4096) as usize;
-        let state = self.u32(obj + STR_STATE)?;
-        let (kind, compact, ascii) = (
-            (state >> 2) & 7,
-            state & (1 << 5) != 0,
-            state & (1 << 6) != 0,
-        );
-        if !compact {
-            return Some("?".into());
-        }
-        if ascii {
-            let b = self.bytes(obj + u64::from(layout.ascii_size), len)?;
-            return Some(String::from_utf8_lossy(&b).into_owned());
-        }
-        let width = match kind {
-            1 | 2 | 4 => kind as usize,
-            _ => return None,
-        };
-        let b = self.bytes(obj + u64::from(layout.compact_size), len * width)?;
-        Some(
-            b.chunks(width)
-                .map(|c| {
-                    let mut v = [0u8; 4];
-                    v[..width].copy_from_slice(c);
-                    char::from_u32(u32::from_le_bytes(v)).unwrap_or('?')
-                })
-                .collect(),
-        )
-    }
+    let width = match kind {
+        1 | 2 | 4 => kind as usize,
+        _ => return None,
+    };
+    let b = mem.bytes(obj + u64::from(layout.compact_size), len * width)?;
+    Some(
+        b.chunks(width)
+            .map(|c| {
+                let mut v = [0u8; 4];
+                v[..width].copy_from_slice(c);
+                char::from_u32(u32::from_le_bytes(v)).unwrap_or('?')
+            })
+            .collect(),
+    )
 }
 
 /// The name of Python frame `slot` (from the kernel) of process `pid`:
@@ -517,8 +492,8 @@ fn read_code(mem: &Mem, proc: &Proc, code: u64) -> Option<Read> {
     if mem.u64(code + OB_TYPE)? != proc.code_type {
         return Some(Read::Freed);
     }
-    let qualname = mem.string(l, mem.u64(code + u64::from(l.code_qualname))?)?;
-    let file = mem.string(l, mem.u64(code + u64::from(l.code_filename))?)?;
+    let qualname = string(mem, l, mem.u64(code + u64::from(l.code_qualname))?)?;
+    let file = string(mem, l, mem.u64(code + u64::from(l.code_filename))?)?;
     let first = mem.u32(code + u64::from(l.code_firstlineno))? as i32;
     let table = mem.u64(code + u64::from(l.code_linetable))?;
     let size = mem.u64(table + VAR_SIZE)?.min(1 << 20) as usize;

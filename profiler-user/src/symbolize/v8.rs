@@ -20,13 +20,13 @@
 //! a `SharedFunctionInfo`; the address read is checked to still hold one,
 //! but one moved away and another moved in between the sample and the
 //! read is named as the newcomer.
-use std::{collections::HashMap, fs::File, os::unix::fs::FileExt, sync::Mutex};
+use std::{collections::HashMap, fs::File, sync::Mutex};
 
 use aya::maps::{HashMap as BpfHash, MapData};
 use object::{Object, ObjectSection, ObjectSymbol};
 use profiler_common::v8::{self as common, V8Proc};
 
-use super::unwind_table::FileKey;
+use super::{proc_mem::Mem, unwind_table::FileKey};
 
 /// Prefix of a JavaScript frame's name (the perf map's).
 pub const PREFIX: &str = "JS:";
@@ -408,98 +408,66 @@ pub fn name(pid: u32, slot: u64) -> Option<String> {
     })
 }
 
-/// Reads fields of one process's memory.
-struct Mem(File);
+/// The heap object a tagged word at `addr` points at, with its type.
+fn object(mem: &Mem, meta: &Meta, addr: u64) -> Option<(u64, u16)> {
+    let obj = heap_object(mem.u64(addr)?)?;
+    Some((obj, type_of(mem, meta, obj)?))
+}
 
-impl Mem {
-    fn open(pid: u32) -> Option<Self> {
-        File::open(format!("/proc/{pid}/mem")).ok().map(Mem)
+fn type_of(mem: &Mem, meta: &Meta, obj: u64) -> Option<u16> {
+    let map = heap_object(mem.u64(obj + u64::from(meta.kernel.heap_map))?)?;
+    mem.u16(map + u64::from(meta.kernel.map_instance_type))
+}
+
+/// The text of string `obj` (of type `ty`), at most `limit` bytes.
+fn string(mem: &Mem, meta: &Meta, obj: u64, ty: u16, limit: usize, depth: u32) -> Option<String> {
+    if ty >= meta.first_nonstring_type || depth == 0 {
+        return None;
     }
-
-    fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.0.read_exact_at(&mut buf, addr).ok()?;
-        Some(buf)
-    }
-
-    fn u64(&self, addr: u64) -> Option<u64> {
-        Some(u64::from_ne_bytes(self.bytes(addr, 8)?.try_into().ok()?))
-    }
-
-    fn u32(&self, addr: u64) -> Option<u32> {
-        Some(u32::from_ne_bytes(self.bytes(addr, 4)?.try_into().ok()?))
-    }
-
-    fn u16(&self, addr: u64) -> Option<u16> {
-        Some(u16::from_ne_bytes(self.bytes(addr, 2)?.try_into().ok()?))
-    }
-
-    /// The heap object a tagged word at `addr` points at, with its type.
-    fn object(&self, meta: &Meta, addr: u64) -> Option<(u64, u16)> {
-        let obj = heap_object(self.u64(addr)?)?;
-        Some((obj, self.type_of(meta, obj)?))
-    }
-
-    fn type_of(&self, meta: &Meta, obj: u64) -> Option<u16> {
-        let map = heap_object(self.u64(obj + u64::from(meta.kernel.heap_map))?)?;
-        self.u16(map + u64::from(meta.kernel.map_instance_type))
-    }
-
-    /// The text of string `obj` (of type `ty`), at most `limit` bytes.
-    fn string(&self, meta: &Meta, obj: u64, ty: u16, limit: usize, depth: u32) -> Option<String> {
-        if ty >= meta.first_nonstring_type || depth == 0 {
-            return None;
-        }
-        let len = (self.u32(obj + u64::from(meta.string_length))? as usize).min(limit);
-        let one_byte = ty & meta.encoding_mask == meta.one_byte_tag;
-        let repr = ty & meta.repr_mask;
-        let chars = |at: u64| -> Option<String> {
-            if one_byte {
-                Some(
-                    self.bytes(at, len)?
-                        .iter()
-                        .map(|&b| char::from(b))
-                        .collect(),
-                )
-            } else {
-                let b = self.bytes(at, len * 2)?;
-                let units: Vec<u16> = b
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                    .collect();
-                Some(String::from_utf16_lossy(&units))
-            }
-        };
-        if repr == meta.seq_tag {
-            let at = if one_byte {
-                meta.one_byte_chars
-            } else {
-                meta.two_byte_chars
-            };
-            chars(obj + u64::from(at))
-        } else if repr == meta.cons_tag {
-            let (a, at) = self.object(meta, obj + u64::from(meta.cons_first))?;
-            let first = self.string(meta, a, at, limit, depth - 1)?;
-            let (b, bt) = self.object(meta, obj + u64::from(meta.cons_second))?;
-            let rest = limit.saturating_sub(first.len());
-            Some(first + &self.string(meta, b, bt, rest, depth - 1)?)
-        } else if repr == meta.thin_tag {
-            let (a, at) = self.object(meta, obj + u64::from(meta.thin_actual))?;
-            self.string(meta, a, at, limit, depth - 1)
-        } else if repr == meta.sliced_tag {
-            let (p, pt) = self.object(meta, obj + u64::from(meta.sliced_parent))?;
-            let offset = smi(self.u64(obj + u64::from(meta.sliced_offset))?)? as usize;
-            let whole = self.string(meta, p, pt, offset + len, depth - 1)?;
-            Some(whole.chars().skip(offset).take(len).collect())
-        } else if repr == meta.external_tag {
-            // The characters' address, cached beside the resource (V8's
-            // ExternalString::kResourceDataOffset).
-            let data = self.u64(obj + u64::from(meta.external_resource) + 8)?;
-            (data != 0).then_some(())?;
-            chars(data)
+    let len = (mem.u32(obj + u64::from(meta.string_length))? as usize).min(limit);
+    let one_byte = ty & meta.encoding_mask == meta.one_byte_tag;
+    let repr = ty & meta.repr_mask;
+    let chars = |at: u64| -> Option<String> {
+        if one_byte {
+            Some(mem.bytes(at, len)?.iter().map(|&b| char::from(b)).collect())
         } else {
-            None
+            let b = mem.bytes(at, len * 2)?;
+            let units: Vec<u16> = b
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            Some(String::from_utf16_lossy(&units))
         }
+    };
+    if repr == meta.seq_tag {
+        let at = if one_byte {
+            meta.one_byte_chars
+        } else {
+            meta.two_byte_chars
+        };
+        chars(obj + u64::from(at))
+    } else if repr == meta.cons_tag {
+        let (a, at) = object(mem, meta, obj + u64::from(meta.cons_first))?;
+        let first = string(mem, meta, a, at, limit, depth - 1)?;
+        let (b, bt) = object(mem, meta, obj + u64::from(meta.cons_second))?;
+        let rest = limit.saturating_sub(first.len());
+        Some(first + &string(mem, meta, b, bt, rest, depth - 1)?)
+    } else if repr == meta.thin_tag {
+        let (a, at) = object(mem, meta, obj + u64::from(meta.thin_actual))?;
+        string(mem, meta, a, at, limit, depth - 1)
+    } else if repr == meta.sliced_tag {
+        let (p, pt) = object(mem, meta, obj + u64::from(meta.sliced_parent))?;
+        let offset = smi(mem.u64(obj + u64::from(meta.sliced_offset))?)? as usize;
+        let whole = string(mem, meta, p, pt, offset + len, depth - 1)?;
+        Some(whole.chars().skip(offset).take(len).collect())
+    } else if repr == meta.external_tag {
+        // The characters' address, cached beside the resource (V8's
+        // ExternalString::kResourceDataOffset).
+        let data = mem.u64(obj + u64::from(meta.external_resource) + 8)?;
+        (data != 0).then_some(())?;
+        chars(data)
+    } else {
+        None
     }
 }
 
@@ -518,21 +486,27 @@ const MAX_NAME: usize = 256;
 const MAX_SOURCE: usize = 16 << 20;
 
 fn read_function(mem: &Mem, meta: &Meta, pid: u32, shared: u64) -> Option<Function> {
-    if u32::from(mem.type_of(meta, shared)?) != meta.kernel.shared_type {
+    if u32::from(type_of(mem, meta, shared)?) != meta.kernel.shared_type {
         return None;
     }
-    let (nos, nos_type) = mem.object(meta, shared + u64::from(meta.shared_name_or_scope_info))?;
+    let (nos, nos_type) = object(
+        mem,
+        meta,
+        shared + u64::from(meta.shared_name_or_scope_info),
+    )?;
     let (name, start) = if nos_type == meta.scope_info_type {
         scope_info(mem, meta, nos)
     } else {
-        let name = mem.string(meta, nos, nos_type, MAX_NAME, 8);
+        let name = string(mem, meta, nos, nos_type, MAX_NAME, 8);
         (name.unwrap_or_default(), None)
     };
     let name = crate::symbolize::perfmap::clean_name(name.as_bytes());
     let mut place = String::new();
-    if let Some((script, ty)) =
-        mem.object(meta, shared + u64::from(meta.shared_script_or_debug_info))
-    {
+    if let Some((script, ty)) = object(
+        mem,
+        meta,
+        shared + u64::from(meta.shared_script_or_debug_info),
+    ) {
         if ty == meta.script_type {
             let (file, ends) = script_lines(mem, meta, pid, script);
             place = file;
@@ -565,8 +539,8 @@ fn scope_info(mem: &Mem, meta: &Meta, obj: u64) -> (String, Option<u32>) {
         let cur = slot(i);
         if name.is_empty() {
             if let Some(obj) = heap_object(cur) {
-                if let Some(ty) = mem.type_of(meta, obj) {
-                    name = mem.string(meta, obj, ty, MAX_NAME, 8).unwrap_or_default();
+                if let Some(ty) = type_of(mem, meta, obj) {
+                    name = string(mem, meta, obj, ty, MAX_NAME, 8).unwrap_or_default();
                 }
             }
         }
@@ -600,13 +574,12 @@ fn script_lines(mem: &Mem, meta: &Meta, pid: u32, script: u64) -> (String, Optio
     {
         return hit;
     }
-    let name = mem
-        .object(meta, script + u64::from(meta.script_name))
-        .and_then(|(o, t)| mem.string(meta, o, t, 4096, 8))
+    let name = object(mem, meta, script + u64::from(meta.script_name))
+        .and_then(|(o, t)| string(mem, meta, o, t, 4096, 8))
         .unwrap_or_default();
     let name = crate::symbolize::perfmap::clean_name(name.as_bytes());
     let mut ends = None;
-    if let Some((arr, ty)) = mem.object(meta, script + u64::from(meta.script_line_ends)) {
+    if let Some((arr, ty)) = object(mem, meta, script + u64::from(meta.script_line_ends)) {
         if ty == meta.fixed_array_type {
             let n = mem
                 .u64(arr + u64::from(meta.array_length))
@@ -623,9 +596,8 @@ fn script_lines(mem: &Mem, meta: &Meta, pid: u32, script: u64) -> (String, Optio
         }
     }
     if ends.is_none() {
-        ends = mem
-            .object(meta, script + u64::from(meta.script_source))
-            .and_then(|(o, t)| mem.string(meta, o, t, MAX_SOURCE, 16))
+        ends = object(mem, meta, script + u64::from(meta.script_source))
+            .and_then(|(o, t)| string(mem, meta, o, t, MAX_SOURCE, 16))
             .map(|src| line_ends(&src));
     }
     let out = (name, ends);

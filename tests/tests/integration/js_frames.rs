@@ -5,7 +5,6 @@
 //! with their lines and columns, checked against its known call structure,
 //! and a slow dispatch's verdict names the JavaScript function.
 use profiler_tests::*;
-use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
@@ -208,5 +207,4 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
             .any(|l| l.contains("verdict:") && l.contains("in JS:slowRoute ")),
         "the verdict names slowRoute: {txt}"
     );
-    let _: Value = d;
 }
