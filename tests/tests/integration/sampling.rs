@@ -573,9 +573,14 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
         );
     }
     // Before the exec: the Python frames of the spin loop, named from code
-    // objects read while Python ran (its memory went with the exec). None
-    // unnamed (`py:[exited before its code was read]`, …); most in the
-    // loop, the rest in the interpreter's start or the exec's line.
+    // objects read while Python ran (its memory went with the exec). Most
+    // in the loop, the rest in the interpreter's start or the exec's line.
+    // Nearly none unnamed: a module's top-level code object is freed when
+    // its import ends, and `site` execs each `.pth` line as code of its
+    // own, so a sample there can find its code object gone (or its memory
+    // reused) before any reader gets to it, py-spy's too. Those say so
+    // (`py:[freed code object]`, `py:[unreadable code object …]`); a few
+    // are allowed, in the interpreter's start only.
     let python = |frame: &str| -> u64 {
         stacks
             .iter()
@@ -597,7 +602,23 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
         with_py >= 30,
         "{with_py} samples with Python frames:\n{folded_text}"
     );
-    assert_eq!(unnamed, 0, "Python frames unnamed:\n{folded_text}");
+    assert!(
+        unnamed as f64 <= (0.03 * with_py as f64).max(2.0),
+        "{unnamed} of {with_py} samples with Python frames unnamed:\n{folded_text}"
+    );
+    let in_loop_unnamed: u64 = stacks
+        .iter()
+        .filter(|(s, _)| {
+            s[0] == comm
+                && s.iter().any(|f| f.starts_with("py:["))
+                && s.iter().any(|f| f.starts_with("py:<module> (<string>"))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        in_loop_unnamed, 0,
+        "Python frames unnamed under the script's own code:\n{folded_text}"
+    );
     assert!(
         spin as f64 >= 0.8 * with_py as f64,
         "only {spin} of {with_py} in the loop:\n{folded_text}"
