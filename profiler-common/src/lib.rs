@@ -361,11 +361,16 @@ pub const KIND_WAIT: u32 = 15;
 /// [`WakerEvent::flags`] bit: the waker has no user-mode state (a kernel
 /// thread, or the idle task an interrupt arrived on).
 pub const WAKER_KERNEL_THREAD: u32 = 1;
-/// Bits of [`Event::word`] below the kind: the function index and the
-/// link generation bit.
+/// Bits of [`Event::word`] below the kind: the function index, the
+/// tail-call bit and the link generation bit.
 pub const FUNC_BITS: u32 = 28;
 /// Mask of the function index in [`Event::word`].
-pub const FUNC_MASK: u32 = (1 << (FUNC_BITS - 1)) - 1;
+pub const FUNC_MASK: u32 = (1 << (FUNC_BITS - 2)) - 1;
+/// Bit of [`Event::word`] (and of a probe cookie): the exit was a
+/// tail-call `jmp` to the start of another probed function, whose entry
+/// comes next. The agent keeps the frame open until that callee returns
+/// (`analyze/tail_calls.rs`). The kernel passes it through untouched.
+pub const TAIL_CALL: u32 = 1 << (FUNC_BITS - 2);
 /// Bit of [`Event::word`] (and of the low 32 bits of a probe cookie) that
 /// tells which generation of a binary's uprobe_multi links fired. When the
 /// overhead governor rebuilds a binary's links without its hottest
@@ -398,7 +403,7 @@ impl Event {
     /// Packs a kind and a function index into an event word.
     #[inline(always)]
     pub const fn pack(kind: u32, func: u32) -> u32 {
-        (kind << FUNC_BITS) | (func & (FUNC_MASK | LINK_GEN))
+        (kind << FUNC_BITS) | (func & (FUNC_MASK | LINK_GEN | TAIL_CALL))
     }
     /// The event's kind (`KIND_*`).
     #[inline(always)]
@@ -409,6 +414,11 @@ impl Event {
     #[inline(always)]
     pub const fn func(&self) -> u32 {
         self.word & FUNC_MASK
+    }
+    /// The tail-call bit ([`TAIL_CALL`]) of a function exit.
+    #[inline(always)]
+    pub const fn tail_call(&self) -> bool {
+        self.word & TAIL_CALL != 0
     }
     /// The link generation bit ([`LINK_GEN`]) of a function event.
     #[inline(always)]

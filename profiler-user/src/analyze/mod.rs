@@ -6,6 +6,8 @@
 //!   hangs noticed while they run;
 //! - [`stages`]: stage intervals per run, nesting derived;
 //! - [`startup`]: exec to main to ready, in launch mode;
+//! - [`tail_calls`]: a tail-calling function kept open until its callee
+//!   returns, as written;
 //! - [`processes`]: one section per traced process (`--follow`, several
 //!   targets): parent, program, lifetime, exit, its own aggregates;
 //! - [`cpu_profile`]: the samplers' maps read, symbolized and folded;
@@ -21,3 +23,4 @@ pub mod processes;
 pub mod stacks;
 pub mod stages;
 pub mod startup;
+pub mod tail_calls;

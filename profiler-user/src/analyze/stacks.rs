@@ -194,7 +194,11 @@ impl ThreadState {
         let measured = ts_ns.saturating_sub(f.entry_ns);
         let stats = &mut funcs[f.func as usize];
         let cost = stats.cost;
-        let removed = cost.removed(measured, f.probe_ns);
+        // Never so much that the call ends shorter than its traced calls
+        // (a tail call's callee ends with it: `tail_calls.rs`).
+        let removed = cost
+            .removed(measured, f.probe_ns)
+            .min(measured.saturating_sub(f.child_ns));
         let dur = measured - removed;
         let self_ns = dur.saturating_sub(f.child_ns);
         stats.probe_ns = stats.probe_ns.saturating_add(removed);
@@ -306,6 +310,9 @@ pub struct Stacks {
     /// Per function, true once its probes are all gone ([`Stacks::detached`]):
     /// its open frames can never see their return.
     gone: Vec<bool>,
+    /// Tail calls followed into their callee (the caller kept open:
+    /// `tail_calls.rs`).
+    pub tail_calls_followed: u64,
 }
 
 impl Stacks {
@@ -323,6 +330,7 @@ impl Stacks {
             detached_from: Vec::new(),
             exits_after_detach: 0,
             gone: Vec::new(),
+            tail_calls_followed: 0,
         }
     }
 

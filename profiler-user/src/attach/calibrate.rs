@@ -411,7 +411,7 @@ pub fn set_costs(sel: &mut crate::target::select::Selection, cost: &HitCost) {
             ExitProbe::Uretprobe => Some(false),
             ExitProbe::EntryOnly(_) => None,
         };
-        f.cost = cost.cost_of(entry_kind(file, f.offset), exit);
+        f.cost = cost.cost_of(entry_kind(file, f.entry_offset()), exit);
     }
 }
 
@@ -426,8 +426,8 @@ pub enum EntryKind {
     Nop,
 }
 
-/// How the kernel will handle a probe on the first instruction of the
-/// function at `offset` of the file `file` (opened once by the caller).
+/// How the kernel will handle a probe on the instruction at `offset` of
+/// the file `file` (opened once by the caller): a function's entry probe.
 pub fn entry_kind(file: &std::fs::File, offset: u64) -> EntryKind {
     use std::os::unix::fs::FileExt;
     let mut b = [0u8; 5];
@@ -436,7 +436,9 @@ pub fn entry_kind(file: &std::fs::File, offset: u64) -> EntryKind {
     }
     match b {
         [0x0f, 0x1f, 0x44, 0x00, 0x00] => EntryKind::Nop,
-        [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => EntryKind::Push,
+        // A relative call is emulated as a push is (`exits.rs` moves an
+        // entry onto one).
+        [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] | [0xe8, ..] => EntryKind::Push,
         _ => EntryKind::Step,
     }
 }

@@ -23,8 +23,8 @@ use profiler_common::{
     unwind_mode, COOKIE_DISPATCH, COOKIE_GO, COUNTERS_MAP, COUNTER_FOREIGN, COUNTER_LOST,
     COUNTER_LOST_COMM, COUNTER_LOST_SCHED, COUNTER_STACK_ERRORS, LINK_GEN, MAX_FUNCS, PROG_ENTRY,
     PROG_EXIT, PROG_PEER_SAMPLE, PROG_RET, PROG_SAMPLE, PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP,
-    SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP, WAKERS_GLOBAL,
-    WAKEUP_BYTES_GLOBAL, WATCH_MAP, WATCH_TID_GLOBAL,
+    SAMPLE_ALL_GLOBAL, TAIL_CALL, TARGET_TGID_GLOBAL, UNWIND_MODE_GLOBAL, UNWIND_ROWS_MAP,
+    WAKERS_GLOBAL, WAKEUP_BYTES_GLOBAL, WATCH_MAP, WATCH_TID_GLOBAL,
 };
 
 use super::{
@@ -192,17 +192,45 @@ fn probe_points(
 ) -> (Vec<u64>, Vec<u64>) {
     let mut offsets = Vec::new();
     let mut cookies = Vec::new();
+    // Tail calls are followed to the functions linked together (one
+    // binary's) that have an exit probe: their entry comes right after the
+    // jump, and their return ends the caller's frame too.
+    // (Their dispatch flag too: the kernel's dispatch depth counts the
+    // caller's exit at the jump, so a dispatch function's tail call is
+    // followed only into another, whose entry counts it back.)
+    let callees: std::collections::HashMap<(u32, u64), bool> = match kind {
+        ProbeKind::ReturnSite => idx
+            .iter()
+            .map(|&j| &sel.funcs[j])
+            .filter(|f| !matches!(f.exit, ExitProbe::EntryOnly(_)))
+            .map(|f| ((f.binary, f.offset), f.dispatch))
+            .collect(),
+        _ => Default::default(),
+    };
     for &i in idx {
         let f = &sel.funcs[i];
+        let entry = f.entry_offset();
         let points: &[u64] = match (kind, &f.exit) {
             (ProbeKind::Entry, _) | (ProbeKind::Return, ExitProbe::Uretprobe) => {
-                std::slice::from_ref(&f.offset)
+                std::slice::from_ref(&entry)
             }
             (ProbeKind::ReturnSite, ExitProbe::Sites(sites)) => sites,
             _ => &[],
         };
+        // Not in Go (its events are keyed by goroutine).
+        let follows = !f.tails.is_empty() && !sel.binaries[f.binary as usize].go;
         offsets.extend_from_slice(points);
-        cookies.extend(points.iter().map(|_| cookie(i)));
+        cookies.extend(points.iter().map(|site| {
+            let tail = follows
+                && f.tails.iter().any(|&(s, callee)| {
+                    s == *site
+                        && callee != f.offset
+                        && callees
+                            .get(&(f.binary, callee))
+                            .is_some_and(|&dispatch| dispatch || !f.dispatch)
+                });
+            cookie(i) | if tail { u64::from(TAIL_CALL) } else { 0 }
+        }));
     }
     (offsets, cookies)
 }
@@ -920,7 +948,7 @@ fn multi_links(
             multi::attach_uprobe_multi(
                 progs.entry.as_fd(),
                 path,
-                &[f.offset],
+                &[f.entry_offset()],
                 &[c],
                 &[f.semaphores[0]],
                 pid,

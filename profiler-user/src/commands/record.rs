@@ -614,18 +614,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
                 .iter()
                 .map(|b| b.path.display().to_string())
                 .collect(),
-            funcs: sel
-                .funcs
-                .iter()
-                .map(|f| datafile::FuncInfo {
-                    name: f.name.clone(),
-                    binary: f.binary,
-                    offset: f.offset,
-                    dispatch: f.dispatch,
-                    exit: f.exit.kind().into(),
-                    cost: f.cost,
-                })
-                .collect(),
+            funcs: sel.funcs.iter().map(datafile::FuncInfo::of).collect(),
             dispatch_rule: sel.dispatch_rule.clone(),
             dispatch_fallback: sel.dispatch_fallback,
             wait_loop,

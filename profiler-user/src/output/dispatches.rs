@@ -319,9 +319,14 @@ pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
             d if d == n.calls => "  [detached]".into(),
             d => format!("  [{d} detached]"),
         };
+        let tail = match n.tail_calls {
+            0 => String::new(),
+            t if t == n.calls => "  [tail call]".into(),
+            t => format!("  [{t} tail calls]"),
+        };
         let _ = writeln!(
             out,
-            "    {}{} {}x {}{} (self {}{}){}{detached}",
+            "    {}{} {}x {}{} (self {}{}){}{detached}{tail}",
             ".".repeat(n.depth as usize),
             n.name,
             n.calls,

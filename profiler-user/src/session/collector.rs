@@ -25,6 +25,7 @@ use crate::{
     analyze::stacks::Stacks,
     analyze::stages::StageTracker,
     analyze::startup::StartupWatch,
+    analyze::tail_calls::TailCalls,
     attach::probes::CounterMap,
     clock::monotonic_ns,
     output::timeline::Timeline,
@@ -164,12 +165,46 @@ pub struct Sinks {
     pub loop_sp: Option<crate::attach::probes::LoopSp>,
     /// Detaches done, to apply once every event before them is read.
     pending_detach: Vec<DetachRecord>,
+    /// Tail calls kept open until their callee returns; every function
+    /// event passes it first.
+    pub tails: TailCalls,
+    /// The events it passes on (reused).
+    call_buf: Vec<Event>,
 }
 
 impl Sinks {
-    /// Applies one function entry or exit.
+    /// Applies one function entry or exit, through the tail-call rewriter.
     #[inline]
     fn on_call(&mut self, ev: &Event) {
+        if self.tails.passes(ev) {
+            self.apply_call(ev);
+            return;
+        }
+        let mut buf = std::mem::take(&mut self.call_buf);
+        self.tails.feed(ev, &mut buf);
+        self.apply_calls(&mut buf);
+    }
+
+    /// Applies the events in `buf`, and keeps it for reuse.
+    fn apply_calls(&mut self, buf: &mut Vec<Event>) {
+        for e in buf.iter() {
+            self.apply_call(e);
+        }
+        buf.clear();
+        self.call_buf = std::mem::take(buf);
+    }
+
+    /// Passes on the tail-call exits still held (the end of the session).
+    pub fn flush_tail_calls(&mut self) {
+        let mut buf = std::mem::take(&mut self.call_buf);
+        self.tails.flush(&mut buf);
+        self.apply_calls(&mut buf);
+        self.stacks.tail_calls_followed = self.tails.followed;
+    }
+
+    /// Applies one function entry or exit, as written.
+    #[inline]
+    fn apply_call(&mut self, ev: &Event) {
         if let Some(p) = &mut self.processes {
             p.on_event(ev);
         }
@@ -397,6 +432,9 @@ impl Sinks {
         for &f in &d.funcs {
             self.detach_from(f, d.decided_ns);
         }
+        let mut buf = std::mem::take(&mut self.call_buf);
+        self.tails.detached(&d.funcs, d.ts_ns, &mut buf);
+        self.apply_calls(&mut buf);
         self.stacks.detached(&d.funcs, d.ts_ns);
         if let Some((_, window)) = &mut self.startup {
             window.detached(&d.funcs, d.ts_ns);
@@ -421,6 +459,7 @@ impl Sinks {
             .collect();
         let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
         self.stacks.add_functions(&entry_only);
+        self.tails.add_functions(entry_only.len());
         if let Some((_, window)) = &mut self.startup {
             window.add_functions(&entry_only);
         }
@@ -588,6 +627,8 @@ impl Sinks {
             dedup: None,
             loop_sp: None,
             pending_detach: Vec::new(),
+            tails: TailCalls::default(),
+            call_buf: Vec::new(),
         }
     }
 

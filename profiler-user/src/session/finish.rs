@@ -53,7 +53,8 @@ pub struct Finish<'a> {
 
 /// Writes every output of the session; returns the startup report in
 /// launch mode.
-pub fn write(f: Finish, sinks: Sinks) -> Result<Option<StartupReport>> {
+pub fn write(f: Finish, mut sinks: Sinks) -> Result<Option<StartupReport>> {
+    sinks.flush_tail_calls();
     let Sinks {
         stacks,
         dispatch,

@@ -8,6 +8,7 @@ use crate::{
     analyze::stacks::Stacks,
     analyze::stages::{StageTracker, StagesConfig},
     analyze::startup::StartupWatch,
+    analyze::tail_calls::TailCalls,
     output::timeline::Timeline,
     output::OutDir,
     session::collector::Sinks,
@@ -119,6 +120,13 @@ pub fn build(config: Config) -> Result<Sinks> {
     );
     stacks.set_costs(funcs.iter().map(|f| f.cost));
     let mut sinks = Sinks::new(pid, stacks, Some(dispatcher), timeline);
+    sinks.tails = TailCalls::new(
+        crate::target::select::tail_callees(funcs),
+        funcs
+            .iter()
+            .map(|f| matches!(f.exit, ExitProbe::Uretprobe))
+            .collect(),
+    );
     sinks.hang_log = Some(out.path().join("hangs.log"));
     let resolved = stages
         .stages

@@ -44,17 +44,7 @@ impl ProbedRecord {
                 .iter()
                 .map(|b| b.path.display().to_string())
                 .collect(),
-            funcs: funcs
-                .iter()
-                .map(|f| FuncInfo {
-                    name: f.name.clone(),
-                    binary: f.binary,
-                    offset: f.offset,
-                    dispatch: f.dispatch,
-                    exit: f.exit.kind().into(),
-                    cost: f.cost,
-                })
-                .collect(),
+            funcs: funcs.iter().map(FuncInfo::of).collect(),
         }
     }
 
@@ -170,6 +160,7 @@ mod tests {
                 dispatch: false,
                 exit: "ret".into(),
                 cost: Default::default(),
+                tail_calls: Vec::new(),
             }],
         };
         let bytes = rec.encode();

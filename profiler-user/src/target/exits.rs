@@ -51,6 +51,12 @@ pub enum Exits {
         offsets: Vec<u64>,
         /// How many of them are tail calls.
         tail_calls: u32,
+        /// The tail calls to a function of this binary: (site, the
+        /// callee's file offset).
+        tails: Vec<(u64, u64)>,
+        /// Where to put the entry probe, when not at the first instruction
+        /// (see [`Code::exits`]): bytes after the start.
+        entry_shift: u32,
         /// A way out that has no probe, if any.
         unprobed: Option<Unprobed>,
     },
@@ -65,6 +71,29 @@ pub struct Code<'a> {
     symbols: &'a [Symbol],
     /// Address ranges of the PLT sections: a jump there is a tail call.
     plt: Vec<(u64, u64)>,
+}
+
+/// How far into a function its entry probe may move (see [`Code::exits`]).
+const MAX_ENTRY_SHIFT: u64 = 24;
+
+/// True for an instruction the kernel's uprobes emulate rather than
+/// single-step, and that may carry a function's entry probe: a `push` of
+/// a register, a relative `call`. (Nops and jumps are emulated too, but a
+/// jump may be a return site's tail call, and a nop at the start is the
+/// first instruction already.)
+fn is_emulated(insn: &iced_x86::Instruction) -> bool {
+    matches!(
+        insn.code(),
+        iced_x86::Code::Push_r64 | iced_x86::Code::Call_rel32_64
+    )
+}
+
+/// True when `insn` writes the stack pointer as a register operand.
+fn writes_rsp(insn: &iced_x86::Instruction) -> bool {
+    (0..insn.op_count()).any(|i| {
+        insn.op_kind(i) == iced_x86::OpKind::Register
+            && insn.op_register(i).full_register() == iced_x86::Register::RSP
+    })
 }
 
 /// Largest function decoded (bigger ones are nearly always data or
@@ -129,7 +158,17 @@ impl<'a> Code<'a> {
         let mut targets: Vec<u64> = Vec::new();
         let mut offsets = Vec::new();
         let mut tail_calls = 0;
+        let mut tails = Vec::new();
         let mut unprobed = None;
+        // The entry: the kernel single-steps most first instructions out of
+        // line (about 10x the cost of one it emulates: a `push` of a
+        // register, or a relative `call`). Where the first is stepped and
+        // an emulated one follows in straight-line code that leaves the
+        // stack pointer alone, every call passes that one with the stack
+        // as it was at entry: the entry (and a return uprobe) go there,
+        // unless a branch lands between the two (checked below).
+        let mut prologue = true;
+        let mut entry_shift = 0u32;
         let mut next = 0;
         while let Some(&region) = regions.get(next) {
             next += 1;
@@ -146,6 +185,19 @@ impl<'a> Code<'a> {
                     ));
                 }
                 boundaries.push(insn.ip());
+                if prologue && next == 1 {
+                    let at = insn.ip() - func.addr;
+                    if is_emulated(&insn) {
+                        entry_shift = at as u32;
+                        prologue = false;
+                    } else if at >= MAX_ENTRY_SHIFT
+                        || insn.flow_control() != FlowControl::Next
+                        || insn.stack_pointer_increment() != 0
+                        || writes_rsp(&insn)
+                    {
+                        prologue = false;
+                    }
+                }
                 let site = region.offset + (insn.ip() - region.addr);
                 let inside = |t: u64| regions.iter().any(|r| t >= r.addr && t < r.addr + r.size);
                 match insn.flow_control() {
@@ -164,6 +216,9 @@ impl<'a> Code<'a> {
                             } else {
                                 offsets.push(site);
                                 tail_calls += 1;
+                                if let Some(callee) = self.starting_at(target) {
+                                    tails.push((site, callee.offset));
+                                }
                             }
                         } else if !conditional || self.containing(target).is_some() {
                             unprobed = Some(Unprobed::JumpOut);
@@ -187,10 +242,20 @@ impl<'a> Code<'a> {
         }
         offsets.sort_unstable();
         offsets.dedup();
+        tails.sort_unstable();
+        tails.dedup();
+        // A branch into the instructions before the emulated one, or to it,
+        // would skip the entry or pass it twice.
+        let shifted = func.addr + u64::from(entry_shift);
+        if entry_shift > 0 && targets.iter().any(|&t| t > func.addr && t <= shifted) {
+            entry_shift = 0;
+        }
         Exits::Sites {
             offsets,
             tail_calls,
+            tails,
             unprobed,
+            entry_shift,
         }
     }
 
@@ -328,6 +393,20 @@ pub enum Policy {
     Uretprobe,
 }
 
+/// How one function's returns are observed, as [`plan`] chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The exit probes.
+    pub exit: ExitProbe,
+    /// A way out no exit probe sees, with return sites.
+    pub unprobed: Option<Unprobed>,
+    /// Its tail calls to functions of the same binary, among its return
+    /// sites: (site, the callee's file offset).
+    pub tails: Vec<(u64, u64)>,
+    /// Where its entry probe goes: bytes after its start (0: the start).
+    pub entry_shift: u32,
+}
+
 /// Chooses how each of `funcs` (functions of one binary whose file is
 /// `data`, all functions `symbols`) has its returns observed, by `policy`.
 pub fn plan<'s>(
@@ -335,22 +414,50 @@ pub fn plan<'s>(
     symbols: &[Symbol],
     funcs: impl Iterator<Item = &'s Symbol>,
     policy: Policy,
-) -> Vec<(ExitProbe, Option<Unprobed>)> {
+) -> Vec<Plan> {
     let code = Code::new(data, symbols);
+    let plain = |exit| Plan {
+        exit,
+        unprobed: None,
+        tails: Vec::new(),
+        entry_shift: 0,
+    };
     funcs
         .map(|f| {
             if policy == Policy::Uretprobe {
-                return (ExitProbe::Uretprobe, None);
+                // The callee of a tail call returns through the replaced
+                // address, so both exits fire then; the tail calls are
+                // still needed to tell the callee's entry, at the caller's
+                // own level, from a frame proving the caller gone.
+                let (tails, entry_shift) = match code.exits(f) {
+                    Exits::Sites {
+                        tails, entry_shift, ..
+                    } => (tails, entry_shift),
+                    Exits::Unsafe(_) => (Vec::new(), 0),
+                };
+                return Plan {
+                    tails,
+                    entry_shift,
+                    ..plain(ExitProbe::Uretprobe)
+                };
             }
             match code.exits(f) {
                 Exits::Sites {
-                    offsets, unprobed, ..
-                } if !offsets.is_empty() => (ExitProbe::Sites(offsets), unprobed),
-                Exits::Sites { .. } => (
-                    ExitProbe::EntryOnly("no return instruction found".into()),
-                    None,
-                ),
-                Exits::Unsafe(why) => (ExitProbe::EntryOnly(why), None),
+                    offsets,
+                    unprobed,
+                    tails,
+                    entry_shift,
+                    ..
+                } if !offsets.is_empty() => Plan {
+                    exit: ExitProbe::Sites(offsets),
+                    unprobed,
+                    tails,
+                    entry_shift,
+                },
+                Exits::Sites { .. } => {
+                    plain(ExitProbe::EntryOnly("no return instruction found".into()))
+                }
+                Exits::Unsafe(why) => plain(ExitProbe::EntryOnly(why)),
             }
         })
         .collect()
@@ -393,6 +500,8 @@ mod tests {
             Exits::Sites {
                 offsets: vec![0x109, 0x10c],
                 tail_calls: 0,
+                tails: vec![],
+                entry_shift: 0,
                 unprobed: None
             }
         );
@@ -420,9 +529,48 @@ mod tests {
             Exits::Sites {
                 offsets: vec![0x108, 0x200],
                 tail_calls: 1,
+                tails: vec![(0x108, 0x180)],
+                entry_shift: 0,
                 unprobed: None
             }
         );
+    }
+
+    /// The entry shift `exits` finds for code `f` at 0x100 (a function
+    /// `g` at 0x180 to call).
+    fn shift_of(f: &[u8]) -> u32 {
+        let data = file(&[(0x100, f), (0x180, &[0xc3])]);
+        let syms = [sym("f", 0x100, f.len() as u64), sym("g", 0x180, 1)];
+        match Code::new(&data, &syms).exits(&syms[0]) {
+            Exits::Sites { entry_shift, .. } => entry_shift,
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn the_entry_moves_onto_an_emulated_instruction_in_straight_line_code() {
+        // mov rdx,rdi; call g (0x180); ret: the call, 3 bytes in.
+        assert_eq!(
+            shift_of(&[0x48, 0x89, 0xfa, 0xe8, 0x78, 0x00, 0x00, 0x00, 0xc3]),
+            3
+        );
+        // xor eax,eax; mov rbx,rdi; push rbx; pop rbx; ret: the push.
+        assert_eq!(
+            shift_of(&[0x31, 0xc0, 0x48, 0x89, 0xfb, 0x53, 0x5b, 0xc3]),
+            5
+        );
+        // push rbx first: already emulated, stays.
+        assert_eq!(shift_of(&[0x53, 0x5b, 0xc3]), 0);
+        // sub rsp,8 first: the stack pointer moved, stays.
+        assert_eq!(
+            shift_of(&[0x48, 0x83, 0xec, 0x08, 0x53, 0x5b, 0x48, 0x83, 0xc4, 0x08, 0xc3]),
+            0
+        );
+        // test edi,edi; je +1; push rbx; pop rbx; ret: a branch first, stays.
+        assert_eq!(shift_of(&[0x85, 0xff, 0x74, 0x01, 0x53, 0x5b, 0xc3]), 0);
+        // xor eax,eax; push rbx; pop rbx; jmp back to the push: a branch
+        // lands on it (its entry would fire twice), stays.
+        assert_eq!(shift_of(&[0x31, 0xc0, 0x53, 0x5b, 0xeb, 0xfc]), 0);
     }
 
     #[test]
@@ -443,6 +591,8 @@ mod tests {
             Exits::Sites {
                 offsets: vec![0x106],
                 tail_calls: 0,
+                tails: vec![],
+                entry_shift: 0,
                 unprobed: Some(Unprobed::ConditionalTailCall)
             }
         );
@@ -451,6 +601,8 @@ mod tests {
             Exits::Sites {
                 offsets: vec![],
                 tail_calls: 0,
+                tails: vec![],
+                entry_shift: 0,
                 unprobed: Some(Unprobed::IndirectJump)
             }
         );
@@ -466,7 +618,7 @@ mod tests {
         let plans = |policy| -> Vec<ExitProbe> {
             plan(&data, &syms, syms.iter(), policy)
                 .into_iter()
-                .map(|(e, _)| e)
+                .map(|p| p.exit)
                 .collect()
         };
         assert_eq!(

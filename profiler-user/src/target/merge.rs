@@ -99,6 +99,8 @@ mod tests {
                     exit: ExitProbe::Uretprobe,
                     unprobed: None,
                     semaphores: [0; 2],
+                    tails: Vec::new(),
+                    entry_shift: 0,
                     cost: Default::default(),
                 })
                 .collect(),

@@ -110,9 +110,23 @@ pub struct Func {
     /// File offsets of the USDT semaphores its entry and exit probes
     /// raise (0: none; see `usdt.rs`).
     pub semaphores: [u64; 2],
+    /// Its return sites that are tail calls to the start of another
+    /// function of its binary: (site, the callee's file offset). Where the
+    /// callee is probed too, the site's exit is marked, and the frame
+    /// stays open until the callee returns (`analyze/tail_calls.rs`).
+    pub tails: Vec<(u64, u64)>,
+    /// Where its entry probe (and a return uprobe) go: bytes after
+    /// `offset`, on the first instruction the kernel emulates when the
+    /// first one it would single-step (`exits.rs`); 0: at `offset`.
+    pub entry_shift: u32,
 }
 
 impl Func {
+    /// The file offset its entry probe (and a return uprobe) go at.
+    pub fn entry_offset(&self) -> u64 {
+        self.offset + u64::from(self.entry_shift)
+    }
+
     fn new(sym: &symbols::Symbol, binary: u32, dispatch: bool) -> Self {
         Func {
             name: sym.name.clone(),
@@ -123,6 +137,8 @@ impl Func {
             unprobed: None,
             cost: Default::default(),
             semaphores: [0; 2],
+            tails: Vec::new(),
+            entry_shift: 0,
         }
     }
 }
@@ -425,6 +441,8 @@ fn add_python_gc(
                 unprobed: None,
                 cost: Default::default(),
                 semaphores: [start.semaphore, done.semaphore],
+                tails: Vec::new(),
+                entry_shift: 0,
             });
         }
     }
@@ -441,6 +459,25 @@ pub const FALLBACK_RULE: &str =
 pub const FALLBACK_RULE_PER_PROCESS: &str =
     "every outermost traced call on each process's main thread (no dispatch function known: \
      --dispatch names one)";
+
+/// Per function of `funcs`, the others its tail calls reach (indices):
+/// the functions of its binary starting where its tail-call sites jump.
+pub fn tail_callees(funcs: &[Func]) -> Vec<Vec<u32>> {
+    let at: std::collections::HashMap<(u32, u64), u32> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.binary, f.offset), i as u32))
+        .collect();
+    funcs
+        .iter()
+        .map(|f| {
+            f.tails
+                .iter()
+                .filter_map(|&(_, callee)| at.get(&(f.binary, callee)).copied())
+                .collect()
+        })
+        .collect()
+}
 
 /// Decides how each selected function's returns are observed (see
 /// [`ExitProbes`]) and finds its return sites.
@@ -476,9 +513,11 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
             mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
             policy,
         );
-        for (i, (exit, unprobed)) in mine.into_iter().zip(plans) {
-            sel.funcs[i].exit = exit;
-            sel.funcs[i].unprobed = unprobed;
+        for (i, plan) in mine.into_iter().zip(plans) {
+            sel.funcs[i].exit = plan.exit;
+            sel.funcs[i].unprobed = plan.unprobed;
+            sel.funcs[i].tails = plan.tails;
+            sel.funcs[i].entry_shift = plan.entry_shift;
         }
     }
     let n = |p: fn(&ExitProbe) -> bool| sel.funcs.iter().filter(|f| p(&f.exit)).count();

@@ -42,6 +42,7 @@ mod replay;
 mod sampling;
 mod stages;
 mod tables;
+mod tail_calls;
 mod teardown;
 mod threads;
 mod tracing;

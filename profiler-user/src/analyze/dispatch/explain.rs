@@ -149,6 +149,9 @@ pub(super) fn explain(
                     }
                     (Some(t), parent) => t.enter(parent.map_or(0, |f| f.node), &name),
                 };
+                if let (true, Some(t)) = (ev.tail_call(), &mut tree) {
+                    t.nodes[node].tail_calls += 1;
+                }
                 stack.push(Frame {
                     node,
                     func: ev.func(),

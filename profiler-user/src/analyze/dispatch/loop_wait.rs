@@ -44,7 +44,9 @@ pub struct Wait {
 impl Wait {
     /// Decodes a `KIND_WAIT` event.
     pub fn of(ev: &Event) -> Wait {
-        let w = ev.func();
+        // The word's bits below the link generation bit (the descriptor
+        // reaches into the function field's tail-call bit).
+        let w = ev.word & (profiler_common::FUNC_MASK | profiler_common::TAIL_CALL);
         Wait {
             ts_ns: ev.ts_ns,
             nr: w & wait::NR_MASK,

@@ -58,6 +58,9 @@ pub struct Node {
     /// Of `calls`, those closed when the overhead governor detached the
     /// function (their return could not be seen: time up to the detach).
     pub detached: u64,
+    /// Of `calls`, those entered by a tail call (`jmp`) from the caller,
+    /// which stayed open until this one returned.
+    pub tail_calls: u64,
     /// False once a later sibling was called: no more merging into it.
     open_for_merge: bool,
 }
@@ -88,6 +91,10 @@ pub struct FlatNode {
     /// function (absent when none).
     #[serde(skip_serializing_if = "is_zero")]
     pub detached: u64,
+    /// Of `calls`, those entered by a tail call from the caller (absent
+    /// when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tail_calls: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -375,6 +382,7 @@ impl Tree {
                 self_ns: n.self_ns,
                 kind: n.kind,
                 detached: n.detached,
+                tail_calls: n.tail_calls,
             });
             for &c in n.children.iter().rev() {
                 if keep[c] {
@@ -462,6 +470,7 @@ fn node(name: &str, kind: Kind, parent: usize) -> Node {
         parent,
         open_for_merge: false,
         detached: 0,
+        tail_calls: 0,
     }
 }
 

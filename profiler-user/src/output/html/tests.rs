@@ -100,6 +100,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
                     total_ns: dur >> depth,
                     self_ns: dur >> (depth + 1),
                     detached: 0,
+                    tail_calls: 0,
                     kind,
                 }
             })

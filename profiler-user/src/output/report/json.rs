@@ -25,6 +25,9 @@ struct FunctionsJson<'a> {
     /// Returns of functions the governor detached, seen after their entry
     /// probe was gone (not orphans).
     exits_after_detach: u64,
+    /// Tail calls followed: the caller kept open until its callee
+    /// returned (`docs/usage.md`, *Tail calls as written*).
+    tail_calls_followed: u64,
     exit_rule: &'a str,
     /// One line per `--lib` never mapped during the session.
     libraries_never_mapped: &'a [String],
@@ -270,6 +273,7 @@ pub fn render(r: &Report) -> String {
         unwound_frames: r.stacks.unwound_frames(),
         detached_frames: r.stacks.detached_frames(),
         exits_after_detach: r.stacks.exits_after_detach,
+        tail_calls_followed: r.stacks.tail_calls_followed,
         exit_rule: &s.exit_rule,
         libraries_never_mapped: &s.never_mapped,
         recording_damage: s.damage.as_deref(),

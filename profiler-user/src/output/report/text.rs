@@ -270,6 +270,15 @@ pub fn render(r: &Report) -> String {
         !s.exit_rule.is_empty(),
         format_args!("returns: {}", s.exit_rule),
     );
+    let tails = r.stacks.tail_calls_followed;
+    line_if(
+        &mut out,
+        tails > 0,
+        format_args!(
+            "note: {tails} tail calls followed: each caller stayed open until its callee returned \
+             (the callee is marked [tail call] in the dispatch trees)"
+        ),
+    );
     let unwound = r.stacks.unwound_frames();
     line_if(
         &mut out,

@@ -7,7 +7,7 @@
 //! raw. The state starts afresh in each block, so a block decodes alone.
 use std::collections::HashMap;
 
-use profiler_common::{FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT, LINK_GEN};
+use profiler_common::{FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT, LINK_GEN, TAIL_CALL};
 
 use super::Entry;
 
@@ -98,7 +98,10 @@ impl Encoder {
                 }
                 // The function index with its link generation bit: replay
                 // drops the copies two link generations reported.
-                put_varint(&mut self.buf, u64::from(word & (FUNC_MASK | LINK_GEN)));
+                put_varint(
+                    &mut self.buf,
+                    u64::from(word & (FUNC_MASK | LINK_GEN | TAIL_CALL)),
+                );
                 put_varint(&mut self.buf, zigzag(ts.wrapping_sub(self.last_ts)));
                 put_varint(&mut self.buf, zigzag(sp.wrapping_sub(self.sp)));
                 self.last_ts = ts;
@@ -226,7 +229,7 @@ pub fn decode(content: &[u8], out: &mut Vec<Entry>) -> Result<(), Bad> {
                 }
                 let t = tid.ok_or_else(|| c.bad("event before any thread id"))?;
                 let func = c.u32()?;
-                if func > (FUNC_MASK | LINK_GEN) {
+                if func > (FUNC_MASK | LINK_GEN | TAIL_CALL) {
                     return Err(c.bad("function index out of range"));
                 }
                 last_ts = last_ts.wrapping_add(unzigzag(c.varint()?));

@@ -69,9 +69,29 @@ pub struct FuncInfo {
     /// recordings: their replays are not corrected).
     #[serde(default)]
     pub cost: crate::target::exits::ProbeCost,
+    /// File offsets of the functions of its binary it tail-calls (the
+    /// recording's tail-call exits are followed to them on replay).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tail_calls: Vec<u64>,
 }
 
 impl FuncInfo {
+    /// How a recording describes `f`.
+    pub fn of(f: &crate::target::select::Func) -> Self {
+        let mut tail_calls: Vec<u64> = f.tails.iter().map(|&(_, callee)| callee).collect();
+        tail_calls.sort_unstable();
+        tail_calls.dedup();
+        FuncInfo {
+            name: f.name.clone(),
+            binary: f.binary,
+            offset: f.offset,
+            dispatch: f.dispatch,
+            exit: f.exit.kind().into(),
+            cost: f.cost,
+            tail_calls,
+        }
+    }
+
     /// The function as the pipeline describes it, for a replay.
     pub fn to_func(&self) -> crate::target::select::Func {
         crate::target::select::Func {
@@ -83,6 +103,8 @@ impl FuncInfo {
             unprobed: None,
             cost: self.cost,
             semaphores: [0; 2],
+            tails: self.tail_calls.iter().map(|&callee| (0, callee)).collect(),
+            entry_shift: 0,
         }
     }
 }

@@ -20,6 +20,7 @@ fn header() -> Header {
                 exit_ns: 1000,
                 inside_ns: 700,
             },
+            tail_calls: vec![48],
         }],
         dispatch_rule: "r".into(),
         exit_rule: "x".into(),
