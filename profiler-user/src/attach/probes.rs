@@ -55,15 +55,23 @@ fn load_error(e: ProgramError) -> Error {
 /// Loads raw tracepoint program `name` and attaches it to `tp`; a
 /// verifier rejection carries the verifier's log.
 pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()> {
+    let prog = load_raw_tp(ebpf, name)?;
+    prog.attach(tp)
+        .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
+    Ok(())
+}
+
+/// Loads raw tracepoint program `name` unless it is loaded already.
+fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoint> {
     let prog: &mut RawTracePoint = ebpf
         .program_mut(name)
         .ok_or_else(|| Error::Load(format!("program {name} missing")))?
         .try_into()
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-    prog.load().map_err(load_error)?;
-    prog.attach(tp)
-        .map_err(|e| Error::Load(format!("attaching {tp}: {}", chain(&e))))?;
-    Ok(())
+    match prog.load() {
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
+        Err(e) => Err(load_error(e)),
+    }
 }
 
 /// The counters the kernel side keeps.
@@ -235,6 +243,33 @@ fn probe_points(
     (offsets, cookies)
 }
 
+/// How the loop's waits are watched (best first), as chosen when their
+/// programs were loaded; each carries why the better ones were refused.
+#[derive(Debug)]
+enum Waits {
+    /// fentry/fexit on the wait syscalls' kernel functions.
+    Trampolines,
+    /// kprobes/kretprobes on them.
+    Kprobes(String),
+    /// The `sys_enter`/`sys_exit` raw tracepoints.
+    Tracepoints(String),
+}
+
+/// Loads `prog` unless it is loaded already ([`Probes::prepare_watch`]).
+fn load_once(prog: &mut PerfEvent) -> Result<()> {
+    match prog.load() {
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(()),
+        Err(e) => Err(load_error(e)),
+    }
+}
+
+/// Loading a program, or attaching one loaded.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Load,
+    Attach,
+}
+
 /// Loaded programs and their links.
 pub struct Probes {
     /// uprobe_multi links, per binary (dropped first: each detaches all
@@ -252,6 +287,9 @@ pub struct Probes {
     watch: Watch,
     /// The kernel's BTF, read at load (None where it cannot be read).
     btf: Option<aya::Btf>,
+    /// How the loop's waits will be watched, once their programs are
+    /// loaded ([`Probes::prepare_watch`]).
+    waits: Option<Waits>,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -377,6 +415,7 @@ impl Probes {
             ebpf,
             watch,
             btf,
+            waits: None,
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -639,7 +678,7 @@ impl Probes {
                 .ok_or_else(|| Error::Load(format!("program {PROG_SAMPLE} missing")))?
                 .try_into()
                 .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-            prog.load().map_err(load_error)?;
+            load_once(prog)?;
             prog.attach(
                 PerfEventConfig::Software(SoftwareEvent::CpuClock),
                 PerfEventScope::OneProcess {
@@ -657,6 +696,72 @@ impl Probes {
         Ok(())
     }
 
+    /// Loads the programs [`Probes::attach_watch`] will attach: the
+    /// in-dispatch samplers (the kernel's verifier takes most of a second
+    /// over their stack walk here) and those that watch the loop's waits,
+    /// choosing how (fentry is tried first). Loaded before the session
+    /// starts, they go on together with the functions' probes; otherwise
+    /// the first iterations would have no calls in them.
+    /// `attach_watch` loads whatever this did not.
+    pub fn prepare_watch(&mut self, hz: u64) -> Result<()> {
+        for name in [PROG_SCHED_SWITCH, PROG_SCHED_WAKEUP] {
+            load_raw_tp(&mut self.ebpf, name)?;
+        }
+        if hz > 0 {
+            let mut names = vec![PROG_SAMPLE];
+            if self.watch.wakers {
+                names.push(PROG_PEER_SAMPLE);
+            }
+            for name in names {
+                let prog: &mut PerfEvent = self
+                    .ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+                    .try_into()
+                    .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+                load_once(prog)?;
+            }
+        }
+        self.prepare_waits();
+        if let Some(Waits::Tracepoints(_)) = self.waits {
+            for name in [
+                profiler_common::PROG_SYS_ENTER,
+                profiler_common::PROG_SYS_EXIT,
+            ] {
+                load_raw_tp(&mut self.ebpf, name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the programs that will watch the loop's waits (with
+    /// `--wait-loop`), choosing how.
+    fn prepare_waits(&mut self) {
+        if !self.watch.wait_loop || self.waits.is_some() {
+            return;
+        }
+        let waits = match self.wait_trampolines(Step::Load) {
+            Ok(()) => Waits::Trampolines,
+            Err(why) => {
+                self.unload_wait_trampolines();
+                self.kprobes_else_tracepoints(why)
+            }
+        };
+        self.waits = Some(waits);
+    }
+
+    /// Loads the kprobes on the wait syscalls, else settles for the
+    /// tracepoints; `why` says why the trampolines were refused.
+    fn kprobes_else_tracepoints(&mut self, why: String) -> Waits {
+        match self.wait_kprobes(Step::Load) {
+            Ok(()) => Waits::Kprobes(why),
+            Err(k) => {
+                self.unload_wait_kprobes();
+                Waits::Tracepoints(format!("{why}; kprobes: {k}"))
+            }
+        }
+    }
+
     /// The watched thread's wait syscalls: an fentry and an fexit program
     /// on each wait syscall's kernel function (nothing runs for other
     /// syscalls), else, where the kernel cannot (no BTF, no trampolines),
@@ -664,11 +769,52 @@ impl Probes {
     /// a little dearer per wait), else the `sys_enter`/`sys_exit`
     /// tracepoints, which slow every syscall of every task a little.
     fn attach_waits(&mut self) -> Result<()> {
-        let why = match self.attach_wait_trampolines() {
-            Ok(()) => return Ok(()),
-            Err(why) => why,
-        };
-        // Detach the ones that did attach.
+        self.prepare_waits();
+        let mut waits = self
+            .waits
+            .take()
+            .unwrap_or(Waits::Tracepoints(String::new()));
+        loop {
+            waits = match waits {
+                Waits::Trampolines => match self.wait_trampolines(Step::Attach) {
+                    Ok(()) => return Ok(()),
+                    Err(why) => {
+                        // Detach the ones that did attach.
+                        self.unload_wait_trampolines();
+                        self.kprobes_else_tracepoints(why)
+                    }
+                },
+                Waits::Kprobes(why) => match self.wait_kprobes(Step::Attach) {
+                    Ok(()) => {
+                        eprintln!(
+                            "profiler: note: watching the loop's waits with kprobes, as the kernel \
+                             refused trampolines ({why})"
+                        );
+                        return Ok(());
+                    }
+                    Err(k) => {
+                        self.unload_wait_kprobes();
+                        Waits::Tracepoints(format!("{why}; kprobes: {k}"))
+                    }
+                },
+                Waits::Tracepoints(why) => {
+                    eprintln!(
+                        "profiler: note: watching the loop's waits with the syscall tracepoints \
+                         (meanwhile every syscall on the machine costs a little more): {why}"
+                    );
+                    for (name, tp) in [
+                        (profiler_common::PROG_SYS_ENTER, "sys_enter"),
+                        (profiler_common::PROG_SYS_EXIT, "sys_exit"),
+                    ] {
+                        attach_raw_tp(&mut self.ebpf, name, tp)?;
+                    }
+                    return Ok(());
+                }
+            };
+        }
+    }
+
+    fn unload_wait_trampolines(&mut self) {
         for name in profiler_common::WAIT_SYSCALLS {
             let prog = self.ebpf.program_mut(&format!("prof_enter_{name}"));
             if let Some(Ok(p)) = prog.map(<&mut aya::programs::FEntry>::try_from) {
@@ -679,41 +825,22 @@ impl Probes {
                 let _ = p.unload();
             }
         }
-        let why = match self.attach_wait_kprobes() {
-            Ok(()) => {
-                eprintln!(
-                    "profiler: note: watching the loop's waits with kprobes, as the kernel \
-                     refused trampolines ({why})"
-                );
-                return Ok(());
-            }
-            Err(k) => {
-                for name in profiler_common::WAIT_SYSCALLS {
-                    for prog in [format!("prof_kenter_{name}"), format!("prof_kexit_{name}")] {
-                        let prog = self.ebpf.program_mut(&prog);
-                        if let Some(Ok(p)) = prog.map(<&mut aya::programs::KProbe>::try_from) {
-                            let _ = p.unload();
-                        }
-                    }
-                }
-                format!("{why}; kprobes: {k}")
-            }
-        };
-        eprintln!(
-            "profiler: note: watching the loop's waits with the syscall tracepoints \
-             (meanwhile every syscall on the machine costs a little more): {why}"
-        );
-        for (name, tp) in [
-            (profiler_common::PROG_SYS_ENTER, "sys_enter"),
-            (profiler_common::PROG_SYS_EXIT, "sys_exit"),
-        ] {
-            attach_raw_tp(&mut self.ebpf, name, tp)?;
-        }
-        Ok(())
     }
 
-    /// A kprobe and a kretprobe on each wait syscall's kernel function.
-    fn attach_wait_kprobes(&mut self) -> std::result::Result<(), String> {
+    fn unload_wait_kprobes(&mut self) {
+        for name in profiler_common::WAIT_SYSCALLS {
+            for prog in [format!("prof_kenter_{name}"), format!("prof_kexit_{name}")] {
+                let prog = self.ebpf.program_mut(&prog);
+                if let Some(Ok(p)) = prog.map(<&mut aya::programs::KProbe>::try_from) {
+                    let _ = p.unload();
+                }
+            }
+        }
+    }
+
+    /// Loads, or attaches, a kprobe and a kretprobe on each wait
+    /// syscall's kernel function.
+    fn wait_kprobes(&mut self, step: Step) -> std::result::Result<(), String> {
         for name in profiler_common::WAIT_SYSCALLS {
             let func = format!("__x64_sys_{name}");
             for prog in [format!("prof_kenter_{name}"), format!("prof_kexit_{name}")] {
@@ -723,15 +850,21 @@ impl Probes {
                     .ok_or("program missing")?
                     .try_into()
                     .map_err(|e: ProgramError| chain(&e))?;
-                p.load().map_err(|e| format!("{func}: {}", chain(&e)))?;
-                p.attach(&func, 0)
-                    .map_err(|e| format!("{func}: {}", chain(&e)))?;
+                match step {
+                    Step::Load => p.load().map_err(|e| format!("{func}: {}", chain(&e)))?,
+                    Step::Attach => {
+                        p.attach(&func, 0)
+                            .map_err(|e| format!("{func}: {}", chain(&e)))?;
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    fn attach_wait_trampolines(&mut self) -> std::result::Result<(), String> {
+    /// Loads, or attaches, an fentry and an fexit program on each wait
+    /// syscall's kernel function.
+    fn wait_trampolines(&mut self, step: Step) -> std::result::Result<(), String> {
         let btf = self
             .btf
             .as_ref()
@@ -744,22 +877,22 @@ impl Probes {
                 .ok_or("program missing")?
                 .try_into()
                 .map_err(|e: ProgramError| chain(&e))?;
-            entry
-                .load(&func, btf)
-                .map_err(|e| format!("{func}: {}", chain(&e)))?;
-            entry
-                .attach()
-                .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            match step {
+                Step::Load => entry.load(&func, btf),
+                Step::Attach => entry.attach().map(|_| ()),
+            }
+            .map_err(|e| format!("{func}: {}", chain(&e)))?;
             let exit: &mut aya::programs::FExit = self
                 .ebpf
                 .program_mut(&format!("prof_exit_{name}"))
                 .ok_or("program missing")?
                 .try_into()
                 .map_err(|e: ProgramError| chain(&e))?;
-            exit.load(&func, btf)
-                .map_err(|e| format!("{func}: {}", chain(&e)))?;
-            exit.attach()
-                .map_err(|e| format!("{func}: {}", chain(&e)))?;
+            match step {
+                Step::Load => exit.load(&func, btf),
+                Step::Attach => exit.attach().map(|_| ()),
+            }
+            .map_err(|e| format!("{func}: {}", chain(&e)))?;
         }
         Ok(())
     }
@@ -773,7 +906,7 @@ impl Probes {
             .ok_or_else(|| Error::Load(format!("program {PROG_PEER_SAMPLE} missing")))?
             .try_into()
             .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-        prog.load().map_err(load_error)?;
+        load_once(prog)?;
         let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
         for cpu in cpus {
             prog.attach(

@@ -300,11 +300,15 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         match presample_selection(&target, args, &required) {
             Ok(Some((chosen, stacks))) => {
                 let of = chosen.funcs.len() + chosen.capped;
+                let callers = match chosen.tail_callers {
+                    0 => String::new(),
+                    n => format!(", and {n} that tail-call them"),
+                };
                 eprintln!(
-                    "profiler: probing the {} functions of {} on the watched thread's stacks \
+                    "profiler: probing the {} functions of {} on the watched thread's stacks{callers} \
                      ({stacks} stacks in a {} ms sample; {of} match the default selection); \
                      --func names others, --max-funcs {} caps them",
-                    chosen.presampled.unwrap_or(0),
+                    chosen.presampled.unwrap_or(0) - chosen.tail_callers,
                     target.exe.display(),
                     crate::session::presample::SPAN.as_millis(),
                     args.select.max_funcs
@@ -436,6 +440,12 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
         ),
         _ => {}
     }
+    // The kernel may take most of a second to load the in-dispatch
+    // samplers and the programs that watch the loop's waits: loaded now,
+    // so that they and the functions' probes go on together below.
+    probes
+        .prepare_watch(args.dispatch.dispatch_hz)
+        .map_err(gone)?;
     // The session starts before the first probe that reports events goes
     // on: every time in the outputs counts from here, so none is earlier.
     let started = Instant::now();

@@ -259,6 +259,52 @@ impl<'a> Code<'a> {
         }
     }
 
+    /// The functions whose code tail-calls one of `callees` (function
+    /// addresses) with a direct `jmp`: the callers a sampled stack cannot
+    /// show, the jump having taken their frame off it. A byte scan for the
+    /// jumps' encodings (`e9 rel32`, `eb rel8`), each hit confirmed by
+    /// decoding the function.
+    pub fn tail_callers(&self, callees: &std::collections::HashSet<u64>) -> Vec<&'a Symbol> {
+        let mut out = Vec::new();
+        for sym in self.symbols {
+            if sym.size > MAX_FUNC_BYTES || callees.contains(&sym.addr) {
+                continue;
+            }
+            let Some(b) = self.bytes(sym) else { continue };
+            let hit = (0..b.len()).any(|i| {
+                let target = match b[i] {
+                    0xe9 if i + 5 <= b.len() => {
+                        let rel = i32::from_le_bytes([b[i + 1], b[i + 2], b[i + 3], b[i + 4]]);
+                        (sym.addr + i as u64 + 5).wrapping_add_signed(i64::from(rel))
+                    }
+                    0xeb if i + 2 <= b.len() => {
+                        (sym.addr + i as u64 + 2).wrapping_add_signed(i64::from(b[i + 1] as i8))
+                    }
+                    _ => return false,
+                };
+                callees.contains(&target)
+            });
+            if !hit {
+                continue;
+            }
+            if let Exits::Sites { tails, .. } = self.exits(sym) {
+                let at = |off: u64| {
+                    self.symbols
+                        .iter()
+                        .find(|s| s.offset == off)
+                        .map(|s| s.addr)
+                };
+                if tails
+                    .iter()
+                    .any(|&(_, callee)| at(callee).is_some_and(|a| callees.contains(&a)))
+                {
+                    out.push(sym);
+                }
+            }
+        }
+        out
+    }
+
     /// The `.cold` part of `func` that holds `target`, if any.
     fn cold_part(&self, func: &Symbol, target: u64) -> Option<&'a Symbol> {
         let part = self.containing(target)?;
@@ -571,6 +617,29 @@ mod tests {
         // xor eax,eax; push rbx; pop rbx; jmp back to the push: a branch
         // lands on it (its entry would fire twice), stays.
         assert_eq!(shift_of(&[0x31, 0xc0, 0x53, 0x5b, 0xeb, 0xfc]), 0);
+    }
+
+    #[test]
+    fn tail_callers_are_found_by_their_jumps() {
+        // f: jmp g (e9); h: call g; ret; k: xor eax,eax; jmp g (eb), at
+        // 0x17c, two bytes before g; g: ret.
+        let f: &[u8] = &[0xe9, 0x7b, 0x00, 0x00, 0x00];
+        let h: &[u8] = &[0xe8, 0x3b, 0x00, 0x00, 0x00, 0xc3];
+        let k: &[u8] = &[0x31, 0xc0, 0xeb, 0x00];
+        let data = file(&[(0x100, f), (0x140, h), (0x17c, k), (0x180, &[0xc3])]);
+        let syms = [
+            sym("f", 0x100, 5),
+            sym("h", 0x140, 6),
+            sym("k", 0x17c, 4),
+            sym("g", 0x180, 1),
+        ];
+        let callees = std::collections::HashSet::from([0x180]);
+        let callers: Vec<&str> = Code::new(&data, &syms)
+            .tail_callers(&callees)
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(callers, ["f", "k"]);
     }
 
     #[test]

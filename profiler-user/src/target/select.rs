@@ -169,6 +169,9 @@ pub struct Selection {
     /// Functions of the main executable chosen from where the watched
     /// thread was sampled ([`select_among`]), when that chose them.
     pub presampled: Option<usize>,
+    /// Of those, functions that tail-call one sampled (not on the stacks
+    /// themselves: the jump took their frame off).
+    pub tail_callers: usize,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
     /// True when no dispatch function is known and every outermost traced
@@ -377,7 +380,20 @@ pub fn select_among(
             }
             candidates.retain(|&(w, _)| w > 0);
             candidates.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
-            sel.capped += matching - candidates.len();
+            candidates.truncate(args.max_funcs);
+            // Their tail callers too: a stack cannot show a function that
+            // left by jumping to one of them, and probed, it is kept open
+            // until its callee returns (`analyze/tail_calls.rs`).
+            let chosen: std::collections::HashSet<u64> =
+                candidates.iter().map(|(_, s)| s.addr).collect();
+            let callers = exits::Code::new(&syms.data, syms).tail_callers(&chosen);
+            let callers: Vec<&symbols::Symbol> = callers
+                .into_iter()
+                .filter(|c| !exclude.matches(c) && !taken.contains(&(bi as u32, c.offset)))
+                .collect();
+            sel.tail_callers = callers.len();
+            candidates.extend(callers.into_iter().map(|c| (0, c)));
+            sel.capped += matching.saturating_sub(candidates.len());
             sel.presampled = Some(candidates.len().min(args.max_funcs));
         }
         for (_, sym) in candidates {
