@@ -25,4 +25,5 @@ pub mod pipeline;
 pub mod presample;
 pub mod probed;
 pub mod rings;
+pub mod sample;
 pub mod status;
