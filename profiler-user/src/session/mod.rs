@@ -1,6 +1,9 @@
 //! A session: the pipeline built, fed and finished.
 //!
-//! - [`pipeline`]: builds the sinks the same way for `record` and `report`;
+//! - [`record`]: a `record` session, plan → attach → collect → finish;
+//! - [`sample`]: a `sample` session, attach → collect → write;
+//! - [`pipeline`]: builds the sinks the same way for `record` and `report`,
+//!   from the `profile.data` header;
 //! - [`collector`]: the loop that drains the rings into the sinks until a
 //!   stop condition, and the sinks' routing of each record;
 //! - [`rings`]: reads the rings (one per CPU, or one shared), merging
@@ -24,6 +27,7 @@ pub mod notices;
 pub mod pipeline;
 pub mod presample;
 pub mod probed;
+pub mod record;
 pub mod rings;
 pub mod sample;
 pub mod status;

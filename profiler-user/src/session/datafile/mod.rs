@@ -72,6 +72,18 @@ pub struct FuncInfo {
 }
 
 impl FuncInfo {
+    /// How `profile.data` describes a probed function.
+    pub fn of(f: &crate::target::select::Func) -> Self {
+        FuncInfo {
+            name: f.name.clone(),
+            binary: f.binary,
+            offset: f.offset,
+            dispatch: f.dispatch,
+            exit: f.exit.kind().into(),
+            cost: f.cost,
+        }
+    }
+
     /// The function as the pipeline describes it, for a replay.
     pub fn to_func(&self) -> crate::target::select::Func {
         crate::target::select::Func {
