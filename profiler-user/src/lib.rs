@@ -7,14 +7,14 @@ pub mod cli;
 pub(crate) mod clock;
 pub mod commands;
 pub mod error;
-pub(crate) mod fmt;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod heap;
 pub(crate) mod output;
 pub(crate) mod session;
 pub(crate) mod symbolize;
-pub(crate) mod target;
+pub(crate) mod text;
+pub(crate) mod tracee;
 pub(crate) mod untrusted;
 
 pub use error::{Error, Result};

@@ -10,8 +10,8 @@ use profiler_common::{unwind_end, SampleKey};
 
 use crate::{
     attach::samplers::CpuMaps,
-    fmt::folded_frame,
     symbolize::{tables::Tables, Symbolizer},
+    text::folded_frame,
 };
 
 /// Outermost user frames that mean the unwinder reached the bottom of the

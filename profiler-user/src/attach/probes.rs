@@ -35,7 +35,7 @@ use super::{
 use crate::{
     cli::UnwindMode,
     error::chain,
-    target::{cgroup::Cgroup, exits::ExitProbe, select::Selection},
+    tracee::{cgroup::Cgroup, exits::ExitProbe, select::Selection},
     Error, Result,
 };
 

@@ -8,7 +8,7 @@ use crate::{
     analyze::startup::StartupReport,
     cli::RecordArgs,
     session::record::{self, Recorder},
-    target::{caps, select},
+    tracee::{caps, select},
     Error, Result,
 };
 

@@ -14,7 +14,7 @@ use crate::{
         finish, pipeline,
     },
     symbolize::Symbolizer,
-    target::select::{Binary, Func},
+    tracee::select::{Binary, Func},
     Result,
 };
 

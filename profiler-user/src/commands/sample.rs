@@ -5,7 +5,7 @@ use crate::{
     cli::{SampleArgs, UnwindMode},
     output::OutDir,
     session::sample::{Plan, Sampler, CPU_FILES},
-    target::{caps, cgroup, process::Target},
+    tracee::{caps, cgroup, process::Target},
     Error, Result,
 };
 

@@ -8,11 +8,11 @@ use crate::{
     analyze::stacks::Stacks,
     analyze::stages::{self, StagesResult},
     analyze::startup::StartupReport,
-    fmt::{fmt_count, fmt_ns},
     output::dispatches,
     output::html::Page,
     output::report::{self, Report},
     output::OutDir,
+    text::{fmt_count, fmt_ns},
     Error, Result,
 };
 

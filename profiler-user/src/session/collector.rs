@@ -1,7 +1,7 @@
 //! Drains the rings into [`Stacks`] until a stop condition: Ctrl-C,
 //! SIGTERM, `--duration`, or the target's exit (its pidfd turns readable).
 //! Decoding copies each record out of the ring (per-CPU rings: into the
-//! merge's buffers, `session/merge.rs`); nothing is allocated per
+//! merge's buffers, `session/ring_merge.rs`); nothing is allocated per
 //! entry/exit event.
 use std::{
     os::fd::{AsRawFd, OwnedFd, RawFd},
@@ -31,9 +31,9 @@ use crate::{
     session::datafile::{DataWriter, Entry},
     session::notices,
     session::probed::{DetachRecord, ProbedRecord},
-    session::rings::Rings,
+    session::ring_reader::Rings,
     session::status::Status,
-    target::process::{thread_alive, thread_name},
+    tracee::process::{thread_alive, thread_name},
     Error, Result,
 };
 
@@ -144,7 +144,7 @@ pub struct Sinks {
     hot_stacks: bool,
     /// `--lib`s not mapped when the probes went on, checked every 0.1 s
     /// until they are.
-    pub libs: crate::target::libwatch::LibWatch,
+    pub libs: crate::tracee::libwatch::LibWatch,
     /// One section per traced process (`--follow`, several targets).
     pub processes: Option<Processes>,
     /// Processes that exec'd since the session last looked (live only:
@@ -417,7 +417,7 @@ impl Sinks {
         let funcs = added.funcs();
         let entry_only: Vec<bool> = funcs
             .iter()
-            .map(|f| matches!(f.exit, crate::target::exits::ExitProbe::EntryOnly(_)))
+            .map(|f| matches!(f.exit, crate::tracee::exits::ExitProbe::EntryOnly(_)))
             .collect();
         let names: Vec<String> = funcs.iter().map(|f| f.name.clone()).collect();
         self.stacks.add_functions(&entry_only);
@@ -641,7 +641,7 @@ impl Sinks {
                 t.forget(|_| false);
                 t.add_process(self.pid);
                 if self.dispatch.is_some() {
-                    for child in crate::target::process::children(self.pid)
+                    for child in crate::tracee::process::children(self.pid)
                         .into_iter()
                         .take(MAX_CHILD_TABLES)
                     {

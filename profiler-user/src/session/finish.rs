@@ -8,14 +8,14 @@ use crate::{
     analyze::dispatch::Dispatcher,
     analyze::stages::StageTracker,
     analyze::startup::StartupReport,
-    fmt::{fmt_count, fmt_ns},
     output::html::Page,
     output::report::{Report, Session},
     output::writers,
     output::OutDir,
     session::collector::Sinks,
     session::datafile::{Header, Trailer},
-    target::select::{Binary, Func},
+    text::{fmt_count, fmt_ns},
+    tracee::select::{Binary, Func},
     Error, Result,
 };
 

@@ -8,7 +8,7 @@ use crate::{
     cli::SelectArgs,
     clock::monotonic_ns,
     session::{collector::Sinks, probed::ProbedRecord},
-    target::{merge::Probed, process::Target, select},
+    tracee::{probe_set::Probed, process::Target, select},
 };
 
 /// Probes the programs traced processes exec.

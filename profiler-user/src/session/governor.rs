@@ -12,9 +12,9 @@ use crate::{
         probes::Probes,
     },
     clock::monotonic_ns,
-    fmt::fmt_count,
     session::probed::DetachRecord,
-    target::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
+    text::fmt_count,
+    tracee::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
     Result,
 };
 

@@ -6,8 +6,8 @@
 //!   from the `profile.data` header;
 //! - [`collector`]: the loop that drains the rings into the sinks until a
 //!   stop condition, and the sinks' routing of each record;
-//! - [`rings`]: reads the rings (one per CPU, or one shared), merging
-//!   per-CPU rings in timestamp order through [`merge`];
+//! - [`ring_reader`]: reads the rings (one per CPU, or one shared), merging
+//!   per-CPU rings in timestamp order through [`ring_merge`];
 //! - [`datafile`]: `profile.data`, written live and read for a replay;
 //! - [`notices`]: slow dispatches and hangs told as they happen, hangs
 //!   logged to `hangs.log`;
@@ -22,12 +22,12 @@ pub mod datafile;
 pub mod finish;
 pub mod follow;
 pub mod governor;
-pub mod merge;
 pub mod notices;
 pub mod pipeline;
 pub mod presample;
 pub mod probed;
 pub mod record;
-pub mod rings;
+pub mod ring_merge;
+pub mod ring_reader;
 pub mod sample;
 pub mod status;

@@ -13,8 +13,8 @@ use crate::{
     output::OutDir,
     session::collector::Sinks,
     session::datafile::Header,
-    target::exits::ExitProbe,
-    target::select::Func,
+    tracee::exits::ExitProbe,
+    tracee::select::Func,
     Error, Result,
 };
 

@@ -28,15 +28,15 @@ use crate::{
         follow::ExecProber,
         governor::Governor,
         pipeline,
-        rings::Rings,
+        ring_reader::Rings,
         status::Status,
     },
     symbolize::{tables::Tables, Symbolizer},
-    target::{
+    tracee::{
         find,
         launch::{self, Launched},
         libwatch::LibWatch,
-        merge::Probed,
+        probe_set::Probed,
         process::{self, Target},
         select::{self, Required, Selection},
     },
@@ -350,7 +350,7 @@ fn presample_selection(
     let (tid, _) = target.resolve_thread(&args.dispatch.thread)?;
     let rows = crate::symbolize::budget::rows(args.unwind_memory, false, Some(target.pid));
     let seen = crate::session::presample::sample(target.pid, tid, rows)?;
-    let maps = crate::target::process::read_maps(target.pid)
+    let maps = crate::tracee::process::read_maps(target.pid)
         .map_err(|e| Error::io("reading the target's mappings", e))?;
     let offsets =
         crate::session::presample::file_offsets(&seen, &maps, &target.exe.to_string_lossy());
@@ -859,7 +859,7 @@ impl<'a> Attached<'a> {
             eprintln!(
                 "profiler: warning: {} events reached the agent more than {} ms after they happened; the order of their threads' events may be off",
                 rings.late(),
-                crate::session::merge::SLACK_NS / 1_000_000
+                crate::session::ring_merge::SLACK_NS / 1_000_000
             );
         }
         Ok(Collected {

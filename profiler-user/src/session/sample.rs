@@ -29,7 +29,7 @@ use crate::{
         tables::{self, Tables},
         DwarfUnwinder, Symbolizer,
     },
-    target::{
+    tracee::{
         cgroup,
         process::{thread_alive, thread_name, Target},
     },
@@ -559,7 +559,7 @@ impl Finished<'_> {
         }
         let mut page = Page::new(&format!("profiler sample: {what}"), duration_ns);
         page.fact("target", &what);
-        page.fact("duration", crate::fmt::fmt_ns(duration_ns));
+        page.fact("duration", crate::text::fmt_ns(duration_ns));
         page.fact("stopped", reason.as_str());
         page.fact(
             "sampling",

@@ -310,7 +310,7 @@ impl Python {
     /// Looks for CPython in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`), and tells the kernel where its frames are.
     pub fn add_process(&mut self, pid: u32, exec: &str) {
-        for m in exec.lines().filter_map(crate::target::process::parse_line) {
+        for m in exec.lines().filter_map(crate::tracee::process::parse_line) {
             let (start, end, offset) = (m.start, m.end, m.offset);
             let open = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
             let Ok(meta) = std::fs::metadata(&open) else {

@@ -36,7 +36,7 @@ use super::{
     row_space::RowSpace,
     unwind_table::{self, CacheKey},
 };
-use crate::{error::chain, target::process::parse_line, Error, Result};
+use crate::{error::chain, tracee::process::parse_line, Error, Result};
 
 mod what_runs;
 
@@ -436,7 +436,7 @@ impl Tables {
     /// Gives `pid` tables for its executable mappings, or refreshes them if
     /// they changed (dlopen). Does nothing for a process that is gone.
     pub fn add_process(&mut self, pid: u32) {
-        let Ok(text) = crate::target::process::read_maps(pid) else {
+        let Ok(text) = crate::tracee::process::read_maps(pid) else {
             // Gone: its tables may go too.
             self.remove_process(pid);
             return;

@@ -309,7 +309,7 @@ impl V8 {
     /// Looks for V8 in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`) and tells the kernel how its frames look.
     pub fn add_process(&mut self, pid: u32, exec: &str) {
-        for m in exec.lines().filter_map(crate::target::process::parse_line) {
+        for m in exec.lines().filter_map(crate::tracee::process::parse_line) {
             let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
             let Ok(meta) = std::fs::metadata(&open) else {
                 continue;

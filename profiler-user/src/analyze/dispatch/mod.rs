@@ -35,7 +35,7 @@ use self::{
 use crate::{
     analyze::stacks::{is_dead, same_frame},
     symbolize::Symbolizer,
-    target::exits::ProbeCost,
+    tracee::exits::ProbeCost,
 };
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.

@@ -392,7 +392,7 @@ impl Tree {
         let mut stack = vec![(0usize, String::new())];
         while let Some((i, prefix)) = stack.pop() {
             let n = &self.nodes[i];
-            let frame = crate::fmt::folded_frame(&n.name);
+            let frame = crate::text::folded_frame(&n.name);
             let frame = match n.kind {
                 Kind::Traced => frame,
                 Kind::Sampled => format!("{frame} [sampled]"),

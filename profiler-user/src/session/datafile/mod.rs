@@ -68,12 +68,12 @@ pub struct FuncInfo {
     /// What its probe hits added to measured durations (zero in older
     /// recordings: their replays are not corrected).
     #[serde(default)]
-    pub cost: crate::target::exits::ProbeCost,
+    pub cost: crate::tracee::exits::ProbeCost,
 }
 
 impl FuncInfo {
     /// How `profile.data` describes a probed function.
-    pub fn of(f: &crate::target::select::Func) -> Self {
+    pub fn of(f: &crate::tracee::select::Func) -> Self {
         FuncInfo {
             name: f.name.clone(),
             binary: f.binary,
@@ -85,13 +85,13 @@ impl FuncInfo {
     }
 
     /// The function as the pipeline describes it, for a replay.
-    pub fn to_func(&self) -> crate::target::select::Func {
-        crate::target::select::Func {
+    pub fn to_func(&self) -> crate::tracee::select::Func {
+        crate::tracee::select::Func {
             name: self.name.clone(),
             binary: self.binary,
             offset: self.offset,
             dispatch: self.dispatch,
-            exit: crate::target::exits::ExitProbe::from_kind(&self.exit),
+            exit: crate::tracee::exits::ExitProbe::from_kind(&self.exit),
             unprobed: None,
             cost: self.cost,
             semaphores: [0; 2],
@@ -100,8 +100,8 @@ impl FuncInfo {
 }
 
 /// A recorded binary path as the pipeline describes it, for a replay.
-pub fn replayed_binary(path: &str) -> crate::target::select::Binary {
-    crate::target::select::Binary {
+pub fn replayed_binary(path: &str) -> crate::tracee::select::Binary {
+    crate::tracee::select::Binary {
         path: path.into(),
         open_path: path.into(),
         go: false,

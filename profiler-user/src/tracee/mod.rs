@@ -11,7 +11,7 @@
 //! - [`symbols`]: ELF symbol tables of its binaries;
 //! - [`usdt`]: its USDT probes (CPython's collections);
 //! - [`select`]: which functions to probe;
-//! - [`merge`]: several processes' selections as one, each function once;
+//! - [`probe_set`]: several processes' selections as one, each function once;
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;
 pub mod cgroup;
@@ -21,7 +21,7 @@ pub mod find;
 pub mod launch;
 pub mod ldso;
 pub mod libwatch;
-pub mod merge;
+pub mod probe_set;
 pub mod process;
 pub mod select;
 pub mod symbols;
