@@ -16,6 +16,7 @@ pub(crate) mod symbolize;
 pub(crate) mod text;
 pub(crate) mod tracee;
 pub(crate) mod untrusted;
+pub(crate) mod unwind;
 
 pub use error::{Error, Result};
 /// The `profile.data` reader over bytes (what `profiler report` reads; a

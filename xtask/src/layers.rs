@@ -25,6 +25,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ("tracee", &["tracee"]),
     ("attach", &["attach"]),
     ("symbolize", &["symbolize"]),
+    ("unwind", &["unwind"]),
     ("analyze", &["analyze"]),
     ("output", &["output"]),
     ("session", &["session"]),

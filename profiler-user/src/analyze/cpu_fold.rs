@@ -18,11 +18,9 @@ use super::cpu_profile::{
 };
 use crate::{
     attach::samplers::CpuMaps,
-    symbolize::{
-        budget::{Placement, Status},
-        Symbolizer, NORMALIZED,
-    },
+    symbolize::{Symbolizer, NORMALIZED},
     text::folded_frame,
+    unwind::budget::{Placement, Status},
 };
 
 /// One sample's (or one key's) worth of stacks to fold.
@@ -303,7 +301,7 @@ fn count_fp(prof: &mut CpuProfile, p: &Placement, s: &SampleStacks<'_>) {
 }
 
 /// Reads, symbolizes and folds everything sampled; with `placement`
-/// (the unwind tables' [`crate::symbolize::tables::Tables::placement`]),
+/// (the unwind tables' [`crate::unwind::tables::Tables::placement`]),
 /// also counts what the tables' budget cost.
 pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer, placement: Option<Placement>) -> CpuProfile {
     fold(maps, &maps.counts, sym, false, None, placement)

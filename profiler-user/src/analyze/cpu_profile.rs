@@ -9,9 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use profiler_common::{unwind_end, SampleKey};
 
 use crate::{
-    attach::samplers::CpuMaps,
-    symbolize::{tables::Tables, Symbolizer},
-    text::folded_frame,
+    attach::samplers::CpuMaps, symbolize::Symbolizer, text::folded_frame, unwind::tables::Tables,
 };
 
 /// Outermost user frames that mean the unwinder reached the bottom of the
@@ -181,7 +179,7 @@ pub struct CpuProfile {
     /// How each binary's frames were unwound (`tables`, or frame pointers
     /// and why), and what the tables cost.
     #[serde(default)]
-    pub unwinding: Option<crate::symbolize::tables::TablesStats>,
+    pub unwinding: Option<crate::unwind::tables::TablesStats>,
     /// Samples per (pid, folded path), before paths of one name merge
     /// (for per-process labels; not kept in `profile.data`).
     #[serde(skip)]

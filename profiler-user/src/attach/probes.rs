@@ -234,7 +234,7 @@ impl Probes {
     /// Loads the programs for process `tgid` with the rings `ring`
     /// (`--rings`, `--ring-size`), walking user stacks as `unwind` says
     /// (with tables: an array of `rows` rows for them,
-    /// `symbolize::budget::rows`).
+    /// `unwind::budget::rows`).
     pub fn load(
         tgid: u32,
         watch: Watch,

@@ -138,7 +138,7 @@ pub struct Sinks {
     goroutines: Goroutines,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
-    pub tables: Option<crate::symbolize::tables::Tables>,
+    pub tables: Option<crate::unwind::tables::Tables>,
     /// A sample landed in a binary the unwind-table budget left without a
     /// table since the last tick (see `Tables::rebalance`).
     hot_stacks: bool,

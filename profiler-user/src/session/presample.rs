@@ -15,7 +15,7 @@ use crate::{
         samplers::{self, CpuMaps},
     },
     cli::UnwindMode,
-    symbolize::tables::Tables,
+    unwind::tables::Tables,
     Result,
 };
 

@@ -31,7 +31,7 @@ use crate::{
         ring_reader::Rings,
         status::Status,
     },
-    symbolize::{tables::Tables, Symbolizer},
+    symbolize::Symbolizer,
     tracee::{
         find,
         launch::{self, Launched},
@@ -40,6 +40,7 @@ use crate::{
         process::{self, Target},
         select::{self, Required, Selection},
     },
+    unwind::tables::Tables,
     Error, Result,
 };
 
@@ -348,7 +349,7 @@ fn presample_selection(
     required: &[select::Required],
 ) -> Result<Option<(select::Selection, u64)>> {
     let (tid, _) = target.resolve_thread(&args.dispatch.thread)?;
-    let rows = crate::symbolize::budget::rows(args.unwind_memory, false, Some(target.pid));
+    let rows = crate::unwind::budget::rows(args.unwind_memory, false, Some(target.pid));
     let seen = crate::session::presample::sample(target.pid, tid, rows)?;
     let maps = crate::tracee::process::read_maps(target.pid)
         .map_err(|e| Error::io("reading the target's mappings", e))?;
@@ -406,7 +407,7 @@ impl<'a> Recorder<'a> {
         };
         // A launched command has not exec'd its program yet: the machine's
         // ceiling; a running process: what its binaries need.
-        let table_rows = crate::symbolize::budget::rows(
+        let table_rows = crate::unwind::budget::rows(
             args.unwind_memory,
             false,
             (!launch).then_some(self.target.pid),

@@ -25,13 +25,14 @@ use crate::{
     output::writers,
     output::OutDir,
     session::collector::{self, StopReason},
-    symbolize::{
-        tables::{self, Tables},
-        DwarfUnwinder, Symbolizer,
-    },
+    symbolize::Symbolizer,
     tracee::{
         cgroup,
         process::{thread_alive, thread_name, Target},
+    },
+    unwind::{
+        tables::{self, Tables},
+        DwarfUnwinder,
     },
     Error, Result,
 };
@@ -355,7 +356,7 @@ impl<'a> Sampler<'a> {
             (false, true) => 64 << 10,
             (false, false) => 4096,
         };
-        let table_rows = crate::symbolize::budget::rows(args.unwind_memory, args.all, args.pid);
+        let table_rows = crate::unwind::budget::rows(args.unwind_memory, args.all, args.pid);
         let mut probes = Probes::load_in_cgroup(
             pid,
             Default::default(),

@@ -29,7 +29,8 @@ use profiler_common::python::{
     self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
 };
 
-use super::{proc_mem::Mem, unwind_table::FileKey};
+use super::proc_mem::Mem;
+use crate::tracee::process::FileKey;
 use crate::{error::chain, Error, Result};
 
 /// The native function that runs Python frames.

@@ -26,7 +26,8 @@ use aya::maps::{HashMap as BpfHash, MapData};
 use object::{Object, ObjectSection, ObjectSymbol};
 use profiler_common::v8::{self as common, V8Proc};
 
-use super::{proc_mem::Mem, unwind_table::FileKey};
+use super::proc_mem::Mem;
+use crate::tracee::process::FileKey;
 
 /// Prefix of a JavaScript frame's name (the perf map's).
 pub const PREFIX: &str = "JS:";

@@ -102,7 +102,7 @@ fn need_rows(pid: u32) -> Option<u64> {
         let Ok(meta) = std::fs::metadata(&open) else {
             continue;
         };
-        if !seen.insert(super::unwind_table::FileKey::new(&meta)) {
+        if !seen.insert(crate::tracee::process::FileKey::new(&meta)) {
             continue;
         }
         let Ok(file) = std::fs::File::open(&open) else {
