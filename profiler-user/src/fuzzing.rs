@@ -10,7 +10,7 @@ use profiler_common::{decode, read, CommEvent, GoEvent, RecordKind, StackEvent};
 
 use crate::{
     analyze::{dispatch, dispatch::Dispatcher, stacks::Stacks},
-    session::{collector::Sinks, datafile},
+    session::{datafile, sinks::Sinks},
     symbolize::{perfmap::PerfMap, Symbolizer},
     unwind::cfi,
 };

@@ -7,7 +7,7 @@ use crate::{
     attach::probes::Probes,
     cli::SelectArgs,
     clock::monotonic_ns,
-    session::{collector::Sinks, probed::ProbedRecord},
+    session::{probed::ProbedRecord, sinks::Sinks},
     tracee::{probe_set::Probed, process::Target, select},
 };
 

@@ -30,4 +30,5 @@ pub mod record;
 pub mod ring_merge;
 pub mod ring_reader;
 pub mod sample;
+pub mod sinks;
 pub mod status;

@@ -201,7 +201,7 @@ struct Ticks {
     ticks: u32,
     /// System-wide: each sampled process's cgroup, read while it runs.
     cgroups: BTreeMap<u32, String>,
-    seen: cpu_profile::Seen,
+    seen: samplers::Seen,
     sighted: Sighted,
     notices_lost: u64,
     /// System-wide: processes that exit are folded as they go.
@@ -273,7 +273,7 @@ impl Ticks {
                 crate::heap::release_free();
             }
             if !*all {
-                maps.remember_maps(sym, *target_pid);
+                cpu_profile::remember_maps(maps, sym, *target_pid);
                 if let Some(t) = tables {
                     t.add_process(*pid);
                     // Binaries samples landed in get tables first.
@@ -487,7 +487,7 @@ impl<'a> Sampler<'a> {
         if let Some(tables) = &mut t.tables {
             tables.learn_python();
         }
-        t.maps.remember_maps(&mut t.sym, None);
+        cpu_profile::remember_maps(&t.maps, &mut t.sym, None);
         let duration_ns = self.started.elapsed().as_nanos() as u64;
         let Sampler {
             args,
