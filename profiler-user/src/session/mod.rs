@@ -5,7 +5,9 @@
 //! - [`pipeline`]: builds the sinks the same way for `record` and `report`,
 //!   from the `profile.data` header;
 //! - [`collector`]: the loop that drains the rings into the sinks until a
-//!   stop condition, and the sinks' routing of each record;
+//!   stop condition;
+//! - [`sinks`]: the sinks, routing each record to the analyses;
+//! - [`governor`]: the overhead governor at work, detaching hot functions;
 //! - [`ring_reader`]: reads the rings (one per CPU, or one shared), merging
 //!   per-CPU rings in timestamp order through [`ring_merge`];
 //! - [`datafile`]: `profile.data`, written live and read for a replay;

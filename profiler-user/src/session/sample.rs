@@ -2,7 +2,7 @@
 //! the whole system ([`Sampler::attach`]), its ticks until a stop
 //! ([`Sampler::collect`]: `--dwarf` stacks drained, unwind tables kept
 //! current, exited processes folded), and the CPU profile written
-//! ([`Sampler::finish`]).
+//! ([`Finished::write`]).
 use std::{
     collections::{btree_map::Entry, BTreeMap, HashMap, HashSet},
     time::{Duration, Instant},

@@ -11,6 +11,8 @@
 //! - [`symbols`]: ELF symbol tables of its binaries;
 //! - [`usdt`]: its USDT probes (CPython's collections);
 //! - [`select`]: which functions to probe;
+//! - [`exits`]: where a function's frame ends (its `ret`s and tail calls),
+//!   what runs in a binary, the exit policy;
 //! - [`probe_set`]: several processes' selections as one, each function once;
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;

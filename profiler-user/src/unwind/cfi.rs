@@ -30,7 +30,7 @@
 //! # Format
 //!
 //! A `Vec<UnwindRow>` sorted by `pc`, each row covering `[row.pc,
-//! next_row.pc)`; [`lookup`] finds the row of an address (the last row
+//! next_row.pc)`; `lookup` (in tests) finds the row of an address (the last row
 //! whose `pc` is not above it). Consecutive rows with identical rules are
 //! merged (the first is kept), also across adjacent FDEs. Rules map as:
 //!

@@ -199,7 +199,7 @@ impl Tree {
         self.key_node_given(0)
     }
 
-    /// [`Self::key_node`] when the dispatch spent `runnable_ns` waiting
+    /// The key node (`key_node`, in tests) when the dispatch spent `runnable_ns` waiting
     /// for a CPU: time no sample or blocked stack can show, so sampled and
     /// blocked frames qualify from 30% of the rest (a CPU-bound handler
     /// starved of CPU is still its own key).
