@@ -46,6 +46,10 @@ mod unwind;
 mod v8;
 mod wait;
 
+// The package's library (a stub for aya-build) is linked into every bin
+// target; this one does not use it.
+use profiler_ebpf as _;
+
 use aya_ebpf::{
     bindings::{
         BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP,

@@ -20,6 +20,7 @@ pub(crate) fn is_traced(tgid: u32) -> bool {
     if TRACK.load() == track::ONE {
         tgid == TARGET_TGID.load()
     } else {
+        // SAFETY: the entry is only tested or copied at once; the reference does not outlive this run of the program.
         unsafe { TRACED.get(tgid) }.is_some()
     }
 }
@@ -28,6 +29,7 @@ pub(crate) fn is_traced(tgid: u32) -> bool {
 /// its process (the header's function field).
 #[inline(always)]
 pub(crate) fn announce_thread(tid: u32, tgid: u32, ts_ns: u64) {
+    // SAFETY: the entry is only tested or copied at once; the reference does not outlive this run of the program.
     if unsafe { SEEN_THREADS.get(tid) }.is_some() {
         return;
     }
@@ -54,12 +56,14 @@ pub(crate) fn announce_thread(tid: u32, tgid: u32, ts_ns: u64) {
 #[inline(always)]
 pub(crate) fn track_watched(kind: u32, cookie: u64) {
     if let Some(task) = watch_ptr(WATCH_TASK) {
+        // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
         unsafe { *task = bpf_get_current_task() };
     }
     if cookie & COOKIE_DISPATCH == 0 {
         return;
     }
     if let Some(depth) = watch_ptr(WATCH_DEPTH) {
+        // SAFETY: `watch_ptr` returned a pointer into the `WATCH` array's slot, valid as long as the map.
         unsafe {
             if kind == KIND_ENTRY {
                 *depth += 1;
@@ -121,7 +125,9 @@ pub(crate) fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64, g: u64) {
         return;
     }
     let tid = pid_tgid as u32;
+    // SAFETY: the program's own context pointer, as the helper expects.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if tid == WATCH_TID.load() {
         track_watched(kind, cookie);
@@ -135,6 +141,7 @@ pub(crate) fn on_probe<C: EbpfContext>(ctx: &C, kind: u32, sp: u64, g: u64) {
 
 #[uprobe]
 pub fn prof_entry(ctx: ProbeContext) -> u32 {
+    // SAFETY: `ctx.regs` is the probed task's `pt_regs`, which the kernel passes to every uprobe program.
     let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
     on_probe(&ctx, KIND_ENTRY, sp, g);
     0
@@ -142,6 +149,7 @@ pub fn prof_entry(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn prof_exit(ctx: RetProbeContext) -> u32 {
+    // SAFETY: `ctx.regs` is the probed task's `pt_regs`, which the kernel passes to every uprobe program.
     let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
     on_probe(&ctx, KIND_EXIT, sp, g);
     0
@@ -155,6 +163,7 @@ pub fn prof_exit(ctx: RetProbeContext) -> u32 {
 /// pairs both the same way.
 #[uprobe]
 pub fn prof_ret(ctx: ProbeContext) -> u32 {
+    // SAFETY: `ctx.regs` is the probed task's `pt_regs`, which the kernel passes to every uprobe program.
     let (sp, g) = unsafe { ((*ctx.regs).rsp, (*ctx.regs).r14) };
     on_probe(&ctx, KIND_EXIT, sp.wrapping_add(8), g);
     0

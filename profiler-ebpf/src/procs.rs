@@ -11,6 +11,7 @@ pub(crate) fn emit_proc(tgid: u32, what: u32, parent: u32, code: u32) {
         Some((mut slot, wake)) => {
             slot.write(ProcEvent {
                 event: Event {
+                    // SAFETY: a BPF helper with no arguments and no preconditions.
                     ts_ns: unsafe { bpf_ktime_get_ns() },
                     tid: tgid,
                     word: Event::pack(KIND_PROC, what),
@@ -100,6 +101,7 @@ pub fn prof_proc_exit(ctx: RawTracePointContext) -> i32 {
     if !is_traced(tgid) {
         return 0;
     }
+    // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     let task = unsafe { bpf_get_current_task() };
     let code = task_u32(task, TASK_EXIT_CODE_OFFSET.load()).unwrap_or(0);
     emit_proc(tgid, PROC_EXIT, 0, code);

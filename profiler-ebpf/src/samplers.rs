@@ -116,6 +116,7 @@ pub(crate) fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp
     };
     let _ = ctx;
     let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points to the ring-buffer entry reserved above, written field by field before it is submitted.
     unsafe {
         (*ev).event = Event {
             ts_ns: bpf_ktime_get_ns(),
@@ -154,6 +155,7 @@ pub fn prof_peer_sample(ctx: PerfEventContext) -> u32 {
     if (pid_tgid >> 32) as u32 != TARGET_TGID.load() || tid == WATCH_TID.load() {
         return 0;
     }
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     emit_stacks(&ctx, ts_ns, tid, KIND_PEER_SAMPLE, 0);
     0
@@ -164,6 +166,7 @@ pub fn prof_peer_sample(ctx: PerfEventContext) -> u32 {
 pub fn prof_sample(ctx: PerfEventContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     if tid == WATCH_TID.load() && tid != 0 && in_dispatch() {
+        // SAFETY: a BPF helper with no arguments and no preconditions.
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         emit_stacks(&ctx, ts_ns, tid, KIND_SAMPLE, 0);
     }
@@ -183,6 +186,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
     }
     bump(COUNTER_CPU_SAMPLES);
     if DWARF_MODE.load() != 0 {
+        // SAFETY: the kernel passes a `bpf_perf_event_data` whose `regs` are the sampled task's.
         let regs = unsafe { &(*ctx.ctx).regs };
         if regs.cs & 3 == 3 {
             emit_dwarf(&ctx, pid, tid, regs.rip, regs.rsp, regs.rbp);
@@ -204,6 +208,7 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
     };
     match CPU_COUNTS.get_ptr_mut(key) {
         // Per-CPU values: no other CPU writes this slot.
+        // SAFETY: a pointer into this CPU's value of the map entry; no other CPU writes it, and these programs do not nest on one CPU.
         Some(count) => unsafe { *count += 1 },
         None => {
             if CPU_COUNTS.insert(key, 1, 0).is_err() {
@@ -229,6 +234,7 @@ pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
         next,
         blocked,
     } = SchedSwitch::of(&ctx);
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     // The switch runs in `prev`'s context: current is prev.
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -246,15 +252,18 @@ pub fn prof_offcpu(ctx: RawTracePointContext) -> i32 {
             user_hash,
         };
         let _ = OFFCPU_START.insert(prev, OffCpuStart { ts_ns, key }, 0);
+        // SAFETY: the entry is only tested or copied at once; the reference does not outlive this run of the program.
         if unsafe { CPU_COMMS.get(tid) }.is_none() {
             let _ = CPU_COMMS.insert(tid, bpf_get_current_comm().unwrap_or([0; 16]), 0);
         }
     }
+    // SAFETY: the entry is only tested or copied at once; the reference does not outlive this run of the program.
     if let Some(start) = unsafe { OFFCPU_START.get(next) } {
         let start = *start;
         let blocked = ts_ns.saturating_sub(start.ts_ns);
         match OFFCPU_NS.get_ptr_mut(start.key) {
             // Per-CPU values: no other CPU writes this slot.
+            // SAFETY: a pointer into this CPU's value of the map entry; no other CPU writes it, and these programs do not nest on one CPU.
             Some(ns) => unsafe { *ns += blocked },
             None => {
                 if OFFCPU_NS.insert(start.key, blocked, 0).is_err() {

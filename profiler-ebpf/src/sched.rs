@@ -37,6 +37,7 @@ pub(crate) fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
     };
     let pid_tgid = bpf_get_current_pid_tgid();
     let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points to the ring-buffer entry reserved above, written field by field before it is submitted.
     unsafe {
         (*ev).event = Event {
             ts_ns,
@@ -76,6 +77,7 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
         return 0;
     }
     let tid = WATCH_TID.load();
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     if prev == task {
         if blocked && in_dispatch() {
@@ -113,6 +115,7 @@ pub fn prof_sched_wakeup(ctx: RawTracePointContext) -> i32 {
     let task = watch_get(WATCH_TASK);
     let p: u64 = ctx.arg(0);
     if task != 0 && p == task && !wait::idle_in_loop() {
+        // SAFETY: a BPF helper with no arguments and no preconditions.
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         let tid = WATCH_TID.load();
         if watch_get(WATCH_BLOCKED) != 0 {

@@ -86,6 +86,7 @@ pub(crate) fn emit_stacks<C: EbpfContext>(ctx: &C, ts_ns: u64, tid: u32, kind: u
         return;
     };
     let ev = slot.as_mut_ptr();
+    // SAFETY: `ev` points to the ring-buffer entry reserved above, written field by field before it is submitted.
     unsafe {
         (*ev).event = Event {
             ts_ns,
