@@ -15,7 +15,7 @@
 //!   which functions to detach);
 //! - [`dedup`]: the second copy of a hit two generations of links reported
 //!   while both were attached, dropped.
-pub mod calltree;
+mod calltree;
 pub mod cpu_fold;
 pub mod cpu_profile;
 pub mod dedup;

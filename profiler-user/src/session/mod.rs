@@ -19,18 +19,18 @@
 //! - [`probed`]: the stream record of functions probed after an exec;
 //! - [`presample`]: where the watched thread runs, sampled before anything
 //!   is probed, to choose the default selection of a big program.
-pub mod collector;
+mod collector;
 pub mod datafile;
 pub mod finish;
-pub mod follow;
-pub mod governor;
-pub mod notices;
+mod follow;
+mod governor;
+mod notices;
 pub mod pipeline;
-pub mod presample;
-pub mod probed;
+mod presample;
+mod probed;
 pub mod record;
-pub mod ring_merge;
-pub mod ring_reader;
+mod ring_merge;
+mod ring_reader;
 pub mod sample;
 pub mod sinks;
-pub mod status;
+mod status;

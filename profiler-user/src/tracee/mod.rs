@@ -17,14 +17,14 @@
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;
 pub mod cgroup;
-pub mod exec_chain;
+mod exec_chain;
 pub mod exits;
 pub mod find;
 pub mod launch;
-pub mod ldso;
+mod ldso;
 pub mod libwatch;
 pub mod probe_set;
 pub mod process;
 pub mod select;
 pub mod symbols;
-pub mod usdt;
+mod usdt;

@@ -21,10 +21,10 @@
 //!
 //! Formats 1 and 2 (`[u8 tag][u32 len][payload]` frames, no checksums) are
 //! still read, whole or not at all ([`legacy`]).
-pub mod block;
-pub mod codec;
+mod block;
+mod codec;
 mod legacy;
-pub mod writer;
+mod writer;
 
 use std::path::Path;
 
