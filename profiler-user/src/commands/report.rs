@@ -9,12 +9,7 @@ use crate::{
     cli::ReportArgs,
     output::writers,
     output::OutDir,
-    session::{
-        datafile::{self, replayed_binary, FuncInfo},
-        finish, pipeline,
-    },
-    symbolize::Symbolizer,
-    tracee::select::{Binary, Func},
+    session::{datafile, pipeline::Overrides, replay},
     Result,
 };
 
@@ -25,7 +20,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     } else {
         args.recording.clone()
     };
-    let mut data = datafile::read(&file)?;
+    let data = datafile::read(&file)?;
     let damage = data.damage.as_ref().map(|d| d.message());
     if let Some(d) = &damage {
         eprintln!("profiler: warning: {}: {d}", file.display());
@@ -42,63 +37,15 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .or_else(|| file.parent().map(|p| p.to_path_buf()))
         .unwrap_or_else(|| ".".into());
     let out = OutDir::prepare(&dir, writers::RECORD_FILES)?;
-    let (h, t) = (&data.header, &data.trailer);
-    let funcs: Vec<Func> = h.funcs.iter().map(FuncInfo::to_func).collect();
-    let binaries: Vec<Binary> = h.binaries.iter().map(|p| replayed_binary(p)).collect();
     let ns = |d: Option<std::time::Duration>| d.map(|d| d.as_nanos() as u64);
-    let o = pipeline::Overrides {
+    let o = Overrides {
         threshold_ns: ns(args.threshold),
         hang_ns: ns(args.hang),
         frame_interval_ns: ns(args.frame_interval),
         full_tree: args.full_tree,
         trace_events: args.trace_events,
     };
-    let stage_cfg = pipeline::stages_of(h)?;
-    let mut sinks = pipeline::build(pipeline::Config::from_header(
-        &out, h, &funcs, &stage_cfg, &o,
-    ))?;
-    if let Some(d) = &mut sinks.dispatch {
-        d.set_symbolizer(Symbolizer::offline(h.pid, t.symbols.iter().cloned()));
-    }
-    sinks.processes = pipeline::processes_of(h, &funcs, &o);
-    if let Some(g) = &t.governor {
-        // As recorded: the governor may have rebuilt links (session/record.rs).
-        sinks.dedup = Some(Default::default());
-        for d in &g.detached {
-            sinks.detach_from(d.func, d.decided_ns);
-        }
-    }
-    for entry in &data.entries {
-        sinks.replay(entry);
-    }
-    // Without the trailer, the names are those the stream itself gave.
-    let thread_names = if data.has_trailer {
-        t.thread_names.iter().cloned().collect()
-    } else {
-        sinks
-            .stacks
-            .threads()
-            .filter_map(|t| t.name.clone().map(|n| (t.tid, n)))
-            .collect()
-    };
-    let mut funcs = funcs;
-    funcs.extend(sinks.added.funcs());
-    let mut binaries = binaries;
-    binaries.extend(sinks.added.binaries());
-    let trailer = std::mem::take(&mut data.trailer);
-    finish::write(
-        finish::Finish::recorded(
-            &out,
-            &funcs,
-            &binaries,
-            h,
-            trailer,
-            damage,
-            thread_names,
-            o.trace_events(h),
-        ),
-        sinks,
-    )?;
+    replay::replay(data, damage, &out, &o)?;
     eprintln!(
         "profiler: replayed {} into {}",
         file.display(),

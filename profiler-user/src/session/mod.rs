@@ -2,6 +2,7 @@
 //!
 //! - [`record`]: a `record` session, plan → attach → collect → finish;
 //! - [`sample`]: a `sample` session, attach → collect → write;
+//! - [`replay`]: `profile.data` through the same pipeline (`report`);
 //! - [`pipeline`]: builds the sinks the same way for `record` and `report`,
 //!   from the `profile.data` header;
 //! - [`collector`]: the loop that drains the rings into the sinks until a
@@ -29,6 +30,7 @@ pub mod pipeline;
 mod presample;
 mod probed;
 pub mod record;
+pub mod replay;
 mod ring_merge;
 mod ring_reader;
 pub mod sample;
