@@ -34,7 +34,7 @@ pub fn replay(
     }
     sinks.processes = pipeline::processes_of(h, &funcs, o);
     if let Some(g) = &t.governor {
-        // As recorded: the governor may have rebuilt links (session/record.rs).
+        // As recorded: the governor may have rebuilt links (session/record/collect.rs).
         sinks.dedup = Some(Default::default());
         for d in &g.detached {
             sinks.detach_from(d.func, d.decided_ns);
