@@ -124,6 +124,7 @@ fn thread_state(w: *mut PyWalk) -> Option<u64> {
             if native == Some(u64::from(tid)) {
                 return Some(cached.tstate);
             }
+        // SAFETY: a BPF helper with no arguments and no preconditions.
         } else if unsafe { bpf_ktime_get_ns() }.wrapping_sub(cached.checked_ns) < RECHECK_NS {
             return None;
         }
@@ -149,6 +150,7 @@ fn thread_state(w: *mut PyWalk) -> Option<u64> {
     let tstate = if found != 0 { at } else { 0 };
     let entry = ThreadState {
         tstate,
+        // SAFETY: a BPF helper with no arguments and no preconditions.
         checked_ns: unsafe { bpf_ktime_get_ns() },
     };
     let _ = PY_THREADS.insert(tid, entry, 0);

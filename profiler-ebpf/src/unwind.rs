@@ -477,6 +477,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
         // SAFETY: `py` holds `py_n` frames; indices masked into range.
         let slot =
             unsafe { *py.add(i as usize & (profiler_common::python::MAX_PY_FRAMES as usize - 1)) };
+        // SAFETY: `stack` is the per-CPU scratch `UserStack` the walk writes; the index is masked into range.
         unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = slot };
         w.n += 1;
         w.hash = (w.hash ^ slot).wrapping_mul(FNV_PRIME);

@@ -68,6 +68,7 @@ fn wait_args(regs: *const pt_regs, nr: u64) -> Option<(u64, u64)> {
     };
     if nr as u32 == wait::NR_IO_URING_ENTER {
         // io_uring_enter(fd, to_submit, min_complete, flags, …).
+        // SAFETY: bpf_probe_read_kernel copes with any address; a failed read is an Err, and the syscall is then not reported.
         let (min, flags) = unsafe {
             (
                 bpf_probe_read_kernel(&raw const (*regs).rdx).ok()?,
@@ -88,6 +89,7 @@ fn on_enter(tid: u32, regs: *const pt_regs, nr: u64) {
     let Some((sp, fd)) = wait_args(regs, nr) else {
         return;
     };
+    // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     watch_set(WATCH_TASK, unsafe { bpf_get_current_task() });
     let loop_sp = watch_get(WATCH_LOOP_SP);
     let is_loop = loop_sp == 0 || sp >= loop_sp;
@@ -96,6 +98,7 @@ fn on_enter(tid: u32, regs: *const pt_regs, nr: u64) {
     if is_loop {
         watch_set(WATCH_ITER, 0);
     }
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     emit_event(ts_ns, tid, KIND_WAIT, word, sp, COUNTER_LOST_SCHED);
 }
@@ -106,6 +109,7 @@ fn on_exit(tid: u32, regs: *const pt_regs, nr: u64) {
     let Some((sp, fd)) = wait_args(regs, nr) else {
         return;
     };
+    // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     watch_set(WATCH_TASK, unsafe { bpf_get_current_task() });
     // Judged at its entry when that was seen (the agent may have moved
     // the loop's stack pointer since); else now, by the same rule.
@@ -120,6 +124,7 @@ fn on_exit(tid: u32, regs: *const pt_regs, nr: u64) {
     if is_loop {
         watch_set(WATCH_ITER, 1);
     }
+    // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
     emit_event(
         ts_ns,

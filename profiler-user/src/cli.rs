@@ -514,7 +514,7 @@ pub const UNWIND_MEMORY_MAX: u64 = 4 << 30;
 
 /// `--unwind-memory`: a size within the bounds the tables accept.
 fn parse_unwind_memory(s: &str) -> Result<u64, String> {
-    // Spelled out, not through `crate::fmt`: xtask compiles this file on
+    // Spelled out, not through `crate::text`: xtask compiles this file on
     // its own for the man pages (std and clap only).
     let n = parse_size(s)?;
     if !(UNWIND_MEMORY_MIN..=UNWIND_MEMORY_MAX).contains(&n) {

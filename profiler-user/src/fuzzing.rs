@@ -10,8 +10,9 @@ use profiler_common::{decode, read, CommEvent, GoEvent, RecordKind, StackEvent};
 
 use crate::{
     analyze::{dispatch, dispatch::Dispatcher, stacks::Stacks},
-    session::{collector::Sinks, datafile},
-    symbolize::{perfmap::PerfMap, unwind_table, Symbolizer},
+    session::{datafile, sinks::Sinks},
+    symbolize::{perfmap::PerfMap, Symbolizer},
+    unwind::cfi,
 };
 
 /// Most functions a fuzzed pipeline is built with.
@@ -140,8 +141,8 @@ pub fn perf_map(data: &[u8]) {
 
 /// The CFI table builder over a whole ELF image.
 pub fn unwind_table(data: &[u8]) {
-    let _ = unwind_table::build_id(data);
-    if let Ok(table) = unwind_table::build(data) {
+    let _ = cfi::build_id(data);
+    if let Ok(table) = cfi::build(data) {
         check_rows(&table.rows);
     }
 }
@@ -155,9 +156,9 @@ pub fn cfi_section(data: &[u8]) {
         return;
     };
     let table = if which & 1 == 0 {
-        unwind_table::build_from_sections(Some((section, 0x1000)), None)
+        cfi::build_from_sections(Some((section, 0x1000)), None)
     } else {
-        unwind_table::build_from_sections(None, Some(section))
+        cfi::build_from_sections(None, Some(section))
     };
     check_rows(&table.rows);
 }

@@ -7,15 +7,16 @@ pub mod cli;
 pub(crate) mod clock;
 pub mod commands;
 pub mod error;
-pub(crate) mod fmt;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod heap;
 pub(crate) mod output;
 pub(crate) mod session;
 pub(crate) mod symbolize;
-pub(crate) mod target;
+pub(crate) mod text;
+pub(crate) mod tracee;
 pub(crate) mod untrusted;
+pub(crate) mod unwind;
 
 pub use error::{Error, Result};
 /// The `profile.data` reader over bytes (what `profiler report` reads; a

@@ -1,6 +1,6 @@
 //! `cargo xtask lint`'s layering check of `profiler-user/src`: the folders
-//! are the pipeline's stages, in [`STAGES`] order, and a module may import
-//! only from its own stage or an earlier one; no modules may import each
+//! are the pipeline's layers, in [`LAYERS`] order, and a module may import
+//! only from its own layer or an earlier one; no modules may import each
 //! other in a cycle.
 //!
 //! Imports are read from the source text: every path that starts with
@@ -14,22 +14,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 
-/// The stages, first to last: the top-level modules (files or folders of
-/// `profiler-user/src`) in each. A module may import from its own stage and
+/// The layers, first to last: the top-level modules (files or folders of
+/// `profiler-user/src`) in each. A module may import from its own layer and
 /// from the ones listed before it.
-pub const STAGES: &[(&str, &[&str])] = &[
+pub const LAYERS: &[(&str, &[&str])] = &[
     (
         "helpers",
-        &["error", "fmt", "clock", "cli", "untrusted", "heap"],
+        &["error", "text", "clock", "cli", "untrusted", "heap"],
     ),
-    ("target", &["target"]),
+    ("tracee", &["tracee"]),
     ("attach", &["attach"]),
     ("symbolize", &["symbolize"]),
+    ("unwind", &["unwind"]),
     ("analyze", &["analyze"]),
     ("output", &["output"]),
     ("session", &["session"]),
     ("commands", &["commands"]),
-    // Entry points of the fuzz targets (fuzz/): any stage's parsers.
+    // Entry points of the fuzz targets (fuzz/): any layer's parsers.
     ("fuzzing", &["fuzzing"]),
 ];
 
@@ -60,7 +61,7 @@ pub fn check(src: &Path) -> Result<()> {
         );
     }
     eprintln!(
-        "lint: layering of {}: {} modules, stage order and no cycles",
+        "lint: layering of {}: {} modules, layer order and no cycles",
         src.display(),
         modules.len()
     );
@@ -68,27 +69,27 @@ pub fn check(src: &Path) -> Result<()> {
 }
 
 /// Everything wrong with `edges` (module -> modules it imports): imports
-/// from a later stage, modules in no stage, and cycles.
+/// from a later layer, modules in no layer, and cycles.
 fn problems(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
     let mut out = Vec::new();
     for (from, deps) in edges {
-        let Some(from_stage) = stage_of(from) else {
+        let Some(from_layer) = layer_of(from) else {
             if !from.is_empty() {
                 out.push(format!(
-                    "{} is in no stage: add it to STAGES in xtask/src/layers.rs",
+                    "{} is in no layer: add it to LAYERS in xtask/src/layers.rs",
                     show(from)
                 ));
             }
             continue;
         };
         for dep in deps {
-            match stage_of(dep) {
-                Some(s) if s > from_stage => out.push(format!(
-                    "{} ({}) imports {} from a later stage ({})",
+            match layer_of(dep) {
+                Some(s) if s > from_layer => out.push(format!(
+                    "{} ({}) imports {} from a later layer ({})",
                     show(from),
-                    STAGES[from_stage].0,
+                    LAYERS[from_layer].0,
                     show(dep),
-                    STAGES[s].0
+                    LAYERS[s].0
                 )),
                 _ => {}
             }
@@ -111,7 +112,7 @@ fn problems(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
     for cycle in &file_cycles {
         out.push(format!("import cycle: {}", cycle_text(cycle)));
     }
-    // Cycles among the modules of a stage (`analyze::dispatch`, …),
+    // Cycles among the modules of a layer (`analyze::dispatch`, …),
     // whatever files they run through.
     let mut units: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
     for (from, deps) in &files {
@@ -130,10 +131,10 @@ fn problems(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<String> {
     out
 }
 
-/// Index in [`STAGES`] of a module's stage, by its first segment.
-fn stage_of(module: &ModPath) -> Option<usize> {
+/// Index in [`LAYERS`] of a module's layer, by its first segment.
+fn layer_of(module: &ModPath) -> Option<usize> {
     let first = module.first()?;
-    STAGES
+    LAYERS
         .iter()
         .position(|(_, mods)| mods.contains(&first.as_str()))
 }
@@ -512,7 +513,7 @@ mod tests {
             use crate::{analyze::{stacks::Stacks, dispatch::{self, Dispatcher}}, Error};
             use super::sibling::Thing;
             use self::child::*;
-            fn f() { let _ = crate::fmt::fmt_ns(1); let s = "crate::output::y"; }
+            fn f() { let _ = crate::text::fmt_ns(1); let s = "crate::output::y"; }
             fn g<'a>(x: &'a str) -> &'a str { let _ = r"crate::output::z"; x }
             mod tests { use super::*; use super::super::up::X; }
         "#;
@@ -524,7 +525,7 @@ mod tests {
             "Error",
             "session::sibling::Thing",
             "session::collector::child",
-            "fmt::fmt_ns",
+            "text::fmt_ns",
             "session::collector",
             "session::up::X",
         ]
@@ -562,7 +563,7 @@ mod tests {
         let p = problems(&edges);
         assert!(
             p.iter().any(|l| l
-                .contains("analyze::a (analyze) imports output::w from a later stage (output)")),
+                .contains("analyze::a (analyze) imports output::w from a later layer (output)")),
             "{p:?}"
         );
         assert!(
@@ -571,7 +572,7 @@ mod tests {
             "{p:?}"
         );
         assert!(
-            p.iter().any(|l| l.starts_with("nowhere is in no stage")),
+            p.iter().any(|l| l.starts_with("nowhere is in no layer")),
             "{p:?}"
         );
         // analyze (mod.rs) -> analyze::a is containment, not part of a cycle.

@@ -1,6 +1,7 @@
 //! `cargo xtask lint`: formatting, the agent's module layering
 //! ([`crate::layers`]), the man pages (one per subcommand), the docs'
-//! links ([`crate::links`]), and clippy,
+//! links ([`crate::links`]), the API docs (`cargo doc`, every intra-doc
+//! link resolving, private items included), and clippy,
 //! with the eBPF crate checked in its own nightly invocation (feature
 //! unification would break its `no_std`).
 
@@ -31,6 +32,26 @@ pub fn run() -> Result<()> {
             refused.join("\n")
         );
     }
+    // Every intra-doc link resolves (private items too: most of the agent
+    // is `pub(crate)`), so a renamed or moved item cannot leave a doc
+    // pointing nowhere. Links from public docs to private items are fine
+    // here: the docs are for the project's developers.
+    exec(
+        cargo()
+            .env(
+                "RUSTDOCFLAGS",
+                "-D rustdoc::broken_intra_doc_links -A rustdoc::private_intra_doc_links",
+            )
+            .args([
+                "doc",
+                "--no-deps",
+                "--workspace",
+                "--exclude",
+                "profiler-ebpf",
+                "--document-private-items",
+            ]),
+    )?;
+    eprintln!("lint: cargo doc, every intra-doc link resolved");
     exec(cargo().args([
         "clippy",
         "--workspace",

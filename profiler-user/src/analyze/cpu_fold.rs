@@ -18,15 +18,13 @@ use super::cpu_profile::{
 };
 use crate::{
     attach::samplers::CpuMaps,
-    fmt::folded_frame,
-    symbolize::{
-        budget::{Placement, Status},
-        Symbolizer, NORMALIZED,
-    },
+    symbolize::{Symbolizer, NORMALIZED},
+    text::folded_frame,
+    unwind::budget::{Placement, Status},
 };
 
 /// One sample's (or one key's) worth of stacks to fold.
-pub struct Stacks<'a> {
+pub struct SampleStacks<'a> {
     /// The process whose mappings name `user`.
     pub pid: u32,
     /// The process it is counted under (`per_pid`, `by_pid`).
@@ -59,7 +57,7 @@ impl Folder {
     /// innermost user frame (where the thread blocked). With `locate`, the
     /// leaf's address is kept for its `file:line` (not for processes that
     /// exited: their mappings are gone by the end).
-    pub fn add(&mut self, sym: &mut Symbolizer, s: Stacks<'_>, offcpu: bool, locate: bool) {
+    pub fn add(&mut self, sym: &mut Symbolizer, s: SampleStacks<'_>, offcpu: bool, locate: bool) {
         if s.count == 0 {
             return;
         }
@@ -253,7 +251,7 @@ impl ExitedProcs {
                 .or_insert_with(|| read_stack(maps, k.kernel_stack));
             folder.add(
                 sym,
-                Stacks {
+                SampleStacks {
                     pid: NORMALIZED,
                     shown_pid: k.shown_pid,
                     comm: &k.comm,
@@ -275,7 +273,7 @@ impl ExitedProcs {
 /// walked by frame pointers for want of a table but every binary of the
 /// stack has one by now, as walked before its table was built
 /// ([`CpuProfile::fp_meantime`]).
-fn count_fp(prof: &mut CpuProfile, p: &Placement, s: &Stacks<'_>) {
+fn count_fp(prof: &mut CpuProfile, p: &Placement, s: &SampleStacks<'_>) {
     let mut starved: Vec<&str> = Vec::new();
     let mut explained = false;
     for (i, &a) in s.user.iter().enumerate() {
@@ -303,7 +301,7 @@ fn count_fp(prof: &mut CpuProfile, p: &Placement, s: &Stacks<'_>) {
 }
 
 /// Reads, symbolizes and folds everything sampled; with `placement`
-/// (the unwind tables' [`crate::symbolize::tables::Tables::placement`]),
+/// (the unwind tables' [`crate::unwind::tables::Tables::placement`]),
 /// also counts what the tables' budget cost.
 pub fn collect(maps: &CpuMaps, sym: &mut Symbolizer, placement: Option<Placement>) -> CpuProfile {
     fold(maps, &maps.counts, sym, false, None, placement)
@@ -388,7 +386,7 @@ fn fold(
             .clone();
         folder.add(
             sym,
-            Stacks {
+            SampleStacks {
                 pid: key.pid,
                 shown_pid: key.pid,
                 comm: &comm,
@@ -433,8 +431,8 @@ mod tests {
         count: u64,
         user: &'a [u64],
         kernel: &'a [u64],
-    ) -> Stacks<'a> {
-        Stacks {
+    ) -> SampleStacks<'a> {
+        SampleStacks {
             pid,
             shown_pid: shown,
             comm: "cc1",

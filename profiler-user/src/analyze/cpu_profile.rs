@@ -3,15 +3,13 @@
 //! per-CPU count per (process, thread, user stack, kernel stack)), read once
 //! at the end, symbolized with blazesym and folded. Exited threads' counts
 //! are moved out of the kernel's map as the session runs
-//! ([`CpuMaps::fold_exited`]), so it never fills with them.
+//! ([`CpuMaps::fold_exited`](crate::attach::samplers::CpuMaps::fold_exited)), so it never fills with them.
 use std::collections::{BTreeMap, HashMap};
 
 use profiler_common::{unwind_end, SampleKey};
 
 use crate::{
-    attach::samplers::CpuMaps,
-    fmt::folded_frame,
-    symbolize::{tables::Tables, Symbolizer},
+    attach::samplers::CpuMaps, symbolize::Symbolizer, text::folded_frame, unwind::tables::Tables,
 };
 
 /// Outermost user frames that mean the unwinder reached the bottom of the
@@ -53,84 +51,26 @@ pub fn end_reason(end: u32) -> &'static str {
     }
 }
 
-impl CpuMaps {
-    /// Remembers the mappings of every process sampled so far (and refreshes
-    /// `target`'s, for `dlopen`), so frames of processes that exit before the
-    /// end still resolve.
-    /// Returns the processes sampled so far.
-    pub fn remember_maps(
-        &self,
-        sym: &mut Symbolizer,
-        target: Option<u32>,
-    ) -> std::collections::BTreeSet<u32> {
-        let pids = self.pids();
-        for &pid in &pids {
-            if !sym.knows(pid) {
-                sym.remember_maps(pid);
-            }
-        }
-        if let Some(pid) = target {
+/// Remembers the mappings of every process sampled so far in `maps` (and
+/// refreshes `target`'s, for `dlopen`), so frames of processes that exit
+/// before the end still resolve. Returns the processes sampled so far.
+/// (A function of this layer, not a method of [`CpuMaps`]: the maps are
+/// `attach/`'s, the symbolizer a later layer's.)
+pub fn remember_maps(
+    maps: &CpuMaps,
+    sym: &mut Symbolizer,
+    target: Option<u32>,
+) -> std::collections::BTreeSet<u32> {
+    let pids = maps.pids();
+    for &pid in &pids {
+        if !sym.knows(pid) {
             sym.remember_maps(pid);
         }
-        pids
     }
-}
-
-/// What `sample --all`'s periodic tick has already seen of the samplers'
-/// maps, so that each tick does work only for what changed: a process
-/// that exited is not looked up again every second, and a process whose
-/// stacks are all known needs no new look at its mappings.
-#[derive(Debug, Default)]
-pub struct Seen {
-    keys: std::collections::HashSet<SampleKey>,
-    pids: std::collections::HashSet<u32>,
-}
-
-/// What changed since the last [`CpuMaps::scan`].
-#[derive(Debug, Default, PartialEq)]
-pub struct Scan {
-    /// Processes sampled for the first time.
-    pub new: Vec<u32>,
-    /// Processes with a stack not seen before (new ones included): their
-    /// mappings may have changed (exec, `dlopen`).
-    pub changed: Vec<u32>,
-}
-
-impl Seen {
-    /// Forgets processes that exited (their keys are out of the maps).
-    pub fn forget(&mut self, pids: &[u32]) {
-        if pids.is_empty() {
-            return;
-        }
-        let gone: std::collections::HashSet<u32> = pids.iter().copied().collect();
-        self.keys.retain(|k| !gone.contains(&k.pid));
-        self.pids.retain(|p| !gone.contains(p));
+    if let Some(pid) = target {
+        sym.remember_maps(pid);
     }
-
-    /// Adds `keys` (those in the maps now) and says what is new.
-    pub fn update(&mut self, keys: impl IntoIterator<Item = SampleKey>) -> Scan {
-        let mut scan = Scan::default();
-        for k in keys {
-            if !self.keys.insert(k) {
-                continue;
-            }
-            if self.pids.insert(k.pid) {
-                scan.new.push(k.pid);
-            }
-            if !scan.changed.contains(&k.pid) {
-                scan.changed.push(k.pid);
-            }
-        }
-        scan
-    }
-}
-
-impl CpuMaps {
-    /// The keys added to the maps since the last scan, by process.
-    pub fn scan(&self, seen: &mut Seen) -> Scan {
-        let off = self.offcpu.iter().flat_map(|m| m.keys());
-        seen.update(self.counts.keys().chain(off).filter_map(|k| k.ok()))
-    }
+    pids
 }
 
 /// Tells the unwind tables where the samples taken since the last call
@@ -181,7 +121,7 @@ pub struct CpuProfile {
     /// How each binary's frames were unwound (`tables`, or frame pointers
     /// and why), and what the tables cost.
     #[serde(default)]
-    pub unwinding: Option<crate::symbolize::tables::TablesStats>,
+    pub unwinding: Option<crate::unwind::tables::TablesStats>,
     /// Samples per (pid, folded path), before paths of one name merge
     /// (for per-process labels; not kept in `profile.data`).
     #[serde(skip)]
@@ -344,45 +284,6 @@ pub fn add_unwound(
     }
 }
 
-impl CpuMaps {
-    /// Moves the counts of threads that exited out of the kernel's map into
-    /// [`CpuMaps::exited`], keyed by the first thread id seen with the same
-    /// process and name, so the map holds only live threads and a target
-    /// that starts threads all the time never fills it. Returns how many
-    /// keys were moved. `alive(pid, tid)` says whether a thread still runs.
-    pub fn fold_exited(&mut self, alive: impl Fn(u32, u32) -> bool) -> usize {
-        let keys: Vec<SampleKey> = self.counts.keys().filter_map(|k| k.ok()).collect();
-        let mut dead: HashMap<u32, bool> = HashMap::new();
-        let mut moved = 0;
-        for key in keys {
-            if !*dead
-                .entry(key.tid)
-                .or_insert_with(|| !alive(key.pid, key.tid))
-            {
-                continue;
-            }
-            let Ok(per_cpu) = self.counts.get(&key, 0) else {
-                continue;
-            };
-            let count: u64 = per_cpu.iter().sum();
-            let comm = self.comms.get(&key.tid, 0).unwrap_or([0; 16]);
-            if self.counts.remove(&key).is_err() {
-                continue;
-            }
-            moved += 1;
-            self.exited.add(key, comm, count);
-        }
-        // Their names are kept with the folded counts; the kernel's map of
-        // names would otherwise fill with every thread that ever ran (kept
-        // with --off-cpu, whose counts of exited threads are not folded).
-        let fold_names = self.offcpu.is_none();
-        for (tid, _) in dead.into_iter().filter(|&(_, d)| d && fold_names) {
-            let _ = self.comms.remove(&tid);
-        }
-        moved
-    }
-}
-
 /// The user stack of `key`: walked in the kernel (`user_hash`) or by stack
 /// id, innermost first, with why the walk ended (0: not said).
 pub(crate) fn read_user(maps: &CpuMaps, key: &SampleKey) -> (Vec<u64>, u32) {
@@ -408,46 +309,4 @@ pub(crate) fn read_stack(maps: &CpuMaps, id: i32) -> Vec<u64> {
         .get(&(id as u32), 0)
         .map(|s| s.frames().iter().map(|f| f.ip).collect())
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(pid: u32, user_hash: u64) -> SampleKey {
-        SampleKey {
-            pid,
-            tid: pid,
-            user_stack: -1,
-            kernel_stack: -1,
-            user_hash,
-        }
-    }
-
-    /// A tick looks again only at what changed: new processes once, and
-    /// processes with a new stack; an exited process is not looked for
-    /// again.
-    #[test]
-    fn seen_reports_only_changes() {
-        let mut seen = Seen::default();
-        let scan = seen.update([key(1, 10), key(1, 11), key(2, 20)]);
-        assert_eq!(scan.new, vec![1, 2]);
-        assert_eq!(scan.changed, vec![1, 2]);
-        assert_eq!(seen.update([key(1, 10), key(2, 20)]), Scan::default());
-        let scan = seen.update([key(1, 10), key(2, 21), key(3, 30)]);
-        assert_eq!(scan.new, vec![3]);
-        assert_eq!(scan.changed, vec![2, 3]);
-    }
-
-    /// A process folded after it exited is forgotten; the same PID seen
-    /// again later (reused) is new again.
-    #[test]
-    fn seen_forgets_exited_processes() {
-        let mut seen = Seen::default();
-        seen.update([key(1, 10), key(2, 20)]);
-        seen.forget(&[2]);
-        assert_eq!((seen.keys.len(), seen.pids.len()), (1, 1));
-        let scan = seen.update([key(1, 10), key(2, 20)]);
-        assert_eq!((scan.new, scan.changed), (vec![2], vec![2]));
-    }
 }

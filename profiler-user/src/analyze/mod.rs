@@ -11,8 +11,13 @@
 //! - [`processes`]: one section per traced process (`--follow`, several
 //!   targets): parent, program, lifetime, exit, its own aggregates;
 //! - [`cpu_profile`]: the samplers' maps read, symbolized and folded;
-//!   [`cpu_fold`]: the folding, and processes that exit folded as they go.
-pub mod calltree;
+//!   [`cpu_fold`]: the folding, and processes that exit folded as they go;
+//! - [`goroutines`]: Go calls keyed by goroutine, not by thread;
+//! - [`overhead`]: the overhead governor's estimates (what the probes cost,
+//!   which functions to detach);
+//! - [`dedup`]: the second copy of a hit two generations of links reported
+//!   while both were attached, dropped.
+mod calltree;
 pub mod cpu_fold;
 pub mod cpu_profile;
 pub mod dedup;

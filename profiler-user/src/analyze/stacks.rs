@@ -36,7 +36,7 @@ use profiler_common::{CommEvent, Event, KIND_ENTRY, KIND_EXIT};
 
 use crate::{
     analyze::calltree::{CallTree, NodeId, ROOT},
-    target::exits::ProbeCost,
+    tracee::exits::ProbeCost,
 };
 
 /// Aggregate of one function's completed invocations.

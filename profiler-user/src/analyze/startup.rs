@@ -1,5 +1,5 @@
 //! Startup time of a launched program, Matrix-StartupTracer style but
-//! exact: from exec (taken at [`crate::target::launch::Launched::release`]) to
+//! exact: from exec (taken at [`crate::tracee::launch::Launched::release`]) to
 //! *ready* (the entry of `--ready FUNC`, or the first dispatch), split at
 //! the entry of `main` when it is probed. All times are `CLOCK_MONOTONIC`
 //! ns, the clock of `bpf_ktime_get_ns`.
@@ -8,7 +8,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::stages::Summary;
-use crate::fmt::fmt_ns;
+use crate::text::fmt_ns;
 
 /// One launch's startup, split at `main`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -77,7 +77,7 @@ impl StartupWatch {
         }
     }
 
-    /// The exec time ([`crate::target::launch::Launched::exec_time_ns`]).
+    /// The exec time ([`crate::tracee::launch::Launched::exec_time_ns`]).
     pub fn set_exec(&mut self, ts_ns: u64) {
         self.exec_ns = Some(ts_ns);
     }

@@ -33,7 +33,7 @@ use super::{
     rings::{self, RingSpec},
     uprobe_multi as multi,
 };
-use crate::{error::chain, target::exits::ProbeCost, Error, Result};
+use crate::{error::chain, tracee::exits::ProbeCost, Error, Result};
 
 /// Nanoseconds one probe hit costs the thread that hits it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -392,8 +392,8 @@ pub fn calibrate() -> Result<HitCost> {
 /// Gives each function of `sel` what its probe hits cost, from `cost`, by
 /// its first instruction and how its returns are probed. Go functions get
 /// none: their calls are paired by goroutine, and stay as measured.
-pub fn set_costs(sel: &mut crate::target::select::Selection, cost: &HitCost) {
-    use crate::target::exits::ExitProbe;
+pub fn set_costs(sel: &mut crate::tracee::select::Selection, cost: &HitCost) {
+    use crate::tracee::exits::ExitProbe;
     let files: Vec<Option<std::fs::File>> = sel
         .binaries
         .iter()

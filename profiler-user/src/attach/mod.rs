@@ -13,4 +13,4 @@ pub mod probes;
 pub mod rings;
 pub mod samplers;
 pub mod task_btf;
-pub mod uprobe_multi;
+mod uprobe_multi;

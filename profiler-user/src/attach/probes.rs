@@ -35,7 +35,7 @@ use super::{
 use crate::{
     cli::UnwindMode,
     error::chain,
-    target::{cgroup::Cgroup, exits::ExitProbe, select::Selection},
+    tracee::{cgroup::Cgroup, exits::ExitProbe, select::Selection},
     Error, Result,
 };
 
@@ -300,7 +300,7 @@ impl Probes {
     /// Loads the programs for process `tgid` with the rings `ring`
     /// (`--rings`, `--ring-size`), walking user stacks as `unwind` says
     /// (with tables: an array of `rows` rows for them,
-    /// `symbolize::budget::rows`).
+    /// `unwind::budget::rows`).
     pub fn load(
         tgid: u32,
         watch: Watch,

@@ -76,7 +76,7 @@ pub struct CpuMaps {
     pub user_stacks: MapHash<MapData, u64, UserStack>,
     /// Counts of threads that exited, moved out of `counts` (which would
     /// otherwise fill up with them in a long session whose target starts
-    /// threads all the time): `analyze::cpu_profile`'s `fold_exited`.
+    /// threads all the time): [`CpuMaps::fold_exited`].
     pub exited: ExitedThreads,
 }
 
@@ -224,9 +224,7 @@ impl CpuMaps {
             exited: ExitedThreads::default(),
         })
     }
-}
 
-impl CpuMaps {
     /// Processes sampled so far.
     pub fn pids(&self) -> std::collections::BTreeSet<u32> {
         let off = self.offcpu.iter().flat_map(|m| m.keys());
@@ -236,6 +234,98 @@ impl CpuMaps {
             .filter_map(|k| k.ok())
             .map(|k| k.pid)
             .collect()
+    }
+
+    /// The keys added to the maps since the last scan, by process.
+    pub fn scan(&self, seen: &mut Seen) -> Scan {
+        let off = self.offcpu.iter().flat_map(|m| m.keys());
+        seen.update(self.counts.keys().chain(off).filter_map(|k| k.ok()))
+    }
+
+    /// Moves the counts of threads that exited out of the kernel's map into
+    /// [`CpuMaps::exited`], keyed by the first thread id seen with the same
+    /// process and name, so the map holds only live threads and a target
+    /// that starts threads all the time never fills it. Returns how many
+    /// keys were moved. `alive(pid, tid)` says whether a thread still runs.
+    pub fn fold_exited(&mut self, alive: impl Fn(u32, u32) -> bool) -> usize {
+        let keys: Vec<SampleKey> = self.counts.keys().filter_map(|k| k.ok()).collect();
+        let mut dead: HashMap<u32, bool> = HashMap::new();
+        let mut moved = 0;
+        for key in keys {
+            if !*dead
+                .entry(key.tid)
+                .or_insert_with(|| !alive(key.pid, key.tid))
+            {
+                continue;
+            }
+            let Ok(per_cpu) = self.counts.get(&key, 0) else {
+                continue;
+            };
+            let count: u64 = per_cpu.iter().sum();
+            let comm = self.comms.get(&key.tid, 0).unwrap_or([0; 16]);
+            if self.counts.remove(&key).is_err() {
+                continue;
+            }
+            moved += 1;
+            self.exited.add(key, comm, count);
+        }
+        // Their names are kept with the folded counts; the kernel's map of
+        // names would otherwise fill with every thread that ever ran (kept
+        // with --off-cpu, whose counts of exited threads are not folded).
+        let fold_names = self.offcpu.is_none();
+        for (tid, _) in dead.into_iter().filter(|&(_, d)| d && fold_names) {
+            let _ = self.comms.remove(&tid);
+        }
+        moved
+    }
+}
+
+/// What `sample --all`'s periodic tick has already seen of the samplers'
+/// maps, so that each tick does work only for what changed: a process
+/// that exited is not looked up again every second, and a process whose
+/// stacks are all known needs no new look at its mappings.
+#[derive(Debug, Default)]
+pub struct Seen {
+    keys: std::collections::HashSet<SampleKey>,
+    pids: std::collections::HashSet<u32>,
+}
+
+/// What changed since the last [`CpuMaps::scan`].
+#[derive(Debug, Default, PartialEq)]
+pub struct Scan {
+    /// Processes sampled for the first time.
+    pub new: Vec<u32>,
+    /// Processes with a stack not seen before (new ones included): their
+    /// mappings may have changed (exec, `dlopen`).
+    pub changed: Vec<u32>,
+}
+
+impl Seen {
+    /// Forgets processes that exited (their keys are out of the maps).
+    pub fn forget(&mut self, pids: &[u32]) {
+        if pids.is_empty() {
+            return;
+        }
+        let gone: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        self.keys.retain(|k| !gone.contains(&k.pid));
+        self.pids.retain(|p| !gone.contains(p));
+    }
+
+    /// Adds `keys` (those in the maps now) and says what is new.
+    pub fn update(&mut self, keys: impl IntoIterator<Item = SampleKey>) -> Scan {
+        let mut scan = Scan::default();
+        for k in keys {
+            if !self.keys.insert(k) {
+                continue;
+            }
+            if self.pids.insert(k.pid) {
+                scan.new.push(k.pid);
+            }
+            if !scan.changed.contains(&k.pid) {
+                scan.changed.push(k.pid);
+            }
+        }
+        scan
     }
 }
 
@@ -299,5 +389,45 @@ mod tests {
         assert_eq!(e.names.len(), 3);
         assert_eq!(e.names[&100], comm("worker"));
         assert_eq!(e.names[&5000], comm("other"));
+    }
+
+    fn sample_key(pid: u32, user_hash: u64) -> SampleKey {
+        SampleKey {
+            pid,
+            tid: pid,
+            user_stack: -1,
+            kernel_stack: -1,
+            user_hash,
+        }
+    }
+
+    /// A tick looks again only at what changed: new processes once, and
+    /// processes with a new stack; an exited process is not looked for
+    /// again.
+    #[test]
+    fn seen_reports_only_changes() {
+        let mut seen = Seen::default();
+        let scan = seen.update([sample_key(1, 10), sample_key(1, 11), sample_key(2, 20)]);
+        assert_eq!(scan.new, vec![1, 2]);
+        assert_eq!(scan.changed, vec![1, 2]);
+        assert_eq!(
+            seen.update([sample_key(1, 10), sample_key(2, 20)]),
+            Scan::default()
+        );
+        let scan = seen.update([sample_key(1, 10), sample_key(2, 21), sample_key(3, 30)]);
+        assert_eq!(scan.new, vec![3]);
+        assert_eq!(scan.changed, vec![2, 3]);
+    }
+
+    /// A process folded after it exited is forgotten; the same PID seen
+    /// again later (reused) is new again.
+    #[test]
+    fn seen_forgets_exited_processes() {
+        let mut seen = Seen::default();
+        seen.update([sample_key(1, 10), sample_key(2, 20)]);
+        seen.forget(&[2]);
+        assert_eq!((seen.keys.len(), seen.pids.len()), (1, 1));
+        let scan = seen.update([sample_key(1, 10), sample_key(2, 20)]);
+        assert_eq!((scan.new, scan.changed), (vec![2], vec![2]));
     }
 }

@@ -247,7 +247,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::target::symbols::read_functions;
+    use crate::tracee::symbols::read_functions;
 
     static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 

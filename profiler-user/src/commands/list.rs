@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::{
     cli::ListArgs,
-    target::{process::Target, select},
+    tracee::{process::Target, select},
     Result,
 };
 

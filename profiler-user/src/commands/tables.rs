@@ -1,5 +1,5 @@
 //! `profiler tables FILE…`: compiles each file's unwind tables as the
-//! samplers would (`symbolize::unwind_table`), and says how big they are,
+//! samplers would (`unwind::cfi`), and says how big they are,
 //! how long they took to build and what they cover. No root needed; nothing
 //! is loaded into the kernel.
 use std::fmt::Write;
@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::{cli::TablesArgs, error::Error, symbolize::unwind_table, Result};
+use crate::{cli::TablesArgs, error::Error, unwind::cfi, Result};
 
 /// One file's figures (`--json`).
 #[derive(Serialize)]
@@ -41,7 +41,7 @@ pub fn run(args: &TablesArgs) -> Result<()> {
         let mut table = None;
         for _ in 0..args.repeat.max(1) {
             let t = Instant::now();
-            let built = unwind_table::build(&elf[..]).map_err(|e| {
+            let built = cfi::build(&elf[..]).map_err(|e| {
                 Error::Usage(format!("{}: {e}; give an x86-64 ELF file", path.display()))
             })?;
             times.push(t.elapsed().as_secs_f64() * 1e3);

@@ -11,7 +11,7 @@ use crate::analyze::dispatch::{
     wakers::{Waker, WakerKind},
     Dispatcher,
 };
-use crate::fmt::fmt_ns;
+use crate::text::fmt_ns;
 
 /// Flame graphs drawn, for the costliest groups.
 pub const SVG_GROUPS: usize = 5;

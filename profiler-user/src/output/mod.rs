@@ -9,7 +9,7 @@
 //! - [`timeline`]: trace.json, streamed while recording;
 //! - [`export`]: other tools' formats (pprof, Chrome trace, diff).
 mod dir;
-pub mod dispatches;
+mod dispatches;
 pub mod export;
 pub mod html;
 pub mod report;

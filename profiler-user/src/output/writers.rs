@@ -8,11 +8,11 @@ use crate::{
     analyze::stacks::Stacks,
     analyze::stages::{self, StagesResult},
     analyze::startup::StartupReport,
-    fmt::{fmt_count, fmt_ns},
     output::dispatches,
     output::html::Page,
     output::report::{self, Report},
     output::OutDir,
+    text::{fmt_count, fmt_ns},
     Error, Result,
 };
 
@@ -252,7 +252,7 @@ pub struct UnwindNotes {
 
 /// The notes of `prof` on the unwind tables' budget.
 pub fn unwind_notes(prof: &CpuProfile) -> UnwindNotes {
-    use crate::symbolize::budget::{fmt_bytes, suggest, ROW_BYTES};
+    use crate::unwind::budget::{fmt_bytes, suggest, ROW_BYTES};
     let mut notes = UnwindNotes::default();
     let Some(u) = &prof.unwinding else {
         return notes;

@@ -8,13 +8,14 @@ use crate::{
     analyze::dispatch::Dispatcher,
     analyze::stages::StageTracker,
     analyze::startup::StartupReport,
-    fmt::{fmt_count, fmt_ns},
     output::html::Page,
     output::report::{Report, Session},
     output::writers,
     output::OutDir,
-    session::collector::Sinks,
-    target::select::{Binary, Func},
+    session::datafile::{Header, Trailer},
+    session::sinks::Sinks,
+    text::{fmt_count, fmt_ns},
+    tracee::select::{Binary, Func},
     Error, Result,
 };
 
@@ -49,6 +50,58 @@ pub struct Finish<'a> {
     pub lost_sched: u64,
     /// Thread-name events lost.
     pub lost_comm: u64,
+}
+
+impl<'a> Finish<'a> {
+    /// What the outputs need of the session `h` (what was asked) and `t`
+    /// (what happened) describe: the same for a live session and a replay.
+    /// `damage` says what part of a damaged recording is missing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn recorded(
+        out: &'a OutDir,
+        funcs: &'a [Func],
+        binaries: &'a [Binary],
+        h: &Header,
+        t: Trailer,
+        damage: Option<String>,
+        thread_names: HashMap<u32, String>,
+        trace_events: u64,
+    ) -> Self {
+        let session = Session {
+            pid: h.pid,
+            exe: h.exe.clone(),
+            duration_ns: t.duration_ns,
+            stop_reason: t.stop_reason,
+            functions_probed: t.functions_probed,
+            lost_events: t.lost_events,
+            capped: t.capped,
+            failed_probes: t.failed_probes,
+            start_unix_ns: h.start_unix_ns,
+            exit_rule: h.exit_rule.clone(),
+            never_mapped: t.never_mapped,
+            damage,
+            untraced_children: t.untraced_children,
+            follow: h.follow,
+            governor: t.governor,
+            cost_spread_pct: h.cost_spread_pct,
+        };
+        Finish {
+            out,
+            funcs,
+            binaries,
+            session,
+            thread_names,
+            dispatch_fallback: h.dispatch_fallback,
+            ready: h.ready.clone(),
+            startup_threshold_ns: h.startup_threshold_ns,
+            exec_ns: h.exec_ns.unwrap_or(0),
+            trace_events,
+            cpu: t.cpu,
+            offcpu: t.offcpu,
+            lost_sched: t.lost_sched,
+            lost_comm: t.lost_comm,
+        }
+    }
 }
 
 /// Writes every output of the session; returns the startup report in

@@ -7,8 +7,8 @@ use crate::{
     attach::probes::Probes,
     cli::SelectArgs,
     clock::monotonic_ns,
-    session::{collector::Sinks, probed::ProbedRecord},
-    target::{merge::Probed, process::Target, select},
+    session::{probed::ProbedRecord, sinks::Sinks},
+    tracee::{probe_set::Probed, process::Target, select},
 };
 
 /// Probes the programs traced processes exec.

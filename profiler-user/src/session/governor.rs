@@ -12,9 +12,9 @@ use crate::{
         probes::Probes,
     },
     clock::monotonic_ns,
-    fmt::fmt_count,
     session::probed::DetachRecord,
-    target::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
+    text::fmt_count,
+    tracee::{exits::ExitProbe, process::thread_cpu_ns, select::Selection},
     Result,
 };
 
@@ -171,7 +171,7 @@ impl<'a> Governor<'a> {
 }
 
 impl crate::session::collector::Steer for Governor<'_> {
-    fn on_tick(&mut self, sinks: &mut crate::session::collector::Sinks) -> Result<()> {
+    fn on_tick(&mut self, sinks: &mut crate::session::sinks::Sinks) -> Result<()> {
         let live = sinks.stacks.threads().filter(|t| t.exited_threads == 0);
         let gone = self.tick(&sinks.hits, live.map(|t| (t.tid, t.events)))?;
         let gone: Vec<(u32, u64)> = gone.iter().map(|d| (d.func, d.decided_ns)).collect();

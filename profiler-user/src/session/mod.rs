@@ -1,10 +1,16 @@
 //! A session: the pipeline built, fed and finished.
 //!
-//! - [`pipeline`]: builds the sinks the same way for `record` and `report`;
+//! - [`record`]: a `record` session, plan → attach → collect → finish;
+//! - [`sample`]: a `sample` session, attach → collect → write;
+//! - [`replay`]: `profile.data` through the same pipeline (`report`);
+//! - [`pipeline`]: builds the sinks the same way for `record` and `report`,
+//!   from the `profile.data` header;
 //! - [`collector`]: the loop that drains the rings into the sinks until a
-//!   stop condition, and the sinks' routing of each record;
-//! - [`rings`]: reads the rings (one per CPU, or one shared), merging
-//!   per-CPU rings in timestamp order through [`merge`];
+//!   stop condition;
+//! - [`sinks`]: the sinks, routing each record to the analyses;
+//! - [`governor`]: the overhead governor at work, detaching hot functions;
+//! - [`ring_reader`]: reads the rings (one per CPU, or one shared), merging
+//!   per-CPU rings in timestamp order through [`ring_merge`];
 //! - [`datafile`]: `profile.data`, written live and read for a replay;
 //! - [`notices`]: slow dispatches and hangs told as they happen, hangs
 //!   logged to `hangs.log`;
@@ -14,15 +20,19 @@
 //! - [`probed`]: the stream record of functions probed after an exec;
 //! - [`presample`]: where the watched thread runs, sampled before anything
 //!   is probed, to choose the default selection of a big program.
-pub mod collector;
+mod collector;
 pub mod datafile;
 pub mod finish;
-pub mod follow;
-pub mod governor;
-pub mod merge;
-pub mod notices;
+mod follow;
+mod governor;
+mod notices;
 pub mod pipeline;
-pub mod presample;
-pub mod probed;
-pub mod rings;
-pub mod status;
+mod presample;
+mod probed;
+pub mod record;
+pub mod replay;
+mod ring_merge;
+mod ring_reader;
+pub mod sample;
+pub mod sinks;
+mod status;

@@ -3,7 +3,7 @@
 //! too, so that a hang is on disk while the target is still stuck in it.
 use std::{io::Write, os::unix::fs::OpenOptionsExt, path::Path};
 
-use crate::{analyze::dispatch::Notice, fmt::fmt_ns};
+use crate::{analyze::dispatch::Notice, text::fmt_ns};
 
 /// The line a notice is told with.
 pub fn line(notice: &Notice) -> String {

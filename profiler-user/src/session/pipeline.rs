@@ -1,7 +1,8 @@
 //! Builds the event pipeline (`Sinks`): shadow stacks, the dispatcher, the
 //! `trace.json` timeline, stage trackers and the startup watch. `record`
-//! and `report` build it the same way, which is what makes a replay
-//! reproduce a recording's outputs.
+//! and `report` build it the same way, from the `profile.data` header
+//! ([`Config::from_header`]: `record` always builds one), which is what
+//! makes a replay reproduce a recording's outputs.
 use crate::{
     analyze::dispatch::{self, Dispatcher},
     analyze::processes::{DispatchRule, Processes},
@@ -11,9 +12,10 @@ use crate::{
     analyze::tail_calls::TailCalls,
     output::timeline::Timeline,
     output::OutDir,
-    session::collector::Sinks,
-    target::exits::ExitProbe,
-    target::select::Func,
+    session::datafile::Header,
+    session::sinks::Sinks,
+    tracee::exits::ExitProbe,
+    tracee::select::Func,
     Error, Result,
 };
 
@@ -39,6 +41,96 @@ pub struct Config<'a> {
     pub startup: Option<(u64, Option<&'a str>)>,
     /// No dispatch function was known.
     pub dispatch_fallback: bool,
+}
+
+/// What `profiler report` may change when it replays a recording (None,
+/// false: as recorded).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    /// `--threshold`, ns.
+    pub threshold_ns: Option<u64>,
+    /// `--hang`, ns.
+    pub hang_ns: Option<u64>,
+    /// `--frame-interval`, ns.
+    pub frame_interval_ns: Option<u64>,
+    /// `--full-tree`.
+    pub full_tree: bool,
+    /// `--trace-events`.
+    pub trace_events: Option<u64>,
+}
+
+impl Overrides {
+    /// The dispatch rule of several traced processes' main threads.
+    pub fn dispatch_rule(&self, h: &Header) -> DispatchRule {
+        DispatchRule {
+            threshold_ns: self.threshold_ns.unwrap_or(h.threshold_ns),
+            frame_interval_ns: self.frame_interval_ns.unwrap_or(h.frame_interval_ns),
+        }
+    }
+
+    /// Calls written to `trace.json`.
+    pub fn trace_events(&self, h: &Header) -> u64 {
+        self.trace_events.unwrap_or(h.trace_events)
+    }
+}
+
+impl<'a> Config<'a> {
+    /// The pipeline of the session `h` describes (what was asked when it
+    /// was recorded), with `o` changed; `funcs` are the probed functions
+    /// (`h.funcs`, or for a live session the selection they were written
+    /// from) and `stages` the parsed `h.stages`.
+    pub fn from_header(
+        out: &'a OutDir,
+        h: &'a Header,
+        funcs: &'a [Func],
+        stages: &'a StagesConfig,
+        o: &Overrides,
+    ) -> Self {
+        Config {
+            out,
+            pid: h.pid,
+            exe: &h.exe,
+            funcs,
+            dispatch: dispatch::Config {
+                tid: h.watch_tid,
+                thread_name: h.watch_name.clone(),
+                rule: h.dispatch_rule.clone(),
+                threshold_ns: o.threshold_ns.unwrap_or(h.threshold_ns),
+                hang_ns: o.hang_ns.unwrap_or(h.hang_ns),
+                frame_interval_ns: o.frame_interval_ns.unwrap_or(h.frame_interval_ns),
+                full_tree: o.full_tree || h.full_tree,
+                sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
+                wakers: !h.no_wakers,
+                wait_loop: h.wait_loop,
+            },
+            session_start_ns: h.session_start_ns,
+            trace_events: o.trace_events(h),
+            stages,
+            startup: h
+                .launch
+                .then_some((h.exec_ns.unwrap_or(0), h.ready.as_deref())),
+            dispatch_fallback: h.dispatch_fallback,
+        }
+    }
+}
+
+/// The stages and scenarios `h` was recorded with.
+pub fn stages_of(h: &Header) -> Result<StagesConfig> {
+    StagesConfig::parse(&h.stages, &h.scenarios, h.runs)
+}
+
+/// The per-process sections of a session that traced several processes
+/// (`h.processes`), None for one.
+pub fn processes_of(h: &Header, funcs: &[Func], o: &Overrides) -> Option<Processes> {
+    (!h.processes.is_empty()).then(|| {
+        processes(
+            funcs,
+            o.dispatch_rule(h),
+            h.processes
+                .iter()
+                .map(|p| (p.pid, p.ppid, p.exe.clone(), p.start_ns)),
+        )
+    })
 }
 
 /// Index of the probed function named `name`.
@@ -121,7 +213,7 @@ pub fn build(config: Config) -> Result<Sinks> {
     stacks.set_costs(funcs.iter().map(|f| f.cost));
     let mut sinks = Sinks::new(pid, stacks, Some(dispatcher), timeline);
     sinks.tails = TailCalls::new(
-        crate::target::select::tail_callees(funcs),
+        crate::tracee::select::tail_callees(funcs),
         funcs
             .iter()
             .map(|f| matches!(f.exit, ExitProbe::Uretprobe))

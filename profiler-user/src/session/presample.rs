@@ -15,7 +15,7 @@ use crate::{
         samplers::{self, CpuMaps},
     },
     cli::UnwindMode,
-    symbolize::tables::Tables,
+    unwind::tables::Tables,
     Result,
 };
 
@@ -97,7 +97,7 @@ pub fn sample(pid: u32, tid: u32, rows: u32) -> Result<Seen> {
 pub fn file_offsets(seen: &Seen, maps: &str, path: &str) -> Vec<(u64, u64)> {
     let ranges: Vec<(u64, u64, u64)> = maps
         .lines()
-        .filter_map(crate::target::process::parse_line)
+        .filter_map(crate::tracee::process::parse_line)
         .filter(|m| m.path == path)
         .map(|m| (m.start, m.end, m.offset))
         .collect();

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     session::datafile::{replayed_binary, FuncInfo},
-    target::select::{Binary, Func},
+    tracee::select::{Binary, Func},
 };
 
 /// Functions probed after an exec.

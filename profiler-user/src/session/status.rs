@@ -37,7 +37,7 @@ impl Status {
         eprint!(
             "\r\x1b[K{:>6.1}s  {:>10} events/s  lost {}  threads {}",
             elapsed.as_secs_f64(),
-            crate::fmt::fmt_count(rate as u64),
+            crate::text::fmt_count(rate as u64),
             lost,
             stacks.thread_count()
         );

@@ -1,20 +1,17 @@
-//! Addresses to names, and user stacks to addresses.
+//! Addresses to names.
 //!
 //! - [`Symbolizer`] (`symbolizer.rs`): blazesym over a process's mappings,
 //!   remembered for processes that exited, with a journal for offline
 //!   replay;
-//! - [`DwarfUnwinder`] (`unwind.rs`): framehop over each executable
-//!   mapping's `.eh_frame`, for `sample --dwarf`.
-pub mod budget;
+//! - [`perfmap`]: JIT perf maps (`/tmp/perf-PID.map`);
+//! - [`python`], [`v8`]: the interpreters' own frames named from their
+//!   memory (`proc_mem.rs` reads another process's memory for both).
+//!
+//! User stacks to addresses is the next layer, [`crate::unwind`].
 pub mod perfmap;
 mod proc_mem;
 pub mod python;
-mod row_space;
 mod symbolizer;
-pub mod tables;
-mod unwind;
-pub mod unwind_table;
 pub mod v8;
 
 pub use symbolizer::{Symbolizer, NORMALIZED};
-pub use unwind::DwarfUnwinder;

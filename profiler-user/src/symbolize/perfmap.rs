@@ -549,7 +549,7 @@ mod tests {
         assert_eq!(name, "evil?[31m?;</script>&<b>\u{fffd}");
         assert!(!name.chars().any(char::is_control));
         // As it ends up in cpu.folded: still one frame on one line.
-        let frame = crate::fmt::folded_frame(name);
+        let frame = crate::text::folded_frame(name);
         assert!(!frame.contains(';') && !frame.contains('\n'));
         // Long names are cut.
         let mut long = b"2000 10 ".to_vec();

@@ -29,7 +29,8 @@ use profiler_common::python::{
     self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
 };
 
-use super::{proc_mem::Mem, unwind_table::FileKey};
+use super::proc_mem::Mem;
+use crate::tracee::process::FileKey;
 use crate::{error::chain, Error, Result};
 
 /// The native function that runs Python frames.
@@ -310,7 +311,7 @@ impl Python {
     /// Looks for CPython in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`), and tells the kernel where its frames are.
     pub fn add_process(&mut self, pid: u32, exec: &str) {
-        for m in exec.lines().filter_map(crate::target::process::parse_line) {
+        for m in exec.lines().filter_map(crate::tracee::process::parse_line) {
             let (start, end, offset) = (m.start, m.end, m.offset);
             let open = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
             let Ok(meta) = std::fs::metadata(&open) else {

@@ -274,7 +274,7 @@ impl Symbolizer {
             // Where its perf map is and whose it is, kept for after it exits.
             let _ = perfmap::Location::of(pid);
         }
-        let text = crate::target::process::read_maps(pid).ok()?;
+        let text = crate::tracee::process::read_maps(pid).ok()?;
         let maps = parse_exec_maps(&text);
         if !perf_map && maps.iter().any(ExecMap::may_be_jit) {
             let _ = perfmap::Location::of(pid);

@@ -26,7 +26,8 @@ use aya::maps::{HashMap as BpfHash, MapData};
 use object::{Object, ObjectSection, ObjectSymbol};
 use profiler_common::v8::{self as common, V8Proc};
 
-use super::{proc_mem::Mem, unwind_table::FileKey};
+use super::proc_mem::Mem;
+use crate::tracee::process::FileKey;
 
 /// Prefix of a JavaScript frame's name (the perf map's).
 pub const PREFIX: &str = "JS:";
@@ -309,7 +310,7 @@ impl V8 {
     /// Looks for V8 in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`) and tells the kernel how its frames look.
     pub fn add_process(&mut self, pid: u32, exec: &str) {
-        for m in exec.lines().filter_map(crate::target::process::parse_line) {
+        for m in exec.lines().filter_map(crate::tracee::process::parse_line) {
             let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
             let Ok(meta) = std::fs::metadata(&open) else {
                 continue;

@@ -11,9 +11,9 @@
 //! With [`Config::wait_loop`], a dispatch is instead one iteration of the
 //! thread's event loop, from the return of the loop's own wait syscall to
 //! its next entry ([`loop_wait`]); traced calls inside it make its tree.
-pub mod explain;
-pub mod frames;
-pub mod loop_wait;
+mod explain;
+mod frames;
+mod loop_wait;
 pub mod quality;
 pub mod retain;
 pub mod sched;
@@ -35,7 +35,7 @@ use self::{
 use crate::{
     analyze::stacks::{is_dead, same_frame},
     symbolize::Symbolizer,
-    target::exits::ProbeCost,
+    tracee::exits::ProbeCost,
 };
 
 /// Most buffered records per dispatch; beyond it the tree is marked truncated.

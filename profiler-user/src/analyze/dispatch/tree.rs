@@ -206,7 +206,7 @@ impl Tree {
         self.key_node_given(0)
     }
 
-    /// [`Self::key_node`] when the dispatch spent `runnable_ns` waiting
+    /// The key node (`key_node`, in tests) when the dispatch spent `runnable_ns` waiting
     /// for a CPU: time no sample or blocked stack can show, so sampled and
     /// blocked frames qualify from 30% of the rest (a CPU-bound handler
     /// starved of CPU is still its own key).
@@ -400,7 +400,7 @@ impl Tree {
         let mut stack = vec![(0usize, String::new())];
         while let Some((i, prefix)) = stack.pop() {
             let n = &self.nodes[i];
-            let frame = crate::fmt::folded_frame(&n.name);
+            let frame = crate::text::folded_frame(&n.name);
             let frame = match n.kind {
                 Kind::Traced => frame,
                 Kind::Sampled => format!("{frame} [sampled]"),

@@ -15,8 +15,8 @@
 mod derive;
 pub mod render;
 mod run;
-pub mod spec;
-pub mod tracker;
+mod spec;
+mod tracker;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::{Overlap, StageResult, StagesResult, Summary};
-use crate::fmt::line_if;
+use crate::text::line_if;
 
 /// Milliseconds with two decimals, Pury-style: `120.31ms`.
 pub fn fmt_ms(ns: u64) -> String {

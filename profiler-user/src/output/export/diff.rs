@@ -33,7 +33,7 @@ pub fn diff_svg(before: &Path, after: &Path, title: &str) -> Result<Vec<u8>, Str
     diff_svg_with(before, after, title, false)
 }
 
-/// Like [`diff_svg`]; with `normalize`, `before` is scaled to `after`'s
+/// Like `diff_svg` (in tests); with `normalize`, `before` is scaled to `after`'s
 /// total first, so runs of different lengths compare by share of time.
 pub fn diff_svg_with(
     before: &Path,

@@ -3,7 +3,7 @@
 //! Trace Event JSON for Perfetto and chrome://tracing) and `diff`
 //! (differential flame graph of two folded files).
 pub mod diff;
-pub mod pprof;
+mod pprof;
 pub mod trace;
 
 use self::pprof::{Frame, Sample, ValueType};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use inferno::flamegraph::{self, Options};
 
 use super::Report;
-use crate::fmt::folded_frame;
+use crate::text::folded_frame;
 
 /// Folded lines, `root;outer;inner self_ns`, sorted.
 pub fn folded(r: &Report) -> Vec<String> {

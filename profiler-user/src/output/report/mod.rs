@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::{
     analyze::processes::Processes,
     analyze::stacks::{FuncStats, Stacks},
-    target::select::{Binary, Func},
+    tracee::select::{Binary, Func},
 };
 
 /// Facts about the session as a whole.

@@ -4,8 +4,8 @@ use std::fmt::Write;
 
 use super::{active_funcs, Report};
 use crate::analyze::{processes::Processes, stacks::FuncStats};
-use crate::fmt::{fmt_ns, line_if};
-use crate::target::exits::ExitProbe;
+use crate::text::{fmt_ns, line_if};
+use crate::tracee::exits::ExitProbe;
 
 /// How many functions each table lists.
 const TOP: usize = 20;
@@ -38,7 +38,7 @@ fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]
 
 /// What to say beside a function's row: frames without a return, and
 /// functions counted at entry only.
-fn notes(st: &FuncStats, f: &crate::target::select::Func, detached_at: Option<u64>) -> String {
+fn notes(st: &FuncStats, f: &crate::tracee::select::Func, detached_at: Option<u64>) -> String {
     let mut parts = Vec::new();
     if st.unfinished > 0 {
         parts.push(format!("{} unfinished", st.unfinished));
@@ -148,7 +148,7 @@ fn probe_costs(out: &mut String, r: &Report) {
         .map(|(i, _)| r.funcs[i].cost)
         .filter(|c| c.exit_ns > 0)
         .collect();
-    let range = |f: &dyn Fn(&crate::target::exits::ProbeCost) -> u64| {
+    let range = |f: &dyn Fn(&crate::tracee::exits::ProbeCost) -> u64| {
         let lo = costs.iter().map(f).min().unwrap_or(0);
         let hi = costs.iter().map(f).max().unwrap_or(0);
         match lo == hi {
@@ -202,7 +202,7 @@ fn governor(out: &mut String, r: &Report) {
              its counts stop there (partial)",
             r.funcs[d.func as usize].name,
             d.at_ns as f64 / 1e9,
-            crate::fmt::fmt_count(d.calls_per_s as u64),
+            crate::text::fmt_count(d.calls_per_s as u64),
             d.overhead_pct,
             d.tid,
             d.thread_pct

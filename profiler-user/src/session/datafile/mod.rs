@@ -21,10 +21,10 @@
 //!
 //! Formats 1 and 2 (`[u8 tag][u32 len][payload]` frames, no checksums) are
 //! still read, whole or not at all ([`legacy`]).
-pub mod block;
-pub mod codec;
+mod block;
+mod codec;
 mod legacy;
-pub mod writer;
+mod writer;
 
 use std::path::Path;
 
@@ -68,7 +68,7 @@ pub struct FuncInfo {
     /// What its probe hits added to measured durations (zero in older
     /// recordings: their replays are not corrected).
     #[serde(default)]
-    pub cost: crate::target::exits::ProbeCost,
+    pub cost: crate::tracee::exits::ProbeCost,
     /// File offsets of the functions of its binary it tail-calls (the
     /// recording's tail-call exits are followed to them on replay).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -76,8 +76,8 @@ pub struct FuncInfo {
 }
 
 impl FuncInfo {
-    /// How a recording describes `f`.
-    pub fn of(f: &crate::target::select::Func) -> Self {
+    /// How `profile.data` describes a probed function.
+    pub fn of(f: &crate::tracee::select::Func) -> Self {
         let mut tail_calls: Vec<u64> = f.tails.iter().map(|&(_, callee)| callee).collect();
         tail_calls.sort_unstable();
         tail_calls.dedup();
@@ -93,13 +93,13 @@ impl FuncInfo {
     }
 
     /// The function as the pipeline describes it, for a replay.
-    pub fn to_func(&self) -> crate::target::select::Func {
-        crate::target::select::Func {
+    pub fn to_func(&self) -> crate::tracee::select::Func {
+        crate::tracee::select::Func {
             name: self.name.clone(),
             binary: self.binary,
             offset: self.offset,
             dispatch: self.dispatch,
-            exit: crate::target::exits::ExitProbe::from_kind(&self.exit),
+            exit: crate::tracee::exits::ExitProbe::from_kind(&self.exit),
             unprobed: None,
             cost: self.cost,
             semaphores: [0; 2],
@@ -110,8 +110,8 @@ impl FuncInfo {
 }
 
 /// A recorded binary path as the pipeline describes it, for a replay.
-pub fn replayed_binary(path: &str) -> crate::target::select::Binary {
-    crate::target::select::Binary {
+pub fn replayed_binary(path: &str) -> crate::tracee::select::Binary {
+    crate::tracee::select::Binary {
         path: path.into(),
         open_path: path.into(),
         go: false,

@@ -15,7 +15,7 @@ fn header() -> Header {
             offset: 16,
             dispatch: true,
             exit: "ret".into(),
-            cost: crate::target::exits::ProbeCost {
+            cost: crate::tracee::exits::ProbeCost {
                 entry_ns: 900,
                 exit_ns: 1000,
                 inside_ns: 700,

@@ -1,4 +1,5 @@
-//! The rows of ../shared/design/reliability.md that no topic module covers,
+//! The rows of the failure-mode matrix (`ROWS` in xtask/src/reliability.rs)
+//! that no topic module covers,
 //! one test each, named `rowNN_…`, grouped as the matrix's rows are:
 //! accounting (loss and pairing), target safety, lifecycle (exit, exec, PID
 //! reuse, signals, ptrace), input, resources (memory and CPU limits).

@@ -79,7 +79,7 @@ impl Probed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::{exits::ExitProbe, select::Func};
+    use crate::tracee::{exits::ExitProbe, select::Func};
 
     fn sel(path: &str, offsets: &[u64]) -> Selection {
         Selection {

@@ -11,18 +11,20 @@
 //! - [`symbols`]: ELF symbol tables of its binaries;
 //! - [`usdt`]: its USDT probes (CPython's collections);
 //! - [`select`]: which functions to probe;
-//! - [`merge`]: several processes' selections as one, each function once;
+//! - [`exits`]: where a function's frame ends (its `ret`s and tail calls),
+//!   what runs in a binary, the exit policy;
+//! - [`probe_set`]: several processes' selections as one, each function once;
 //! - [`find`]: processes by name (`--pid-of`), a process's parent.
 pub mod caps;
 pub mod cgroup;
-pub mod exec_chain;
+mod exec_chain;
 pub mod exits;
 pub mod find;
 pub mod launch;
-pub mod ldso;
+mod ldso;
 pub mod libwatch;
-pub mod merge;
+pub mod probe_set;
 pub mod process;
 pub mod select;
 pub mod symbols;
-pub mod usdt;
+mod usdt;

@@ -21,7 +21,7 @@ use profiler_common::UnwindRow;
 pub const ROW_BYTES: u64 = size_of::<UnwindRow>() as u64;
 
 pub use crate::cli::{UNWIND_MEMORY_MAX as MAX_BYTES, UNWIND_MEMORY_MIN as MIN_BYTES};
-pub use crate::fmt::fmt_bytes;
+pub use crate::text::fmt_bytes;
 
 /// The default budget for a machine whose `/proc/meminfo` reads `meminfo`:
 /// a fraction of the memory available, clamped (see the module's doc).
@@ -84,7 +84,7 @@ pub fn estimate_rows<'a, R: object::ReadRef<'a>>(elf: &object::File<'a, R>) -> u
 /// Rows the tables of `pid`'s mapped binaries are expected to take
 /// (headers read only); None when its mappings cannot be read.
 fn need_rows(pid: u32) -> Option<u64> {
-    let text = crate::target::process::read_maps(pid).ok()?;
+    let text = crate::tracee::process::read_maps(pid).ok()?;
     let mut seen = std::collections::HashSet::new();
     let mut rows = 0;
     for line in text.lines() {
@@ -95,14 +95,14 @@ fn need_rows(pid: u32) -> Option<u64> {
         {
             continue;
         }
-        let Some(m) = crate::target::process::parse_line(line) else {
+        let Some(m) = crate::tracee::process::parse_line(line) else {
             continue;
         };
         let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
         let Ok(meta) = std::fs::metadata(&open) else {
             continue;
         };
-        if !seen.insert(super::unwind_table::FileKey::new(&meta)) {
+        if !seen.insert(crate::tracee::process::FileKey::new(&meta)) {
             continue;
         }
         let Ok(file) = std::fs::File::open(&open) else {

@@ -64,7 +64,7 @@ pub fn read_functions(path: &Path) -> Result<Vec<Symbol>> {
     read_binary(path).map(|f| f.symbols)
 }
 
-/// [`read_functions`], keeping the file's bytes.
+/// `read_functions` (in tests), keeping the file's bytes.
 pub fn read_binary(path: &Path) -> Result<Functions> {
     let bad = |reason: String| Error::BadElf {
         path: path.to_path_buf(),

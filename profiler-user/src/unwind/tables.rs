@@ -1,6 +1,6 @@
 //! Keeps the kernel's unwind tables current for the table unwinder
 //! (`profiler-ebpf/src/unwind.rs`): compiles each executable mapping's
-//! binary once ([`crate::unwind_table::build`]), keyed by build-id (or
+//! binary once ([`crate::unwind::cfi::build`]), keyed by build-id (or
 //! device, inode and mtime), writes its rows into one contiguous range of
 //! the `UNWIND_ROWS` array (memory-mapped, so a table is one copy), and
 //! writes each process's executable mappings into `UNWIND_PROCS`. A libc
@@ -33,10 +33,10 @@ use profiler_common::{
 };
 
 use super::{
+    cfi::{self, CacheKey},
     row_space::RowSpace,
-    unwind_table::{self, CacheKey},
 };
-use crate::{error::chain, target::process::parse_line, Error, Result};
+use crate::{error::chain, tracee::process::parse_line, Error, Result};
 
 mod what_runs;
 
@@ -151,7 +151,7 @@ pub struct Tables {
     spare_order: VecDeque<CacheKey>,
     spare_rows: usize,
     /// Each binary seen, by file identity, so it is read once.
-    files: HashMap<unwind_table::FileKey, FileInfo>,
+    files: HashMap<cfi::FileKey, FileInfo>,
     /// Each process's tables and mappings.
     per_pid: HashMap<u32, ProcEntry>,
     /// Binaries samples landed in.
@@ -168,8 +168,8 @@ pub struct Tables {
     stacks_seen: HashSet<u64>,
     /// CPython's frames in the processes that run it (None: the programs
     /// have no Python walker).
-    python: Option<super::python::Python>,
-    v8: Option<super::v8::V8>,
+    python: Option<crate::symbolize::python::Python>,
+    v8: Option<crate::symbolize::v8::V8>,
     /// Statistics.
     pub stats: TablesStats,
 }
@@ -235,8 +235,8 @@ impl Tables {
             dropped: HashSet::new(),
             no_cfi: HashSet::new(),
             stacks_seen: HashSet::new(),
-            python: super::python::Python::take(ebpf).ok(),
-            v8: super::v8::V8::take(ebpf).ok(),
+            python: crate::symbolize::python::Python::take(ebpf).ok(),
+            v8: crate::symbolize::v8::V8::take(ebpf).ok(),
             stats: TablesStats {
                 capacity: u64::from(capacity),
                 ..Default::default()
@@ -304,7 +304,7 @@ impl Tables {
     /// per file (its headers, build-id note and section sizes only).
     fn file_info(&mut self, open: &str) -> Option<FileInfo> {
         let meta = std::fs::metadata(open).ok()?;
-        let fkey = unwind_table::FileKey::new(&meta);
+        let fkey = cfi::FileKey::new(&meta);
         if let Some(info) = self.files.get(&fkey) {
             return Some(info.clone());
         }
@@ -368,7 +368,7 @@ impl Tables {
                 let t0 = Instant::now();
                 let built = std::fs::File::open(open)
                     .map_err(|e| e.to_string())
-                    .and_then(|f| unwind_table::build(&object::ReadCache::new(f)));
+                    .and_then(|f| cfi::build(&object::ReadCache::new(f)));
                 let table = match built {
                     Ok(t) if !t.rows.is_empty() => t,
                     Ok(_) => {
@@ -436,7 +436,7 @@ impl Tables {
     /// Gives `pid` tables for its executable mappings, or refreshes them if
     /// they changed (dlopen). Does nothing for a process that is gone.
     pub fn add_process(&mut self, pid: u32) {
-        let Ok(text) = crate::target::process::read_maps(pid) else {
+        let Ok(text) = crate::tracee::process::read_maps(pid) else {
             // Gone: its tables may go too.
             self.remove_process(pid);
             return;
@@ -565,7 +565,7 @@ impl Tables {
     }
 
     /// Reads the Python code objects the kernel told of since the last
-    /// call, while their processes run ([`super::python::Python::learn`]).
+    /// call, while their processes run ([`crate::symbolize::python::Python::learn`]).
     /// Returns how many notices there were.
     pub fn learn_python(&mut self) -> usize {
         self.python.as_mut().map_or(0, |p| p.learn())

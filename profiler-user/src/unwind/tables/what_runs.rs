@@ -101,7 +101,7 @@ impl Tables {
                     p,
                     &format!(
                         "{}; dropped: no samples in it)",
-                        crate::symbolize::budget::MEMORY_FULL
+                        crate::unwind::budget::MEMORY_FULL
                     ),
                 );
             }
@@ -125,7 +125,7 @@ impl Tables {
     /// to frame pointers at the end, and the option to raise; None when
     /// there are none.
     pub fn starved_note(&self) -> Option<String> {
-        use crate::symbolize::budget::{fmt_bytes, suggest, ROW_BYTES};
+        use crate::unwind::budget::{fmt_bytes, suggest, ROW_BYTES};
         let mut hot: Vec<(&String, u64)> = self
             .starved
             .iter()
@@ -156,9 +156,9 @@ impl Tables {
     }
 
     /// Where each process's binaries are and whether they had tables, as
-    /// the reports name them ([`crate::symbolize::budget::Placement`]).
-    pub fn placement(&self) -> crate::symbolize::budget::Placement {
-        use crate::symbolize::budget::{status_of, Placement, Status};
+    /// the reports name them ([`crate::unwind::budget::Placement`]).
+    pub fn placement(&self) -> crate::unwind::budget::Placement {
+        use crate::unwind::budget::{status_of, Placement, Status};
         let mut p = Placement::default();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (&pid, e) in &self.per_pid {

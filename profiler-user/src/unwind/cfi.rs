@@ -30,7 +30,7 @@
 //! # Format
 //!
 //! A `Vec<UnwindRow>` sorted by `pc`, each row covering `[row.pc,
-//! next_row.pc)`; [`lookup`] finds the row of an address (the last row
+//! next_row.pc)`; `lookup` (in tests) finds the row of an address (the last row
 //! whose `pc` is not above it). Consecutive rows with identical rules are
 //! merged (the first is kept), also across adjacent FDEs. Rules map as:
 //!
@@ -197,7 +197,7 @@ impl TableStats {
 /// Errors only when the bytes are not a 64-bit little-endian x86-64 ELF; a
 /// binary without CFI gives an empty table. `elf` is the bytes, or an
 /// [`object::ReadCache`] over the file: then only the headers and the CFI
-/// sections are read, not the whole file (`symbolize/tables.rs`).
+/// sections are read, not the whole file (`unwind/tables.rs`).
 pub fn build<'a, R: object::ReadRef<'a>>(elf: R) -> Result<Table, String> {
     let file = object::File::parse(elf).map_err(|e| format!("not an ELF file: {e}"))?;
     if file.format() != object::BinaryFormat::Elf
@@ -308,30 +308,7 @@ pub fn build_id<'a, R: object::ReadRef<'a>>(elf: R) -> Option<Vec<u8>> {
     file.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
 
-/// Cache key of a binary without a build-id: which file, and which version
-/// of it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileKey {
-    /// Device holding the file.
-    pub dev: u64,
-    /// Inode number.
-    pub ino: u64,
-    /// Modification time, nanoseconds since the epoch.
-    pub mtime_ns: i128,
-}
-
-impl FileKey {
-    /// The key of a file, from its metadata (`std::fs::metadata`, or of
-    /// `/proc/PID/map_files/…`, which follows to the mapped file).
-    pub fn new(meta: &std::fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        }
-    }
-}
+pub use crate::tracee::process::FileKey;
 
 /// How a compiled table is cached: by build-id when the binary has one,
 /// else by file identity.
@@ -1238,7 +1215,7 @@ mod tests {
     }
 
     /// Build times for large binaries: `cargo test --release -p
-    /// profiler-user --lib unwind_table -- --ignored --nocapture`.
+    /// profiler-user --lib unwind::cfi -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn build_times() {

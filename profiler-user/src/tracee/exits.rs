@@ -102,7 +102,7 @@ const MAX_FUNC_BYTES: u64 = 1 << 20;
 
 impl<'a> Code<'a> {
     /// `data` is the whole ELF file; `symbols` its functions sorted by
-    /// address (as [`super::symbols::read_functions`] returns them).
+    /// address (as `super::symbols::read_functions` returns them).
     pub fn new(data: &'a [u8], symbols: &'a [Symbol]) -> Self {
         use object::{Object, ObjectSection};
         let plt = object::File::parse(data)

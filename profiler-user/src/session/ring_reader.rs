@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use crate::{
     attach::rings::EventRing,
     clock::monotonic_ns,
-    session::merge::{Merge, SLACK_NS},
+    session::ring_merge::{Merge, SLACK_NS},
     Error, Result,
 };
 

@@ -95,6 +95,31 @@ impl FileId {
     }
 }
 
+/// A file's version: its identity and modification time (the cache key
+/// of a binary without a build-id: its unwind table, its runtime's layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    /// Device holding the file.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+}
+
+impl FileKey {
+    /// The key of a file, from its metadata (`std::fs::metadata`, or of
+    /// `/proc/PID/map_files/…`, which follows to the mapped file).
+    pub fn new(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        }
+    }
+}
+
 /// A library `--lib` names.
 #[derive(Debug, Clone)]
 pub struct Library {
