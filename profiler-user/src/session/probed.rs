@@ -44,17 +44,7 @@ impl ProbedRecord {
                 .iter()
                 .map(|b| b.path.display().to_string())
                 .collect(),
-            funcs: funcs
-                .iter()
-                .map(|f| FuncInfo {
-                    name: f.name.clone(),
-                    binary: f.binary,
-                    offset: f.offset,
-                    dispatch: f.dispatch,
-                    exit: f.exit.kind().into(),
-                    cost: f.cost,
-                })
-                .collect(),
+            funcs: funcs.iter().map(FuncInfo::of).collect(),
         }
     }
 
