@@ -431,8 +431,9 @@ fn governor_section(args: &Args, work: &std::path::Path) -> String {
         "\nTwo copies of Debian's `redis-server --save '' --appendonly no`, A on port 6391 and B \
          on 6392, both pinned to CPU 0; `redis-benchmark -p PORT -t get,set -c 20 -n {n} --csv` \
          pinned to CPU 1, against A and B in turn (the order alternates by round). {c} control \
-         rounds with neither traced, then `profiler record --pid B` and nothing else (every \
-         function of the executable up to `--max-funcs 2000`, `--max-overhead 10` by default) \
+         rounds with neither traced, then `profiler record --pid B` and nothing else (the default \
+         selection: with more functions than `--max-funcs`, those a 300 ms sample of the idle \
+         server's main thread shows, and the functions that tail-call them; `--max-overhead 10`) \
          for {r} rounds. Steady state: the rounds that start over 0.5 s after the governor's last \
          detach. Per-round B/A is requests/s over the run's SET and GET; \"all requests\" is \
          total requests over total time of the phase on each server, so the whole run includes \
