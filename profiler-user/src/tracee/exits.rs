@@ -305,6 +305,54 @@ impl<'a> Code<'a> {
         out
     }
 
+    /// Of `ranges` (a function's start, the end of the range, a tag), the
+    /// tags of those that a direct branch of another function lands in,
+    /// after the start and up to the end. A byte scan for the branches'
+    /// encodings (`call`/`jmp`/`jcc` with 8- or 32-bit displacements): a
+    /// false hit only keeps an entry where it was.
+    pub fn jumped_into(&self, mut ranges: Vec<(u64, u64, usize)>) -> Vec<usize> {
+        if ranges.is_empty() {
+            return Vec::new();
+        }
+        ranges.sort_unstable();
+        let mut hit = vec![false; ranges.len()];
+        let rel32 = |b: &[u8], at: usize| {
+            b.get(at..at + 4)
+                .map(|r| i64::from(i32::from_le_bytes([r[0], r[1], r[2], r[3]])))
+        };
+        for sym in self.symbols {
+            if sym.size > MAX_FUNC_BYTES {
+                continue;
+            }
+            let Some(b) = self.bytes(sym) else { continue };
+            for i in 0..b.len() {
+                let (len, rel) = match b[i] {
+                    0xe8 | 0xe9 => (5, rel32(b, i + 1)),
+                    0xeb | 0x70..=0x7f => (2, b.get(i + 1).map(|&r| i64::from(r as i8))),
+                    0x0f if b.get(i + 1).is_some_and(|c| (0x80..=0x8f).contains(c)) => {
+                        (6, rel32(b, i + 2))
+                    }
+                    _ => continue,
+                };
+                let Some(rel) = rel else { continue };
+                let t = (sym.addr + (i + len) as u64).wrapping_add_signed(rel);
+                let at = ranges.partition_point(|&(start, _, _)| start < t);
+                if let Some(k) = at.checked_sub(1) {
+                    let (start, end, _) = ranges[k];
+                    if t > start && t <= end && sym.addr != start {
+                        hit[k] = true;
+                    }
+                }
+            }
+        }
+        ranges
+            .iter()
+            .zip(hit)
+            .filter(|(_, h)| *h)
+            .map(|(r, _)| r.2)
+            .collect()
+    }
+
     /// The `.cold` part of `func` that holds `target`, if any.
     fn cold_part(&self, func: &Symbol, target: u64) -> Option<&'a Symbol> {
         let part = self.containing(target)?;
@@ -461,7 +509,26 @@ pub fn plan<'s>(
     funcs: impl Iterator<Item = &'s Symbol>,
     policy: Policy,
 ) -> Vec<Plan> {
+    let funcs: Vec<&Symbol> = funcs.collect();
     let code = Code::new(data, symbols);
+    let mut plans = plan_each(&code, &funcs, policy);
+    // An entry moved past the first instruction must not be where another
+    // function's code jumps in (hand-written assembly shares bodies so):
+    // such a jump would pass it without an entry.
+    let moved: Vec<(u64, u64, usize)> = funcs
+        .iter()
+        .zip(&plans)
+        .enumerate()
+        .filter(|(_, (_, p))| p.entry_shift > 0)
+        .map(|(i, (f, p))| (f.addr, f.addr + u64::from(p.entry_shift), i))
+        .collect();
+    for i in code.jumped_into(moved) {
+        plans[i].entry_shift = 0;
+    }
+    plans
+}
+
+fn plan_each(code: &Code, funcs: &[&Symbol], policy: Policy) -> Vec<Plan> {
     let plain = |exit| Plan {
         exit,
         unprobed: None,
@@ -469,7 +536,8 @@ pub fn plan<'s>(
         entry_shift: 0,
     };
     funcs
-        .map(|f| {
+        .iter()
+        .map(|&f| {
             if policy == Policy::Uretprobe {
                 // The callee of a tail call returns through the replaced
                 // address, so both exits fire then; the tail calls are
@@ -617,6 +685,23 @@ mod tests {
         // xor eax,eax; push rbx; pop rbx; jmp back to the push: a branch
         // lands on it (its entry would fire twice), stays.
         assert_eq!(shift_of(&[0x31, 0xc0, 0x53, 0x5b, 0xeb, 0xfc]), 0);
+    }
+
+    #[test]
+    fn an_entry_another_function_jumps_into_stays_at_the_start() {
+        // f: mov rdx,rdi; push rbx; pop rbx; ret (its entry would move onto
+        // the push, 3 bytes in); h: jmp f+3 (into f's body); g: xor; push;
+        // pop; ret (moves, nobody jumps in).
+        let f: &[u8] = &[0x48, 0x89, 0xfa, 0x53, 0x5b, 0xc3];
+        let h: &[u8] = &[0xe9, 0xbe, 0xff, 0xff, 0xff];
+        let g: &[u8] = &[0x31, 0xc0, 0x53, 0x5b, 0xc3];
+        let data = file(&[(0x100, f), (0x140, h), (0x180, g)]);
+        let syms = [sym("f", 0x100, 6), sym("h", 0x140, 5), sym("g", 0x180, 5)];
+        let plans = plan(&data, &syms, [&syms[0], &syms[2]].into_iter(), Policy::Ret);
+        assert_eq!((plans[0].entry_shift, plans[1].entry_shift), (0, 2));
+        // Without the jump in, f's moves.
+        let plans = plan(&data, &syms[..1], [&syms[0]].into_iter(), Policy::Ret);
+        assert_eq!(plans[0].entry_shift, 3);
     }
 
     #[test]
