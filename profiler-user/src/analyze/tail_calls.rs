@@ -159,7 +159,15 @@ impl TailCalls {
             out.push(*ev);
             return;
         }
-        let mut t = self.threads.remove(&ev.tid).unwrap_or_default();
+        let mut t = match self.threads.remove(&ev.tid) {
+            Some(t) => t,
+            // Another thread's tail call is in flight; nothing in this one.
+            None if !ev.tail_call() && !self.is_uret_caller(ev.func()) => {
+                out.push(*ev);
+                return;
+            }
+            None => Thread::default(),
+        };
         self.step(&mut t, ev, out);
         if !t.is_idle() {
             self.threads.insert(ev.tid, t);

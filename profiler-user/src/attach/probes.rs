@@ -255,10 +255,16 @@ enum Waits {
     Tracepoints(String),
 }
 
-/// Loads `prog` unless it is loaded already ([`Probes::prepare_watch`]).
-fn load_once(prog: &mut PerfEvent) -> Result<()> {
+/// Perf event program `name`, loaded unless it was already
+/// ([`Probes::prepare_watch`]).
+fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
+    let prog: &mut PerfEvent = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
-        Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(()),
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
         Err(e) => Err(load_error(e)),
     }
 }
@@ -672,13 +678,7 @@ impl Probes {
             self.attach_waits()?;
         }
         if hz > 0 {
-            let prog: &mut PerfEvent = self
-                .ebpf
-                .program_mut(PROG_SAMPLE)
-                .ok_or_else(|| Error::Load(format!("program {PROG_SAMPLE} missing")))?
-                .try_into()
-                .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-            load_once(prog)?;
+            let prog = load_perf(&mut self.ebpf, PROG_SAMPLE)?;
             prog.attach(
                 PerfEventConfig::Software(SoftwareEvent::CpuClock),
                 PerfEventScope::OneProcess {
@@ -713,13 +713,7 @@ impl Probes {
                 names.push(PROG_PEER_SAMPLE);
             }
             for name in names {
-                let prog: &mut PerfEvent = self
-                    .ebpf
-                    .program_mut(name)
-                    .ok_or_else(|| Error::Load(format!("program {name} missing")))?
-                    .try_into()
-                    .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-                load_once(prog)?;
+                load_perf(&mut self.ebpf, name)?;
             }
         }
         self.prepare_waits();
@@ -900,13 +894,7 @@ impl Probes {
     /// The waker sampler: `cpu-clock` at `hz` on every online CPU. It only
     /// writes while the watched thread is blocked inside a dispatch.
     fn attach_peer_sampler(&mut self, hz: u64) -> Result<()> {
-        let prog: &mut PerfEvent = self
-            .ebpf
-            .program_mut(PROG_PEER_SAMPLE)
-            .ok_or_else(|| Error::Load(format!("program {PROG_PEER_SAMPLE} missing")))?
-            .try_into()
-            .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
-        load_once(prog)?;
+        let prog = load_perf(&mut self.ebpf, PROG_PEER_SAMPLE)?;
         let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
         for cpu in cpus {
             prog.attach(

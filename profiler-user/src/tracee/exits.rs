@@ -73,6 +73,29 @@ pub struct Code<'a> {
     plt: Vec<(u64, u64)>,
 }
 
+/// Every byte of `code` (at `addr`) that may start a direct branch, by
+/// its encoding alone: `(is an unconditional jmp, target)` for `call`/`jmp`
+/// rel32 (`e8`/`e9`), `jmp`/`jcc` rel8 (`eb`, `70`–`7f`) and `jcc` rel32
+/// (`0f 80`–`8f`). Not a decoding: bytes inside other instructions match
+/// too, so callers confirm a hit or treat it as a maybe.
+fn branch_bytes(addr: u64, code: &[u8]) -> impl Iterator<Item = (bool, u64)> + '_ {
+    let rel32 = move |at: usize| {
+        code.get(at..at + 4)
+            .map(|r| i64::from(i32::from_le_bytes([r[0], r[1], r[2], r[3]])))
+    };
+    (0..code.len()).filter_map(move |i| {
+        let (jmp, len, rel) = match code[i] {
+            0xe8 => (false, 5, rel32(i + 1)?),
+            0xe9 => (true, 5, rel32(i + 1)?),
+            0xeb => (true, 2, i64::from(*code.get(i + 1)? as i8)),
+            0x70..=0x7f => (false, 2, i64::from(*code.get(i + 1)? as i8)),
+            0x0f if (0x80..=0x8f).contains(code.get(i + 1)?) => (false, 6, rel32(i + 2)?),
+            _ => return None,
+        };
+        Some((jmp, (addr + (i + len) as u64).wrapping_add_signed(rel)))
+    })
+}
+
 /// How far into a function its entry probe may move (see [`Code::exits`]).
 const MAX_ENTRY_SHIFT: u64 = 24;
 
@@ -261,81 +284,41 @@ impl<'a> Code<'a> {
 
     /// The functions whose code tail-calls one of `callees` (function
     /// addresses) with a direct `jmp`: the callers a sampled stack cannot
-    /// show, the jump having taken their frame off it. A byte scan for the
-    /// jumps' encodings (`e9 rel32`, `eb rel8`), each hit confirmed by
-    /// decoding the function.
+    /// show, the jump having taken their frame off it. Candidates come from
+    /// [`branch_bytes`]; each is confirmed by decoding the function.
     pub fn tail_callers(&self, callees: &std::collections::HashSet<u64>) -> Vec<&'a Symbol> {
-        let mut out = Vec::new();
-        for sym in self.symbols {
-            if sym.size > MAX_FUNC_BYTES || callees.contains(&sym.addr) {
-                continue;
-            }
-            let Some(b) = self.bytes(sym) else { continue };
-            let hit = (0..b.len()).any(|i| {
-                let target = match b[i] {
-                    0xe9 if i + 5 <= b.len() => {
-                        let rel = i32::from_le_bytes([b[i + 1], b[i + 2], b[i + 3], b[i + 4]]);
-                        (sym.addr + i as u64 + 5).wrapping_add_signed(i64::from(rel))
-                    }
-                    0xeb if i + 2 <= b.len() => {
-                        (sym.addr + i as u64 + 2).wrapping_add_signed(i64::from(b[i + 1] as i8))
-                    }
-                    _ => return false,
-                };
-                callees.contains(&target)
-            });
-            if !hit {
-                continue;
-            }
-            if let Exits::Sites { tails, .. } = self.exits(sym) {
-                let at = |off: u64| {
-                    self.symbols
-                        .iter()
-                        .find(|s| s.offset == off)
-                        .map(|s| s.addr)
-                };
-                if tails
-                    .iter()
-                    .any(|&(_, callee)| at(callee).is_some_and(|a| callees.contains(&a)))
-                {
-                    out.push(sym);
-                }
-            }
-        }
-        out
+        let offsets: std::collections::HashSet<u64> = callees
+            .iter()
+            .filter_map(|&a| self.starting_at(a).map(|s| s.offset))
+            .collect();
+        self.symbols
+            .iter()
+            .filter(|sym| sym.size <= MAX_FUNC_BYTES && !callees.contains(&sym.addr))
+            .filter(|sym| {
+                self.bytes(sym).is_some_and(|b| {
+                    branch_bytes(sym.addr, b).any(|(jmp, t)| jmp && callees.contains(&t))
+                })
+            })
+            .filter(|sym| match self.exits(sym) {
+                Exits::Sites { tails, .. } => tails.iter().any(|(_, c)| offsets.contains(c)),
+                Exits::Unsafe(_) => false,
+            })
+            .collect()
     }
 
     /// Of `ranges` (a function's start, the end of the range, a tag), the
     /// tags of those that a direct branch of another function lands in,
-    /// after the start and up to the end. A byte scan for the branches'
-    /// encodings (`call`/`jmp`/`jcc` with 8- or 32-bit displacements): a
-    /// false hit only keeps an entry where it was.
+    /// after the start and up to the end ([`branch_bytes`]: a false hit
+    /// only keeps an entry where it was).
     pub fn jumped_into(&self, mut ranges: Vec<(u64, u64, usize)>) -> Vec<usize> {
         if ranges.is_empty() {
             return Vec::new();
         }
         ranges.sort_unstable();
         let mut hit = vec![false; ranges.len()];
-        let rel32 = |b: &[u8], at: usize| {
-            b.get(at..at + 4)
-                .map(|r| i64::from(i32::from_le_bytes([r[0], r[1], r[2], r[3]])))
-        };
-        for sym in self.symbols {
-            if sym.size > MAX_FUNC_BYTES {
-                continue;
-            }
+        for sym in self.symbols.iter().filter(|s| s.size <= MAX_FUNC_BYTES) {
             let Some(b) = self.bytes(sym) else { continue };
-            for i in 0..b.len() {
-                let (len, rel) = match b[i] {
-                    0xe8 | 0xe9 => (5, rel32(b, i + 1)),
-                    0xeb | 0x70..=0x7f => (2, b.get(i + 1).map(|&r| i64::from(r as i8))),
-                    0x0f if b.get(i + 1).is_some_and(|c| (0x80..=0x8f).contains(c)) => {
-                        (6, rel32(b, i + 2))
-                    }
-                    _ => continue,
-                };
-                let Some(rel) = rel else { continue };
-                let t = (sym.addr + (i + len) as u64).wrapping_add_signed(rel);
+            for (_, t) in branch_bytes(sym.addr, b) {
                 let at = ranges.partition_point(|&(start, _, _)| start < t);
                 if let Some(k) = at.checked_sub(1) {
                     let (start, end, _) = ranges[k];
