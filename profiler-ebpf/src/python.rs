@@ -182,7 +182,13 @@ extern "C" fn frame_step(_index: u32, _ctx: *mut c_void) -> i64 {
         // The shim frame of an evaluator call: the frame before it was
         // that call's outermost.
         if n > 0 {
-            w.frames[(n - 1) as usize & (MAX_PY_FRAMES as usize - 1)] |= python::ENTRY;
+            // Read again, so the compiler cannot fold the `- 1` into the
+            // access's offset with `n`'s known range: Linux 6.1's verifier
+            // does not learn `n >= 1` from the test above and refuses a
+            // negative offset.
+            // SAFETY: a field of the per-CPU scratch borrowed above.
+            let m = unsafe { core::ptr::read_volatile(&w.n) };
+            w.frames[m.wrapping_sub(1) as usize & (MAX_PY_FRAMES as usize - 1)] |= python::ENTRY;
         }
         return 0;
     }
