@@ -16,12 +16,20 @@
 //! cost of each hit, that is what the durations are corrected by
 //! ([`HitCost::cost_of`]).
 use std::{
+    num::NonZeroU32,
     os::fd::AsFd,
     path::Path,
     time::{Duration, Instant},
 };
 
-use aya::{maps::RingBuf, EbpfLoader};
+use aya::{
+    maps::RingBuf,
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        UProbe,
+    },
+    EbpfLoader,
+};
 use profiler_common::{
     Event, KIND_ENTRY, PROG_ENTRY, PROG_EXIT, PROG_RET, SAMPLE_ALL_GLOBAL, TARGET_TGID_GLOBAL,
     WAKEUP_BYTES_GLOBAL, WATCH_TID_GLOBAL,
@@ -29,6 +37,7 @@ use profiler_common::{
 use serde::{Deserialize, Serialize};
 
 use super::{
+    kernel,
     probes::EBPF_OBJECT,
     rings::{self, RingSpec},
     uprobe_multi as multi,
@@ -287,6 +296,63 @@ fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Timed 
     }
 }
 
+/// The calibration's probes of one program: (file offset, cookie) pairs,
+/// and whether they are return uprobes.
+type PlanItem<'a> = (&'a str, Vec<(u64, u64)>, bool);
+
+/// Attaches `plan` as one uprobe_multi link per program (Linux 6.6+).
+fn attach_multi(
+    ebpf: &aya::Ebpf,
+    plan: &[PlanItem],
+    exe: &Path,
+    pid: u32,
+) -> std::result::Result<Vec<std::os::fd::OwnedFd>, String> {
+    let mut links = Vec::new();
+    for (name, probes, ret) in plan {
+        let prog = multi::load_multi_program(EBPF_OBJECT, ebpf, name)?;
+        let (offs, cookies): (Vec<u64>, Vec<u64>) = probes.iter().copied().unzip();
+        links.push(multi::attach_uprobe_multi(
+            prog.as_fd(),
+            exe,
+            &offs,
+            &cookies,
+            &[],
+            pid,
+            *ret,
+        )?);
+    }
+    Ok(links)
+}
+
+/// Attaches `plan` one perf event per probe; the links live as long as
+/// `ebpf`.
+fn attach_per_probe(
+    ebpf: &mut aya::Ebpf,
+    plan: &[PlanItem],
+    exe: &Path,
+    pid: u32,
+) -> std::result::Result<(), String> {
+    let scope = UProbeScope::OneProcess(NonZeroU32::new(pid).ok_or("PID 0")?);
+    for (name, probes, _) in plan {
+        let prog: &mut UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("program {name} missing from the eBPF object"))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+        prog.load()
+            .map_err(|e| format!("loading {name}: {}", chain(&e)))?;
+        for &(offset, cookie) in probes {
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(cookie),
+            };
+            prog.attach(point, exe, scope)
+                .map_err(|e| format!("{name} at {offset:#x}: {}", chain(&e)))?;
+        }
+    }
+    Ok(())
+}
+
 /// Measures [`HitCost`] on this host (about 0.1–0.3 s, most of it loading
 /// the programs again).
 pub fn calibrate() -> Result<HitCost> {
@@ -308,14 +374,10 @@ pub fn calibrate() -> Result<HitCost> {
         .pop()
         .ok_or_else(|| fail("ring", "missing".into()))?
         .ring;
-    let prog = |name| multi::load_multi_program(EBPF_OBJECT, &ebpf, name);
-    let entry = prog(PROG_ENTRY).map_err(|e| fail(PROG_ENTRY, e))?;
-    let ret = prog(PROG_RET).map_err(|e| fail(PROG_RET, e))?;
-    let exit = prog(PROG_EXIT).map_err(|e| fail(PROG_EXIT, e))?;
     let off = |f: CalibFn| file_offset(addr(f));
     // (offset, cookie): cookies 1 to 6 are the functions probed at both
     // ends, in the order of `HitCost::inside_ns`.
-    let entries = [
+    let entries = vec![
         (off(profiler_calib_step_entry)?, 0),
         (off(profiler_calib_step_ret)?, 1),
         (off(profiler_calib_step_uret)?, 2),
@@ -326,34 +388,48 @@ pub fn calibrate() -> Result<HitCost> {
         (off(profiler_calib_nop_ret)?, 5),
         (off(profiler_calib_nop_uret)?, 6),
     ];
-    let exe = Path::new("/proc/self/exe");
-    let attach = |prog: &std::os::fd::OwnedFd, probes: &[(u64, u64)], ret: bool| {
-        let (offs, cookies): (Vec<u64>, Vec<u64>) = probes.iter().copied().unzip();
-        multi::attach_uprobe_multi(prog.as_fd(), exe, &offs, &cookies, &[], pid, ret)
-            .map_err(|e| fail("attaching", e))
-    };
-    let _links = [
-        attach(
-            &ret,
-            &[
+    // Exits first, the entries last, as the session attaches them.
+    let plan: [(&str, Vec<(u64, u64)>, bool); 3] = [
+        (
+            PROG_RET,
+            vec![
                 (off(profiler_calib_step_ret)? + RET_AT, 1),
                 (off(profiler_calib_step_ret_only)? + RET_AT, 0),
                 (off(profiler_calib_push_ret)? + RET_AT, 3),
                 (off(profiler_calib_nop_ret)? + RET_AT, 5),
             ],
             false,
-        )?,
-        attach(
-            &exit,
-            &[
+        ),
+        (
+            PROG_EXIT,
+            vec![
                 (off(profiler_calib_step_uret)?, 2),
                 (off(profiler_calib_push_uret)?, 4),
                 (off(profiler_calib_nop_uret)?, 6),
             ],
             true,
-        )?,
-        attach(&entry, &entries, false)?,
+        ),
+        (PROG_ENTRY, entries, false),
     ];
+    let exe = Path::new("/proc/self/exe");
+    let multi = match kernel::at_least(kernel::UPROBE_MULTI) {
+        true => attach_multi(&ebpf, &plan, exe, pid),
+        false => Err("not before Linux 6.10".into()),
+    };
+    let _links = match multi {
+        Ok(links) => links,
+        // Kernels before 6.6 have no uprobe_multi links: one perf event per
+        // probe, as the session then attaches them (held by `ebpf`).
+        Err(multi_err) => {
+            attach_per_probe(&mut ebpf, &plan, exe, pid).map_err(|e| {
+                fail(
+                    "attaching",
+                    format!("{e} (and as uprobe_multi: {multi_err})"),
+                )
+            })?;
+            Vec::new()
+        }
+    };
     let timed = time_calls(
         &[
             profiler_calib_step_base,
