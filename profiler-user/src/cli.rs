@@ -50,6 +50,19 @@ pub enum Command {
     /// powershell) to stdout, e.g. `profiler completions bash >
     /// /etc/bash_completion.d/profiler`.
     Completions(CompletionsArgs),
+    /// Say what this kernel supports of what the profiler uses, whether
+    /// each of its eBPF programs loads, and what works (root); exit
+    /// status 1 when recording or sampling cannot work here.
+    Check(CheckArgs),
+}
+
+/// `profiler check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Also list every program, and print the verifier's log of each one
+    /// the kernel refuses.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// `profiler completions`.

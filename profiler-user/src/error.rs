@@ -83,6 +83,11 @@ pub enum Error {
     /// The eBPF object could not be loaded (the verifier log is included).
     #[error("loading the eBPF programs failed: {0}")]
     Load(String),
+    /// The running kernel lacks what the programs need, or refused one
+    /// of them: one line that says which and what to do
+    /// (`attach::kernel`).
+    #[error("{0}")]
+    Kernel(String),
     /// An eBPF program or map could not be loaded, taken or attached; the
     /// library's error is kept as the source (rendered by [`chain`]).
     #[error("loading the eBPF programs failed{}", context.as_ref().map(|c| format!(": {c}")).unwrap_or_default())]

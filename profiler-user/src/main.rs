@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Command::Report(args) => commands::report::run(args).map(|()| ExitCode::SUCCESS),
         Command::Tables(args) => commands::tables::run(args).map(|()| ExitCode::SUCCESS),
         Command::Completions(args) => commands::completions::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Check(args) => commands::check::run(args),
     };
     match result {
         Ok(code) => code,

@@ -28,6 +28,7 @@ use profiler_common::{
 };
 
 use super::{
+    kernel,
     rings::{self, EventRing, RingSpec},
     task_btf::TaskOffsets,
     uprobe_multi as multi,
@@ -42,12 +43,11 @@ use crate::{
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
-fn load_error(e: ProgramError) -> Error {
+/// A program that did not load: a verifier refusal is one line
+/// ([`kernel::refused`]; `profiler check --verbose` prints the log).
+fn load_error(name: &str, e: ProgramError) -> Error {
     match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => Error::Load(format!("{io_error}; verifier log:\n{verifier_log}")),
+        ProgramError::LoadError { io_error, .. } => kernel::refused(name, &io_error.to_string()),
         other => Error::Load(chain(&other)),
     }
 }
@@ -70,7 +70,7 @@ fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoi
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(e)),
+        Err(e) => Err(load_error(name, e)),
     }
 }
 
@@ -265,7 +265,7 @@ fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(e)),
+        Err(e) => Err(load_error(name, e)),
     }
 }
 
@@ -337,6 +337,7 @@ impl Probes {
         cgroup: Option<&Cgroup>,
         tracking: Tracking,
     ) -> Result<Self> {
+        kernel::require()?;
         let (cgroup_id, cgroup_level) = cgroup.map_or((0u64, 0u32), |c| (c.id, c.level));
         let offsets = tracking.offsets.unwrap_or(TaskOffsets {
             pid: 0,
@@ -407,7 +408,7 @@ impl Probes {
             .map_err(|e| Error::Load(chain(&e)))?;
         for name in [PROG_ENTRY, PROG_EXIT, PROG_RET] {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load().map_err(load_error)?;
+            prog.load().map_err(|e| load_error(name, e))?;
         }
         let rings = rings::create(&mut ebpf, ring)?;
         // Load the uprobe_multi copies now, while every map is still in
@@ -519,7 +520,7 @@ impl Probes {
                     ok[i] = false;
                     self.failed.push((
                         f.name.clone(),
-                        "a USDT probe's semaphore needs uprobe_multi links (Linux 6.6)".into(),
+                        "a USDT probe's semaphore needs uprobe_multi links (Linux 6.10)".into(),
                     ));
                     continue;
                 }
@@ -622,6 +623,9 @@ impl Probes {
     /// links, or None when this kernel cannot (the per-probe path is used
     /// then).
     fn multi_programs(ebpf: &Ebpf) -> Option<MultiPrograms> {
+        if !kernel::at_least(kernel::UPROBE_MULTI) {
+            return None;
+        }
         let load = |name| {
             multi::load_multi_program(EBPF_OBJECT, ebpf, name)
                 .map_err(|e| {

@@ -1,5 +1,6 @@
 //! The subcommands, one file each: check the arguments, run a session or
 //! read one, and say what was written.
+pub mod check;
 pub mod completions;
 pub mod diff;
 pub mod list;

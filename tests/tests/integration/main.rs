@@ -11,6 +11,7 @@ use png as _;
 mod bad_input;
 mod causes;
 mod cgroups;
+mod check;
 mod containers;
 mod costs;
 mod deleted;

@@ -1,0 +1,114 @@
+//! The running kernel: its release, the oldest one the programs load on,
+//! and one line instead of a verifier log when the kernel refuses a
+//! program.
+//!
+//! What the profiler uses, and the release that added it (KERNELS.md has
+//! the table and what each missing one costs): the BPF ring buffer (5.8),
+//! `bpf_get_attach_cookie` for uprobes (5.15), `bpf_loop` (5.17),
+//! uprobe_multi links (6.6, their PID filter fixed in 6.10), the uretprobe
+//! syscall (6.11) and 5-byte-nop uprobes turned into calls (6.18). The
+//! last three only change costs, which the calibration measures.
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// The oldest kernel the programs load on: `bpf_loop` came in 5.17.
+pub const OLDEST: (u32, u32) = (5, 17);
+
+/// uprobe_multi links appeared in 6.6, but filtered by thread ID until 6.10
+/// (a process's other threads' hits were dropped).
+pub const UPROBE_MULTI: (u32, u32) = (6, 10);
+
+/// The running kernel's release (`uname -r`), e.g. `6.1.0-50-amd64`.
+pub fn release() -> String {
+    // SAFETY: uname fills the zeroed struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::from("unknown");
+    }
+    // SAFETY: uname NUL-terminates `release`.
+    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `(major, minor)` of a release such as `6.12.117+deb12-amd64`.
+pub fn version_of(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Whether the running kernel is `at` or later (true when its release
+/// cannot be read: the load then says what is missing).
+pub fn at_least(at: (u32, u32)) -> bool {
+    version_of(&release()).is_none_or(|v| v >= at)
+}
+
+/// Fails with one line when the programs cannot load on this kernel at
+/// all: no BTF, or older than [`OLDEST`].
+pub fn require() -> Result<()> {
+    require_of(&release(), Path::new("/sys/kernel/btf/vmlinux").exists())
+}
+
+/// [`require`] for kernel `rel`, with or without BTF.
+fn require_of(rel: &str, btf: bool) -> Result<()> {
+    if !btf {
+        return Err(Error::Kernel(format!(
+            "this kernel (Linux {rel}) has no BTF (/sys/kernel/btf/vmlinux): the profiler needs a kernel built with CONFIG_DEBUG_INFO_BTF, as Debian's, Ubuntu's, Fedora's and RHEL's are"
+        )));
+    }
+    if let Some(v) = version_of(&rel).filter(|v| *v < OLDEST) {
+        return Err(Error::Kernel(format!(
+            "this kernel is Linux {}.{} ({rel}): the profiler needs Linux {}.{} or later (its programs use bpf_loop); `profiler check` lists what this kernel has",
+            v.0, v.1, OLDEST.0, OLDEST.1
+        )));
+    }
+    Ok(())
+}
+
+/// The error for program `name` refused by the verifier: one line that
+/// says where the log is, not the log.
+pub fn refused(name: &str, why: &str) -> Error {
+    Error::Kernel(format!(
+        "this kernel (Linux {}) refused the eBPF program {name} ({why}): a profiler defect on this kernel; `profiler check --verbose` prints the verifier's log to report it with",
+        release()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_of_distribution_releases() {
+        assert_eq!(version_of("6.1.0-50-amd64"), Some((6, 1)));
+        assert_eq!(version_of("6.12.117+deb12-amd64"), Some((6, 12)));
+        assert_eq!(version_of("5.15.0-91-generic"), Some((5, 15)));
+        assert_eq!(version_of("5.14.0-427.13.1.el9_4.x86_64"), Some((5, 14)));
+        assert_eq!(version_of("6.18"), Some((6, 18)));
+        assert_eq!(version_of("weird"), None);
+        assert!((5, 15) < OLDEST && (5, 17) >= OLDEST && (6, 1) >= OLDEST);
+        assert!((6, 8) < UPROBE_MULTI && (6, 12) >= UPROBE_MULTI);
+    }
+
+    #[test]
+    fn old_kernels_and_kernels_without_btf_get_one_line() {
+        assert!(require_of("6.1.0-50-amd64", true).is_ok());
+        assert!(require_of("5.17.0", true).is_ok());
+        let old = require_of("5.15.0-91-generic", true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            old,
+            "this kernel is Linux 5.15 (5.15.0-91-generic): the profiler needs Linux 5.17 or later (its programs use bpf_loop); `profiler check` lists what this kernel has"
+        );
+        let no_btf = require_of("6.1.0-50-amd64", false).unwrap_err().to_string();
+        assert!(
+            no_btf.contains("has no BTF") && !no_btf.contains('\n'),
+            "{no_btf}"
+        );
+    }
+}
