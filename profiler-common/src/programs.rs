@@ -47,6 +47,11 @@ pub const PROG_PROC_EXEC: &str = "prof_proc_exec";
 /// Name of the `sched_process_exit` raw tracepoint program.
 pub const PROG_PROC_EXIT: &str = "prof_proc_exit";
 
+/// Name of the `sched_process_exit` program for kernels whose tracepoint
+/// has only the task argument (the kernel refuses [`PROG_PROC_EXIT`]
+/// there, as it reads a second argument).
+pub const PROG_PROC_EXIT_OLD: &str = "prof_proc_exit1";
+
 /// Name of the `sched_switch` raw tracepoint program.
 pub const PROG_SCHED_SWITCH: &str = "prof_sched_switch";
 

@@ -54,6 +54,12 @@ pub const TASK_TGID_OFFSET_GLOBAL: &str = "TASK_TGID_OFFSET";
 /// Global (`.rodata`): byte offset of `exit_code` in `task_struct`.
 pub const TASK_EXIT_CODE_OFFSET_GLOBAL: &str = "TASK_EXIT_CODE_OFFSET";
 
+/// Global (`.rodata`): byte offsets of `signal` in `task_struct` and of
+/// `live` in `signal_struct`: where `sched_process_exit` has no
+/// `group_dead` argument (Debian 12's Linux 6.1), the last thread's exit
+/// finds `live` at 0 ([`super::PROG_PROC_EXIT_OLD`]).
+pub const TASK_SIGNAL_LIVE_OFFSETS_GLOBAL: &str = "TASK_SIGNAL_LIVE_OFFSETS";
+
 /// Global (`.rodata`): sample every process (1) or only `TARGET_TGID` (0).
 pub const SAMPLE_ALL_GLOBAL: &str = "SAMPLE_ALL";
 

@@ -93,6 +93,36 @@ pub fn prof_proc_exit(ctx: RawTracePointContext) -> i32 {
     if group_dead & 0xff == 0 {
         return 0;
     }
+    on_process_exit()
+}
+
+/// `sched_process_exit(task *p)`, where the tracepoint has no `group_dead`
+/// (Linux 6.1): `do_exit` has already counted the thread out of
+/// `signal->live`, so the process is gone when that reads 0.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn prof_proc_exit1(_ctx: RawTracePointContext) -> i32 {
+    let [signal_at, live_at] = TASK_SIGNAL_LIVE_OFFSETS.load();
+    if signal_at == 0 || live_at == 0 {
+        return 0;
+    }
+    // SAFETY: a BPF helper with no arguments; the task address is only read through BPF helpers.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: bpf_probe_read_kernel copes with any address.
+    let Ok(signal) =
+        (unsafe { bpf_probe_read_kernel((task + u64::from(signal_at)) as *const u64) })
+    else {
+        return 0;
+    };
+    if task_u32(signal, live_at) != Some(0) {
+        return 0;
+    }
+    on_process_exit()
+}
+
+/// A traced process (the current task's) has exited: its exit code, and
+/// it leaves the traced set.
+#[inline(always)]
+fn on_process_exit() -> i32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if SAMPLE_ALL.load() != 0 {
         // A process given this PID later is told of too.

@@ -42,6 +42,10 @@ pub(crate) static TASK_TGID_OFFSET: Setting<u32> = Setting::new(0);
 #[unsafe(no_mangle)]
 pub(crate) static TASK_EXIT_CODE_OFFSET: Setting<u32> = Setting::new(0);
 
+/// `task_struct.signal` and `signal_struct.live` (zeros: unknown).
+#[unsafe(no_mangle)]
+pub(crate) static TASK_SIGNAL_LIVE_OFFSETS: Setting<[u32; 2]> = Setting::new([0; 2]);
+
 /// Set by the agent at load time, from the kernel's BTF: where a task's
 /// pending return uprobes are (`profiler_common::uret`; zeros: unknown).
 #[unsafe(no_mangle)]

@@ -171,7 +171,7 @@ pub fn run() -> Check {
     ));
     works.push(finding(
         "--follow, --all: processes and threads",
-        refused("prof_proc").is_empty(),
+        refused("prof_proc").is_empty() && refused("sched_process_exit").is_empty(),
         "fork, exec and exit raw tracepoints",
     ));
     works.push(waits);
@@ -263,6 +263,8 @@ fn cpu_clock() -> Result<(), String> {
 /// them); returns a finding per program, the refused ones' logs, and how
 /// event-loop waits would be watched.
 fn load_each() -> (Vec<Finding>, Vec<(String, String)>, Finding) {
+    // (The sched_process_exit finding, when there is one, is among the
+    // programs.)
     let pid = std::process::id();
     let spec = RingSpec::shared(1 << 16);
     let mut loader = EbpfLoader::new();
@@ -317,6 +319,31 @@ fn load_each() -> (Vec<Finding>, Vec<(String, String)>, Finding) {
         programs.push(finding(name, detail == "loads", detail));
     }
     let waits = wait_path(&mut ebpf, btf.as_ref());
+    // Loading does not check a raw tracepoint program's arguments against
+    // the tracepoint's: attaching does.
+    let exit_is_old = super::probes::attach_raw_tp(
+        &mut ebpf,
+        profiler_common::PROG_PROC_EXIT,
+        "sched_process_exit",
+    )
+    .is_err();
+    if exit_is_old {
+        let old = super::probes::attach_raw_tp(
+            &mut ebpf,
+            profiler_common::PROG_PROC_EXIT_OLD,
+            "sched_process_exit",
+        );
+        programs.push(finding(
+            "sched_process_exit",
+            old.is_ok(),
+            match old {
+                Ok(()) => {
+                    "has no group_dead argument: the live-thread count is read instead".into()
+                }
+                Err(e) => format!("neither program attaches: {}", chain(&e)),
+            },
+        ));
+    }
     (programs, logs, waits)
 }
 

@@ -61,6 +61,16 @@ pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()>
     Ok(())
 }
 
+/// Attaches the `sched_process_exit` program: the one that reads the
+/// tracepoint's `group_dead`, else, where the kernel refuses it (the
+/// tracepoint has only the task: Linux 6.1), the one that reads the
+/// process's count of live threads.
+pub(crate) fn attach_proc_exit(ebpf: &mut Ebpf) -> Result<()> {
+    let tp = "sched_process_exit";
+    attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXIT, tp)
+        .or_else(|_| attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXIT_OLD, tp))
+}
+
 /// Loads raw tracepoint program `name` unless it is loaded already.
 fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoint> {
     let prog: &mut RawTracePoint = ebpf
@@ -403,6 +413,11 @@ impl Probes {
                 true,
             )
             .override_global(profiler_common::uret::GLOBAL, &uret, true)
+            .override_global(
+                profiler_common::TASK_SIGNAL_LIVE_OFFSETS_GLOBAL,
+                &super::task_btf::signal_live_offsets().unwrap_or_default(),
+                true,
+            )
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
@@ -941,13 +956,18 @@ impl Probes {
         if tracking.offsets.is_none() {
             return Ok(false);
         }
-        let mut progs = vec![(profiler_common::PROG_PROC_FORK, "sched_process_fork")];
+        attach_raw_tp(
+            &mut self.ebpf,
+            profiler_common::PROG_PROC_FORK,
+            "sched_process_fork",
+        )?;
         if tracking.by_map() {
-            progs.push((profiler_common::PROG_PROC_EXEC, "sched_process_exec"));
-            progs.push((profiler_common::PROG_PROC_EXIT, "sched_process_exit"));
-        }
-        for (name, tp) in progs {
-            attach_raw_tp(&mut self.ebpf, name, tp)?;
+            attach_raw_tp(
+                &mut self.ebpf,
+                profiler_common::PROG_PROC_EXEC,
+                "sched_process_exec",
+            )?;
+            attach_proc_exit(&mut self.ebpf)?;
         }
         Ok(true)
     }

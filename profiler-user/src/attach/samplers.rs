@@ -334,7 +334,7 @@ impl Seen {
 /// kernel, so that a process given its PID later is told of too.
 pub fn notice_execs_and_exits(ebpf: &mut Ebpf) -> Result<()> {
     super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXEC, "sched_process_exec")?;
-    super::probes::attach_raw_tp(ebpf, profiler_common::PROG_PROC_EXIT, "sched_process_exit")
+    super::probes::attach_proc_exit(ebpf)
 }
 
 /// Starts off-CPU tracking: every target thread's blocked time, by stack.

@@ -82,6 +82,22 @@ pub struct UretprobeOffsets {
     pub utask_vaddr: u32,
 }
 
+/// `task_struct.signal` and `signal_struct.live`, for the process-exit
+/// tracepoint of kernels whose tracepoint has no `group_dead` argument
+/// (`PROG_PROC_EXIT_OLD`); None without BTF.
+pub fn signal_live_offsets() -> Option<[u32; 2]> {
+    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
+        .or_else(|_| Btf::from_file(VMLINUX))
+        .ok()?;
+    let task = struct_named(&btf, "task_struct")?;
+    let signal = struct_named(&btf, "signal_struct")?;
+    Some([
+        member(&btf, &task, "signal")?.0,
+        member(&btf, &signal, "live")?.0,
+    ])
+}
+
 /// The struct `name` of `btf`.
 fn struct_named(btf: &Btf, name: &str) -> Option<btf_rs::Struct> {
     btf.resolve_types_by_name(name)
@@ -182,5 +198,16 @@ mod tests {
             "{o:?}"
         );
         assert_ne!(o.ri_next, o.ri_orig_ret_vaddr);
+    }
+
+    #[test]
+    fn signal_live_offsets_of_this_kernel_are_found() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        }
+        let [signal, live] =
+            super::signal_live_offsets().expect("task_struct.signal, signal_struct.live");
+        assert!(signal > 0 && live > 0, "{signal} {live}");
     }
 }
