@@ -7,8 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long the profiler may take to attach or to finish.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the profiler may take to attach or to finish: 30 s, or 5
+/// minutes under software emulation (`crate::emulated`), where attaching
+/// a few hundred functions one perf event each (kernels before 6.10) takes
+/// minutes.
+pub fn timeout() -> Duration {
+    if crate::emulated() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(30)
+    }
+}
 
 /// The profiler binary: `$PROFILER_BIN`, else `<workspace>/target/release/profiler`.
 pub fn profiler_bin() -> PathBuf {
@@ -130,11 +139,11 @@ impl Drop for Running {
     }
 }
 
-/// Runs the profiler with `args` to completion (at most [`TIMEOUT`]).
+/// Runs the profiler with `args` to completion (at most [`timeout`]).
 pub fn profiler(args: &[&str]) -> Finished {
     let mut cmd = Command::new(profiler_bin());
     cmd.args(args);
-    Running::spawn(cmd).wait(TIMEOUT)
+    Running::spawn(cmd).wait(timeout())
 }
 
 /// `profiler report DIR --out AGAIN` (offline replay of DIR's
@@ -159,7 +168,7 @@ pub fn replay(dir: &std::path::Path, tag: &str) -> crate::TempDir {
 pub fn profiler_wrapped(wrapper: &[&str], args: &[&str]) -> Finished {
     let mut cmd = Command::new(wrapper[0]);
     cmd.args(&wrapper[1..]).arg(profiler_bin()).args(args);
-    Running::spawn(cmd).wait(TIMEOUT)
+    Running::spawn(cmd).wait(timeout())
 }
 
 /// A live `profiler record`, returned once its probes are attached.
@@ -198,10 +207,10 @@ impl Recording {
         Recording::spawn(Recording::command(pid, out, extra))
     }
 
-    /// Runs `cmd` and waits (at most [`TIMEOUT`]) for `attached` on stderr.
+    /// Runs `cmd` and waits (at most [`timeout`]) for `attached` on stderr.
     pub fn spawn(cmd: Command) -> Recording {
         let mut run = Running::spawn(cmd);
-        let deadline = Instant::now() + TIMEOUT;
+        let deadline = Instant::now() + timeout();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match run.stderr_rx.recv_timeout(left) {
@@ -230,12 +239,12 @@ impl Recording {
     /// Sends `signal` (e.g. `libc::SIGINT`) and waits for the profiler to exit.
     pub fn stop(mut self, signal: i32) -> Finished {
         self.signal(signal);
-        self.run.wait(TIMEOUT)
+        self.run.wait(timeout())
     }
 
     /// Waits for the profiler to stop by itself (target exit, `--duration`).
     pub fn wait(mut self) -> Finished {
-        self.run.wait(TIMEOUT)
+        self.run.wait(timeout())
     }
 }
 

@@ -31,6 +31,18 @@ const FUNCS: &[&str] = &[
     "helper_work",
 ];
 
+/// How long the exec'd helper waits after it sees its function probed,
+/// for the rest of its probes (`fixtures/forkhelper.c`): none, but a
+/// second under software emulation, where one perf event per probe goes
+/// on a few hundred milliseconds after the other.
+fn settle_ms() -> &'static str {
+    if relaxed("the exec'd helper waits 1 s more after its function is first probed") {
+        "1000"
+    } else {
+        "0"
+    }
+}
+
 /// The `processes` entry of `pid`.
 fn process(o: &Outputs, pid: u64) -> &Value {
     o.json["processes"]
@@ -156,7 +168,8 @@ fn follow_launch_traces_every_process_of_the_tree() {
         .arg("--")
         .arg(server_exe())
         .arg("auto")
-        .arg(helper_exe());
+        .arg(helper_exe())
+        .env("FOLLOW_SETTLE_MS", settle_ms());
     let fin = Recording::spawn(cmd).wait();
     assert!(fin.status.success(), "profiler: {fin:?}");
     assert_none_left_since(&before, &[]);
@@ -207,7 +220,11 @@ fn follow_by_pid_traces_children_made_after_attach() {
     require_root!();
     let out = TempDir::new("follow-pid");
     let before = prof_prog_ids();
-    let mut fx = Fixture::spawn(server_exe(), &["follow", helper_exe().to_str().unwrap()]);
+    let mut fx = Fixture::spawn_env(
+        server_exe(),
+        &["follow", helper_exe().to_str().unwrap()],
+        &[("FOLLOW_SETTLE_MS", settle_ms())],
+    );
     let mut args = vec!["--follow"];
     args.extend_from_slice(FUNCS);
     let rec = Recording::start(fx.pid, out.path(), &args);

@@ -51,7 +51,7 @@ fn row02_many_threads_full_speed_drops_shown_live_and_in_report() {
                 .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     });
-    let deadline = Instant::now() + profiler_tests::recording::TIMEOUT;
+    let deadline = Instant::now() + profiler_tests::recording::timeout();
     while !tty.lock().unwrap().contains("attached") {
         assert!(
             Instant::now() < deadline,
