@@ -54,6 +54,9 @@ pub struct Parser {
     pub results: BTreeMap<String, Status>,
     /// Each skipping test's SKIP lines.
     pub skip_lines: Vec<String>,
+    /// (test, line) for each `RELAXED …` line a test printed: a timing
+    /// assertion widened under software emulation (`cargo xtask kernels`).
+    pub relaxed: Vec<(String, String)>,
     /// Summed totals.
     pub counts: Counts,
 }
@@ -91,6 +94,10 @@ impl Parser {
             if let Some((name, status)) = parse_result(line) {
                 self.results.insert(name, status);
             }
+            return true;
+        }
+        if let (Some(name), Some(what)) = (&self.current, line.strip_prefix("RELAXED ")) {
+            self.relaxed.push((name.clone(), what.to_string()));
             return true;
         }
         if let (Some(name), Some(why)) = (&self.current, line.strip_prefix("SKIP ")) {
@@ -153,6 +160,7 @@ successes:
 ---- b::row15_x stdout ----
 [profiler] noise
 SKIP row15: cannot provoke it here
+RELAXED a duration: 30% instead of 5%
 
 successes:
     a::one
@@ -193,6 +201,13 @@ test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; 
             }
         );
         assert!(echoed.contains(&"SKIP row15: cannot provoke it here"));
+        assert_eq!(
+            p.relaxed,
+            vec![(
+                "b::row15_x".to_string(),
+                "a duration: 30% instead of 5%".to_string()
+            )]
+        );
         assert!(echoed.contains(&"assertion failed"));
         assert!(!echoed.contains(&"[profiler] noise"), "{echoed:?}");
     }

@@ -8,6 +8,7 @@ mod browser;
 mod demo;
 mod dist;
 mod fuzz;
+mod kernels;
 mod layers;
 mod libtest;
 mod links;
@@ -52,6 +53,10 @@ enum Cmd {
     /// Run the tests of every row of the failure-mode matrix (root) and
     /// write RELIABILITY.md.
     Reliability(reliability::Args),
+    /// Run the root integration tests on other kernels (Debian's 6.1 and
+    /// 6.12, and the host's), each in a virtual machine (QEMU, virtme-ng),
+    /// and write the kernel × feature matrix into KERNELS.md.
+    Kernels(kernels::Args),
     /// Build the libFuzzer targets (fuzz/) and run each for a while.
     Fuzz(fuzz::Args),
     /// Run the profiler for a long time on a busy, forking target and
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::Screenshot(args) => screenshot::run(&args),
         Cmd::Reliability(args) => reliability::run(&args),
+        Cmd::Kernels(args) => kernels::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::Soak(args) => soak::run(&args),
         Cmd::Dist => dist::run(),

@@ -60,11 +60,23 @@ const BENCH_TOOLS: &[(&str, &str)] = &[
     ("redis-benchmark", "redis-tools"),
 ];
 
+/// Extra programs `cargo xtask kernels` needs to boot other kernels
+/// (virtme-ng comes from PyPI, the kernels from Debian: `kernels.rs`).
+pub const KERNEL_TOOLS: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    // virtme-ng's initramfs, when the kernel needs one.
+    ("/bin/busybox", "busybox-static"),
+];
+
 #[derive(clap::Args, Default)]
 pub struct Args {
     /// Also install the bench tools (bpftrace, uftrace, perf).
     #[arg(long)]
     pub bench: bool,
+    /// Also install what `cargo xtask kernels` needs (QEMU, busybox,
+    /// virtme-ng).
+    #[arg(long)]
+    pub kernels: bool,
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -77,7 +89,13 @@ pub fn run(args: &Args) -> Result<()> {
     if args.bench {
         tools.extend_from_slice(BENCH_TOOLS);
     }
+    if args.kernels {
+        tools.extend_from_slice(KERNEL_TOOLS);
+    }
     debian_tools(&tools, &mut did)?;
+    if args.kernels {
+        virtme_ng(&mut did)?;
+    }
     if did.is_empty() {
         eprintln!(
             "setup: everything present (nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, cargo-fuzz, the {} target, {})",
@@ -202,7 +220,39 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-fn debian_tools(tools: &[(&str, &str)], did: &mut Vec<String>) -> Result<()> {
+/// The virtme-ng release `cargo xtask kernels` was written against.
+const VIRTME_NG_VERSION: &str = "1.42";
+
+/// virtme-ng (`vng`) from PyPI, which Debian 12 does not package.
+fn virtme_ng(did: &mut Vec<String>) -> Result<()> {
+    if find_program("vng").is_some() {
+        return Ok(());
+    }
+    let pkg = format!("virtme-ng=={VIRTME_NG_VERSION}");
+    // Debian's own pip refuses to install into the system's Python
+    // without the flag; a pyenv or venv pip takes the plain form.
+    let plain = Command::new("python3")
+        .args(["-m", "pip", "install", "-q", &pkg])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !plain {
+        exec(Command::new("python3").args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--break-system-packages",
+            &pkg,
+        ]))?;
+    }
+    if find_program("vng").is_none() {
+        bail!("pip installed {pkg} but `vng` is not on PATH: add pip's script directory to PATH");
+    }
+    did.push(format!("pip installed {pkg}"));
+    Ok(())
+}
+
+pub fn debian_tools(tools: &[(&str, &str)], did: &mut Vec<String>) -> Result<()> {
     let mut missing: Vec<&str> = tools
         .iter()
         .filter(|(bin, _)| match bin.starts_with('/') {

@@ -99,7 +99,10 @@ pub fn run(args: &Args) -> Result<()> {
     if !is_root() {
         bail!("the bench attaches uprobes and needs root: re-run as root (`sudo -E cargo xtask bench`)");
     }
-    crate::setup::run(&crate::setup::Args { bench: true })?;
+    crate::setup::run(&crate::setup::Args {
+        bench: true,
+        ..Default::default()
+    })?;
     crate::util::build_profiler()?;
     let started = Instant::now();
     let work = workspace_root().join("target/xtask/bench");

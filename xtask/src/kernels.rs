@@ -1,0 +1,617 @@
+//! `cargo xtask kernels`: the root integration tests inside virtual
+//! machines booted with other kernels (Debian's 6.1 and 6.12 packages by
+//! default, beside this machine's own), and KERNELS.md from the run.
+//!
+//! Each kernel boots with QEMU through virtme-ng (`vng --run`), which shares
+//! the host's files read-only, `target/` read-write: the guest runs the
+//! host's test binary and profiler, and writes its log into
+//! `target/kernels/`. KVM is used where it works, software emulation
+//! otherwise (about 25 s to boot). Under emulation the tests get
+//! `PROFILER_TEST_EMULATED=1`: timing assertions that emulation cannot
+//! meet are relaxed, each printing a `RELAXED` line; behaviour assertions
+//! are not.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::libtest::{Parser, Status};
+use crate::util::workspace_root;
+use crate::util::{build_profiler, cargo, exec, find_program, is_root, profiler_bin, stdout_of};
+
+/// The tests `--smoke` runs: one of each main feature.
+pub const SMOKE: &[&str] = &[
+    "check::",
+    "tracing::tree_counts_durations_self_and_teardown",
+    "dispatch::exactly_the_slow_messages_with_their_durations_splits_and_trees",
+    "sampling::frame_pointer_chain_is_complete",
+    "offcpu::",
+    "waker::mutex_waker_is_worker_1_busy_in_compress_block",
+    "event_loops::a_stripped_epoll_loop_is_timed_by_its_waits",
+    "unwinding::cpp_exception_through_probed_frames_by_pid",
+    "golang::go_goroutines_growing_stacks_are_traced_exactly",
+    "follow::follow_by_pid_traces_children_made_after_attach",
+    "teardown::sigkill_during_calls_leaves_target_unharmed",
+];
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A kernel to run the tests on: `host` (this machine's, no VM), a
+    /// Debian kernel's version (`6.1`, `6.12`: the newest installed
+    /// `/boot/vmlinuz-VERSION.*`, else installed with apt), or a vmlinuz
+    /// path; `:smoke` after it runs only the smoke subset there
+    /// (`--kernel 6.12:smoke`). Repeatable.
+    #[arg(long = "kernel", default_values = ["host", "6.1", "6.12"])]
+    pub kernels: Vec<String>,
+    /// Only the smoke subset (SMOKE in xtask/src/kernels.rs).
+    #[arg(long)]
+    pub smoke: bool,
+    /// Write the matrix here (default: KERNELS.md for a full run,
+    /// target/kernels/KERNELS.md for a subset).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// vCPUs of each virtual machine.
+    #[arg(long, default_value_t = 2)]
+    pub cpus: u32,
+    /// Memory of each virtual machine (QEMU's syntax).
+    #[arg(long, default_value = "3G")]
+    pub memory: String,
+    /// The profiler binary the tests run (default: the release build,
+    /// built first), e.g. the static one from `cargo xtask dist`.
+    #[arg(long, value_name = "PATH")]
+    pub profiler: Option<PathBuf>,
+    /// Only the tests whose names contain one of these (libtest filters).
+    pub filters: Vec<String>,
+}
+
+/// Where one kernel's tests ran.
+struct Kernel {
+    /// What the user asked for (`host`, `6.1`, a path), without `:smoke`.
+    asked: String,
+    /// Only the smoke subset there.
+    smoke: bool,
+    /// The vmlinuz to boot; `None` for the host.
+    image: Option<PathBuf>,
+}
+
+/// One kernel's results.
+struct Run {
+    asked: String,
+    /// Only some of the tests ran there (filters, the smoke subset).
+    subset: bool,
+    /// `uname -r` inside it.
+    release: String,
+    /// `kvm`, `software emulation` or `none (host)`.
+    machine: &'static str,
+    /// `profiler check`'s output there.
+    check: String,
+    parser: Parser,
+    /// The test binary's exit status, or why it gave none.
+    exit: String,
+    secs: u64,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    if !is_root() {
+        bail!("the integration tests load eBPF programs and need root: re-run as root (`sudo -E cargo xtask kernels`)");
+    }
+    crate::setup::run(&crate::setup::Args {
+        kernels: true,
+        ..Default::default()
+    })?;
+    let kernels: Vec<Kernel> = args
+        .kernels
+        .iter()
+        .map(|k| match k.strip_suffix(":smoke") {
+            Some(k) => resolve(k).map(|r| Kernel { smoke: true, ..r }),
+            None => resolve(k),
+        })
+        .collect::<Result<_>>()?;
+    let profiler = match &args.profiler {
+        Some(p) => std::fs::canonicalize(p)
+            .with_context(|| format!("--profiler {}: no such binary", p.display()))?,
+        None => {
+            build_profiler()?;
+            profiler_bin()
+        }
+    };
+    let tests = test_binary()?;
+    let dir = workspace_root().join("target/kernels");
+    std::fs::create_dir_all(&dir)?;
+    let mut filters: Vec<String> = args.filters.clone();
+    if args.smoke {
+        filters.extend(SMOKE.iter().map(|s| s.to_string()));
+    }
+    let mut runs = Vec::new();
+    for k in &kernels {
+        eprintln!("kernels: {} …", k.asked);
+        let mut here = filters.clone();
+        if k.smoke && !args.smoke {
+            here.extend(SMOKE.iter().map(|s| s.to_string()));
+        }
+        let run = run_one(k, (&tests, &profiler), &dir, &here, args)?;
+        let c = &run.parser.counts;
+        eprintln!(
+            "kernels: {} ({}, {}): {} passed, {} failed, {} skipped, {} relaxed, in {} s",
+            run.asked,
+            run.release,
+            run.machine,
+            c.passed - c.skipped,
+            c.failed,
+            c.skipped,
+            run.parser.relaxed.len(),
+            run.secs
+        );
+        runs.push(run);
+    }
+    let out = args.out.clone().unwrap_or_else(|| {
+        if filters.is_empty() {
+            workspace_root().join("KERNELS.md")
+        } else {
+            dir.join("KERNELS.md")
+        }
+    });
+    std::fs::write(&out, matrix(&runs, &filters, &profiler))
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("kernels: wrote {}", out.display());
+    let failed: Vec<String> = runs
+        .iter()
+        .filter(|r| r.parser.counts.failed > 0 || r.parser.results.is_empty())
+        .map(|r| format!("{} ({})", r.asked, r.release))
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "tests failed on {}; see {}",
+            failed.join(", "),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// The vmlinuz for `asked`, installing Debian's package when none is
+/// in /boot.
+fn resolve(asked: &str) -> Result<Kernel> {
+    if asked == "host" {
+        return Ok(Kernel {
+            asked: asked.into(),
+            smoke: false,
+            image: None,
+        });
+    }
+    if asked.contains('/') {
+        let p = PathBuf::from(asked);
+        if !p.is_file() {
+            bail!("no kernel image {asked}: give a vmlinuz path, a version such as 6.1, or host");
+        }
+        return Ok(Kernel {
+            asked: asked.into(),
+            smoke: false,
+            image: Some(p),
+        });
+    }
+    if let Some(p) = installed(asked) {
+        return Ok(Kernel {
+            asked: asked.into(),
+            smoke: false,
+            image: Some(p),
+        });
+    }
+    let pkg = package_for(asked)?;
+    exec(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends", &pkg])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )?;
+    let image = installed(asked)
+        .with_context(|| format!("apt installed {pkg}, but no /boot/vmlinuz-{asked}.* appeared"))?;
+    Ok(Kernel {
+        asked: asked.into(),
+        smoke: false,
+        image: Some(image),
+    })
+}
+
+/// The newest `/boot/vmlinuz-VERSION.*` or `-VERSION-*` (so that `6.1`
+/// does not take 6.12).
+fn installed(version: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/boot")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.strip_prefix("vmlinuz-")
+                .and_then(|r| r.strip_prefix(version))
+                .is_some_and(|rest| rest.starts_with(['.', '-']))
+        })
+        .collect();
+    found.sort_by_key(|p| release_key(p));
+    found.pop()
+}
+
+/// Sort key of a vmlinuz's release: its numbers in order.
+fn release_key(p: &Path) -> Vec<u64> {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+/// Debian's package of the newest `linux-image-VERSION…-amd64`: the
+/// meta-package when there is one (6.12), else the highest ABI (6.1).
+fn package_for(version: &str) -> Result<String> {
+    let names = stdout_of("apt-cache", ["pkgnames", "linux-image-"]).unwrap_or_default();
+    let meta = format!("linux-image-{version}-amd64");
+    let mut candidates: Vec<&str> = names
+        .lines()
+        .filter(|n| {
+            n.strip_prefix("linux-image-")
+                .and_then(|r| r.strip_prefix(version))
+                .and_then(|r| r.strip_suffix("-amd64"))
+                .is_some_and(|mid| {
+                    mid.is_empty()
+                        || (mid.starts_with('.')
+                            && mid[1..]
+                                .chars()
+                                .all(|c| c.is_ascii_digit() || c == '-' || c == '.'))
+                })
+        })
+        .collect();
+    if candidates.contains(&meta.as_str()) {
+        return Ok(meta);
+    }
+    candidates.sort_by_key(|n| release_key(Path::new(n)));
+    candidates
+        .pop()
+        .map(str::to_string)
+        .with_context(|| format!("no Debian package linux-image-{version}*-amd64 (try `apt-get update`), and no /boot/vmlinuz-{version}.*"))
+}
+
+/// Builds the integration tests and returns their binary.
+fn test_binary() -> Result<PathBuf> {
+    let out = cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "profiler-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!(
+            "building the integration tests failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] == "compiler-artifact" && v["target"]["name"] == "integration" {
+            if let Some(exe) = v["executable"].as_str() {
+                return Ok(PathBuf::from(exe));
+            }
+        }
+    }
+    bail!("cargo built no `integration` test binary")
+}
+
+/// Whether QEMU can use KVM here: a boot that runs `true` within 30 s
+/// (with KVM it takes a few; where KVM fails, QEMU may fall back to
+/// emulation with the host's CPU model and hang).
+fn kvm_works(image: &Path) -> bool {
+    if !Path::new("/dev/kvm").exists() {
+        return false;
+    }
+    let Ok(mut child) = Command::new("vng")
+        .arg("--run")
+        .arg(image)
+        .args(["--memory", "512M", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.success(),
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(200))
+            }
+            _ => {
+                // vng's QEMU is its child: end the whole group.
+                let _ = Command::new("pkill")
+                    .args(["-f", "qemu-system-x86_64 -name virtme-ng -m 512M"])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+}
+
+fn run_one(
+    k: &Kernel,
+    (tests, profiler): (&Path, &Path),
+    dir: &Path,
+    filters: &[String],
+    args: &Args,
+) -> Result<Run> {
+    let tag = k.asked.replace('/', "_");
+    let log = dir.join(format!("{tag}.log"));
+    let check = dir.join(format!("{tag}.check"));
+    let release_file = dir.join(format!("{tag}.release"));
+    let rc_file = dir.join(format!("{tag}.rc"));
+    for f in [&log, &check, &release_file, &rc_file] {
+        let _ = std::fs::remove_file(f);
+    }
+    let (machine, emulated) = match &k.image {
+        None => ("none (host)", false),
+        Some(image) if kvm_works(image) => ("KVM", false),
+        Some(_) => ("software emulation", true),
+    };
+    let filter_args: String = filters
+        .iter()
+        .map(|f| format!(" '{}'", f.replace('\'', "")))
+        .collect();
+    // The host's PATH: rustc and go (fixtures) may live outside the
+    // guest's default one.
+    let script = format!(
+        "export PATH='{path}'; uname -r > {release}; {profiler} check > {check} 2>&1; \
+         PROFILER_BIN={profiler} {emu} {tests} --test-threads=1 --show-output{filter_args} \
+         > {log} 2>&1; echo $? > {rc}",
+        path = std::env::var("PATH").unwrap_or_default().replace('\'', ""),
+        release = release_file.display(),
+        profiler = profiler.display(),
+        check = check.display(),
+        emu = if emulated {
+            "PROFILER_TEST_EMULATED=1"
+        } else {
+            ""
+        },
+        tests = tests.display(),
+        log = log.display(),
+        rc = rc_file.display(),
+    );
+    let started = Instant::now();
+    let status = match &k.image {
+        None => Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(workspace_root().join("tests"))
+            .status(),
+        Some(image) => {
+            let vng = find_program("vng").context("vng not found (cargo xtask setup --kernels)")?;
+            let mut cmd = Command::new(vng);
+            cmd.arg("--run").arg(image);
+            if emulated {
+                cmd.arg("--disable-kvm");
+            }
+            cmd.args(["--cpus", &args.cpus.to_string(), "--memory", &args.memory])
+                .arg("--rwdir")
+                .arg(workspace_root().join("target"))
+                .arg("--cwd")
+                .arg(workspace_root().join("tests"))
+                .args(["--", &script]);
+            eprintln!("$ {}", crate::util::display(&cmd));
+            cmd.status()
+        }
+    };
+    let secs = started.elapsed().as_secs();
+    let status = status.context("starting the tests")?;
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let mut parser = Parser::default();
+    for line in read(&log).lines() {
+        parser.feed(line);
+    }
+    let exit = match read(&rc_file).trim() {
+        "" => format!("no exit status: the machine stopped first ({status})"),
+        rc => format!("exit status {rc}"),
+    };
+    Ok(Run {
+        asked: k.asked.clone(),
+        subset: !filters.is_empty(),
+        release: read(&release_file).trim().to_string(),
+        machine,
+        check: read(&check),
+        parser,
+        exit,
+        secs,
+    })
+}
+
+/// The feature a test belongs to: its module (`tracing`, `reliability`).
+fn feature(test: &str) -> &str {
+    test.split("::").next().unwrap_or(test)
+}
+
+/// KERNELS.md.
+fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
+    let mut s = String::new();
+    let commit = stdout_of("git", ["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "# Kernels\n\n\
+         Generated by `cargo xtask kernels{}` at commit {}: the root integration \
+         tests ({}) on each kernel, one at a time, inside a virtual machine booted \
+         with QEMU and virtme-ng for the kernels other than the host's, with \
+         the profiler binary `{}`. Do not edit by hand.\n",
+        if filters.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", filters.join(" "))
+        },
+        commit.trim(),
+        if filters.is_empty() {
+            "all of them".to_string()
+        } else {
+            "a subset".to_string()
+        },
+        profiler
+            .strip_prefix(workspace_root())
+            .unwrap_or(profiler)
+            .display()
+    );
+    let _ = writeln!(
+        s,
+        "| kernel | machine | passed | failed | skipped | timings relaxed | minutes |"
+    );
+    let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in runs {
+        let c = &r.parser.counts;
+        let _ = writeln!(
+            s,
+            "| {} ({}{}) | {} | {} | {} | {} | {} | {} |",
+            r.release,
+            r.asked,
+            if r.subset { ", a subset" } else { "" },
+            r.machine,
+            c.passed - c.skipped,
+            c.failed,
+            c.skipped,
+            r.parser.relaxed.len(),
+            r.secs.div_ceil(60)
+        );
+    }
+    // Feature × kernel.
+    let mut features: BTreeMap<&str, ()> = BTreeMap::new();
+    for r in runs {
+        for t in r.parser.results.keys() {
+            features.insert(feature(t), ());
+        }
+    }
+    let _ = writeln!(s, "\n## By feature\n");
+    let _ = write!(s, "| feature (test module) |");
+    for r in runs {
+        let _ = write!(s, " {} |", r.release);
+    }
+    let _ = write!(s, "\n| --- |");
+    for _ in runs {
+        let _ = write!(s, " --- |");
+    }
+    s.push('\n');
+    for f in features.keys() {
+        let _ = write!(s, "| {f} |");
+        for r in runs {
+            let mut n = [0u32; 4];
+            for (t, st) in &r.parser.results {
+                if feature(t) != *f {
+                    continue;
+                }
+                n[match st {
+                    Status::Ok => 0,
+                    Status::Failed => 1,
+                    Status::Skipped(_) => 2,
+                    Status::Ignored(_) => 3,
+                }] += 1;
+            }
+            let total: u32 = n.iter().sum();
+            let cell = if total == 0 {
+                "not run".to_string()
+            } else if n[1] > 0 {
+                format!("**{} of {} failed**", n[1], total)
+            } else {
+                let mut c = format!("{} pass", n[0]);
+                if n[2] > 0 {
+                    c += &format!(", {} skipped", n[2]);
+                }
+                if n[3] > 0 {
+                    c += &format!(", {} ignored", n[3]);
+                }
+                c
+            };
+            let _ = write!(s, " {cell} |");
+        }
+        s.push('\n');
+    }
+    for r in runs {
+        let _ = writeln!(s, "\n## {} ({})\n", r.release, r.machine);
+        let _ = writeln!(s, "The test binary ended with {}.\n", r.exit);
+        let failed: Vec<&String> = r
+            .parser
+            .results
+            .iter()
+            .filter(|(_, st)| **st == Status::Failed)
+            .map(|(t, _)| t)
+            .collect();
+        if !failed.is_empty() {
+            let _ = writeln!(s, "Failed:\n");
+            for t in failed {
+                let _ = writeln!(s, "- `{t}`");
+            }
+            s.push('\n');
+        }
+        let skipped: Vec<(&String, &String)> = r
+            .parser
+            .results
+            .iter()
+            .filter_map(|(t, st)| match st {
+                Status::Skipped(why) => Some((t, why)),
+                _ => None,
+            })
+            .collect();
+        if !skipped.is_empty() {
+            let _ = writeln!(s, "Skipped, with the reason each printed:\n");
+            for (t, why) in skipped {
+                let _ = writeln!(s, "- `{t}`: {why}");
+            }
+            s.push('\n');
+        }
+        if !r.parser.relaxed.is_empty() {
+            let _ = writeln!(
+                s,
+                "Timing assertions relaxed under software emulation (the behaviour \
+                 assertions of these tests ran as written):\n"
+            );
+            for (t, line) in &r.parser.relaxed {
+                let _ = writeln!(s, "- `{t}`: {line}");
+            }
+            s.push('\n');
+        }
+        let _ = writeln!(
+            s,
+            "`profiler check` there:\n\n```\n{}```",
+            if r.check.is_empty() {
+                "(no output)\n"
+            } else {
+                &r.check
+            }
+        );
+    }
+    s.push_str(PAPER);
+    s
+}
+
+/// Kernels that Debian 12 cannot install here, on paper.
+const PAPER: &str = "
+## Kernels not run here, on paper
+
+What the profiler uses, the kernel that added it, and what happens without it.
+`profiler check` prints the same for the kernel it runs on.
+
+| feature | since | without it |
+| --- | --- | --- |
+| BPF ring buffer | 5.8 | nothing works: `profiler check` and every command say the kernel is too old |
+| BTF (`/sys/kernel/btf/vmlinux`) | 5.4 (distribution kernels: 5.x with `CONFIG_DEBUG_INFO_BTF`) | nothing works: one line names it |
+| `bpf_get_attach_cookie` for uprobes | 5.15 | nothing works: one line names it |
+| `bpf_loop` | 5.17 | the programs fail to load: one line names the kernel (tracing and sampling need it) |
+| uprobe_multi links | 6.6 | one perf event per probe: attaching thousands of functions is slower; USDT probes with semaphores (CPython's GC) are refused with a line saying why |
+| uprobe_multi's PID filter fix | 6.10 | uprobe_multi is not used on kernels before 6.10 |
+| uretprobe syscall | 6.11 | return uprobes cost a trap each (the calibration measures it) |
+| 5-byte-nop uprobes as calls | 6.18 | nop entries are single-stepped (the calibration measures it) |
+| fentry on syscalls | 5.5 (and a kernel that allows it) | event-loop waits through kprobes, else the `sys_enter`/`sys_exit` tracepoints, said on stderr |
+
+So Ubuntu 22.04 (5.15) and RHEL 9 (5.14) lack `bpf_loop`: the programs do
+not load there, and the profiler says which kernel it needs. Ubuntu 24.04
+(6.8) has everything but the uprobe_multi fix and the cheaper exits.
+";
