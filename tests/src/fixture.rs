@@ -88,7 +88,12 @@ impl Fixture {
 
     fn send(&mut self, what: &str) {
         let stdin = self.stdin.as_mut().expect("fixture stdin open");
-        writeln!(stdin, "{what}").expect("write to fixture stdin");
+        // One write: `writeln!` on the unbuffered pipe writes the line and
+        // its newline apart, and a fixture that reads between them sees two
+        // lines (an event loop then counts one more iteration).
+        stdin
+            .write_all(format!("{what}\n").as_bytes())
+            .expect("write to fixture stdin");
         stdin.flush().expect("flush fixture stdin");
     }
 
