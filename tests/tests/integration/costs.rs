@@ -62,12 +62,23 @@ fn durations_leave_out_the_probes_cost() {
             num(f[0], "inside_ns")
         );
     }
+    // Under software emulation a probe hit costs 10-50 µs and the guest's
+    // speed swings more from one second to the next: the bounds widen.
+    let emulated = relaxed(
+        "costs: near-empty under 10 µs (not 0.5), the 2 µs function within 2x (not 25%), \
+         the caller's excess left under 90% (not 50%)",
+    );
+    let (empty_max, work_range, left_max) = if emulated {
+        (10_000.0, 0.5..=2.0, 0.9)
+    } else {
+        (500.0, 0.75..=1.25, 0.5)
+    };
     let avg = |name: &str| num(o.functions(name)[0], "avg_ns") as f64;
     let measured = |name: &str| num(o.functions(name)[0], "measured_avg_ns") as f64;
     // A near-empty function (3 ns untraced) measures its own probes' share,
     // most of a microsecond: under 0.5 µs once corrected.
     assert!(
-        avg("cost_empty") < 500.0,
+        avg("cost_empty") < empty_max,
         "cost_empty at {} ns",
         avg("cost_empty")
     );
@@ -75,7 +86,7 @@ fn durations_leave_out_the_probes_cost() {
     // A 2 µs one within 25%.
     let work = f64_of(&base, "work_ns");
     assert!(
-        (0.75..=1.25).contains(&(avg("cost_work") / work)),
+        work_range.contains(&(avg("cost_work") / work)),
         "cost_work: {} ns a call against {work:.0} untraced; measured {} ns",
         avg("cost_work"),
         measured("cost_work")
@@ -95,7 +106,7 @@ fn durations_leave_out_the_probes_cost() {
     );
     let left = (avg("cost_caller") - caller).abs();
     assert!(
-        left < 0.5 * excess,
+        left < left_max * excess,
         "cost_caller: {} ns a call against {caller:.0} untraced, measured {} ns",
         avg("cost_caller"),
         measured("cost_caller")
@@ -104,7 +115,7 @@ fn durations_leave_out_the_probes_cost() {
     // durations are corrected alike, and say by how much.
     let p50 = d["p50_ns"].as_u64().unwrap() as f64;
     assert!(
-        (p50 - caller).abs() < 0.5 * excess,
+        (p50 - caller).abs() < left_max * excess,
         "dispatch p50 {p50} ns against {caller:.0} untraced"
     );
     assert!(d["probe_ns"].as_u64().unwrap() > 0, "{}", d["probe_ns"]);
