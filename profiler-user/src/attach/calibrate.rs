@@ -389,7 +389,7 @@ pub fn calibrate() -> Result<HitCost> {
         (off(profiler_calib_nop_uret)?, 6),
     ];
     // Exits first, the entries last, as the session attaches them.
-    let plan: [(&str, Vec<(u64, u64)>, bool); 3] = [
+    let plan: [PlanItem; 3] = [
         (
             PROG_RET,
             vec![

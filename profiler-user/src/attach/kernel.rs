@@ -60,7 +60,7 @@ fn require_of(rel: &str, btf: bool) -> Result<()> {
             "this kernel (Linux {rel}) has no BTF (/sys/kernel/btf/vmlinux): the profiler needs a kernel built with CONFIG_DEBUG_INFO_BTF, as Debian's, Ubuntu's, Fedora's and RHEL's are"
         )));
     }
-    if let Some(v) = version_of(&rel).filter(|v| *v < OLDEST) {
+    if let Some(v) = version_of(rel).filter(|v| *v < OLDEST) {
         return Err(Error::Kernel(format!(
             "this kernel is Linux {}.{} ({rel}): the profiler needs Linux {}.{} or later (its programs use bpf_loop); `profiler check` lists what this kernel has",
             v.0, v.1, OLDEST.0, OLDEST.1
