@@ -152,7 +152,7 @@ pub const ROWS: &[Row] = &[
     },
     Row {
         n: 15,
-        scenario: "verifier rejection: the verifier log is shown",
+        scenario: "verifier rejection: one line names the program; `profiler check --verbose` shows the verifier log",
         covers: &[It("reliability::input::row15_verifier_rejection_shows_the_log")],
     },
     Row {
