@@ -8,6 +8,17 @@ use btf_rs::{Backend, Btf, Type};
 
 use crate::{Error, Result};
 
+/// The running kernel's BTF.
+const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+/// Opens [`VMLINUX`], mapped and read on demand (parsing all of it up front
+/// takes about a second, which every `record` would pay).
+fn vmlinux() -> std::result::Result<Btf, String> {
+    Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
+        .or_else(|_| Btf::from_file(VMLINUX))
+        .map_err(|e| e.to_string())
+}
+
 /// Byte offsets in `task_struct`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskOffsets {
@@ -26,12 +37,7 @@ pub fn task_offsets() -> Result<TaskOffsets> {
             "reading task_struct from /sys/kernel/btf/vmlinux: {why}; --follow, several --pid and --pid-of need a kernel with BTF (CONFIG_DEBUG_INFO_BTF)"
         ))
     };
-    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
-    // Mapped and read on demand: parsing all of it up front takes about a
-    // second, which every `record` would pay.
-    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
-        .or_else(|_| Btf::from_file(VMLINUX))
-        .map_err(|e| fail(e.to_string()))?;
+    let btf = vmlinux().map_err(fail)?;
     let types = btf
         .resolve_types_by_name("task_struct")
         .map_err(|e| fail(e.to_string()))?;
@@ -86,10 +92,7 @@ pub struct UretprobeOffsets {
 /// tracepoint of kernels whose tracepoint has no `group_dead` argument
 /// (`PROG_PROC_EXIT_OLD`); None without BTF.
 pub fn signal_live_offsets() -> Option<[u32; 2]> {
-    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
-    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
-        .or_else(|_| Btf::from_file(VMLINUX))
-        .ok()?;
+    let btf = vmlinux().ok()?;
     let task = struct_named(&btf, "task_struct")?;
     let signal = struct_named(&btf, "signal_struct")?;
     Some([
@@ -132,15 +135,12 @@ fn member(btf: &Btf, st: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
 
 /// Reads [`UretprobeOffsets`] from the kernel's BTF.
 pub fn uretprobe_offsets() -> Result<UretprobeOffsets> {
-    const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
     let fail = |why: &str| {
         Error::Load(format!(
             "reading the uprobe structures from {VMLINUX}: {why}"
         ))
     };
-    let btf = Btf::from_file_with_backend(VMLINUX, Backend::Mmap)
-        .or_else(|_| Btf::from_file(VMLINUX))
-        .map_err(|e| fail(&e.to_string()))?;
+    let btf = vmlinux().map_err(|e| fail(&e))?;
     let st =
         |name: &str| struct_named(&btf, name).ok_or_else(|| fail(&format!("no struct {name}")));
     let off = |s: &btf_rs::Struct, name: &str| {
