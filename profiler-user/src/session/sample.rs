@@ -4,7 +4,7 @@
 //! current, exited processes folded), and the CPU profile written
 //! ([`Finished::write`]).
 use std::{
-    collections::{btree_map::Entry, BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     time::{Duration, Instant},
 };
 
@@ -135,9 +135,14 @@ impl Sighted {
             self.gone.insert(pid);
             return None;
         };
-        if let Entry::Vacant(e) = cgroups.entry(pid) {
+        // Read again after an exec too: a child's first sample may come
+        // between its fork and its exec, before it joined its own cgroup
+        // (a launcher writing `cgroup.procs` in the child, as systemd-run
+        // and the tests do); the cgroup it runs its program in is the one
+        // its samples are grouped by.
+        if again || !cgroups.contains_key(&pid) {
             if let Some(cg) = cgroup::of_process(pid) {
-                e.insert(cg);
+                cgroups.insert(pid, cg);
             }
         }
         Some(text)

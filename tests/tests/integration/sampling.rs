@@ -450,6 +450,24 @@ fn exited_processes_are_folded_as_they_go() {
         line.contains("more exited processes of its cgroup"),
         "{line}"
     );
+    // All under their own cgroup: a burner whose first sample came
+    // between its fork and its exec (still in the harness's cgroup) was
+    // once grouped with the root's processes.
+    let in_cgroup: u64 = txt
+        .lines()
+        .filter(|l| l.contains(&format!("/profiler-test-{comm} ")))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .replace(',', "")
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        in_cgroup as f64 >= 0.98 * total as f64,
+        "{in_cgroup} of the burners' {total} samples are under their cgroup:\n{txt}"
+    );
     drop(cg);
 }
 
