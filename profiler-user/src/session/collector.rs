@@ -142,7 +142,11 @@ pub async fn collect(
             guard = ring_fd.readable() => {
                 let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
                 sinks.drain(rings);
-                guard.clear_ready();
+                // Records left behind (the drain's budget ran out): back
+                // here after the stop conditions are checked again.
+                if !rings.more() {
+                    guard.clear_ready();
+                }
             }
             _ = tick.tick() => {
                 sinks.drain(rings);

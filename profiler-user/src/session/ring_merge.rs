@@ -74,7 +74,7 @@ pub struct Merge {
 /// A record's timestamp: its first 8 bytes (every record's header starts
 /// with it); 0 for a record too short to have one (handed out at once, and
 /// counted as invalid by the sinks).
-fn ts_of(rec: &[u8]) -> u64 {
+pub fn ts_of(rec: &[u8]) -> u64 {
     rec.get(..8)
         .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
 }

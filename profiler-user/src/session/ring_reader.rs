@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use crate::{
     attach::rings::EventRing,
     clock::monotonic_ns,
-    session::ring_merge::{Merge, SLACK_NS},
+    session::ring_merge::{ts_of, Merge, SLACK_NS},
     Error, Result,
 };
 
@@ -22,7 +22,13 @@ pub struct Rings {
     /// The ring that had the most records in the last drain: read last, so
     /// its records can go out without a copy (see [`Merge::push_or_hand_out`]).
     busiest: usize,
+    /// The last drain left records behind (see [`Rings::drain`]).
+    more: bool,
 }
+
+/// The most records a live [`Rings::drain`] takes from one ring: about
+/// 50 ms of the agent's work on a current machine.
+pub const DRAIN_BUDGET: usize = 1 << 16;
 
 impl Rings {
     /// Watches `rings` (at least one).
@@ -68,6 +74,7 @@ impl Rings {
             epoll,
             merge,
             busiest: 0,
+            more: false,
         })
     }
 
@@ -83,16 +90,34 @@ impl Rings {
     /// as they are read where the merge allows, the others' held first.
     /// Returns the time up to which records were handed out (None: all
     /// that were read, live).
+    ///
+    /// Live, each ring gives at most [`DRAIN_BUDGET`] records a call, so a
+    /// target that writes faster than the agent reads (software emulation,
+    /// thousands of probes) cannot keep the collector here past its
+    /// deadline or a Ctrl-C; [`Rings::more`] then says records are left,
+    /// and the watermark stops at the last record read from a ring cut
+    /// short (its unread records are newer), so the merge stays in order.
     pub fn drain(&mut self, flush: bool, mut f: impl FnMut(&[u8])) -> Option<u64> {
+        let budget = match flush {
+            true => usize::MAX,
+            false => DRAIN_BUDGET,
+        };
+        self.more = false;
         let Some(merge) = &mut self.merge else {
             let ring = &mut self.rings[0].ring;
-            while let Some(item) = ring.next() {
+            let mut last = None;
+            for _ in 0..budget {
+                // Emptied: all read, live.
+                let item = ring.next()?;
+                last = Some(ts_of(&item));
                 f(&item);
             }
-            return None;
+            // Cut short: handed out up to the last record read.
+            self.more = true;
+            return last;
         };
         let start = monotonic_ns();
-        let watermark = match flush {
+        let mut watermark = match flush {
             true => u64::MAX,
             false => start.saturating_sub(SLACK_NS),
         };
@@ -103,7 +128,14 @@ impl Rings {
                 continue;
             }
             let mut n = 0;
-            while let Some(item) = r.ring.next() {
+            while n < budget {
+                let Some(item) = r.ring.next() else {
+                    break;
+                };
+                if n + 1 == budget {
+                    watermark = watermark.min(ts_of(&item));
+                    self.more = true;
+                }
                 merge.push(i, &item);
                 n += 1;
             }
@@ -112,16 +144,32 @@ impl Rings {
             }
         }
         let mut n = 0;
+        let mut last_ts = None;
         let ring = &mut self.rings[last].ring;
-        while let Some(item) = ring.next() {
+        while n < budget {
+            let Some(item) = ring.next() else {
+                last_ts = None;
+                break;
+            };
+            last_ts = Some(ts_of(&item));
             merge.push_or_hand_out(last, &item, watermark, &mut f);
             n += 1;
+        }
+        if let Some(ts) = last_ts.filter(|_| n == budget) {
+            watermark = watermark.min(ts);
+            self.more = true;
         }
         if n < most.0 {
             self.busiest = most.1;
         }
         merge.pop_to(watermark, f);
         Some(watermark.min(start))
+    }
+
+    /// Whether the last [`Rings::drain`] left records in a ring (its
+    /// budget ran out): drain again soon, without waiting for a wakeup.
+    pub fn more(&self) -> bool {
+        self.more
     }
 
     /// Records that arrived after the merge had passed their time (handed
