@@ -48,8 +48,21 @@ pub const WATCH_LOOP_SP: u32 = 4;
 /// in (plus one, so 0 means none), from its entry to its return.
 pub const WATCH_IN_WAIT: u32 = 5;
 
+/// [`WATCH_MAP`] slot, armed by the agent: the watched thread was inside
+/// a wait syscall at attach, which the trampolines or kretprobes (seeing
+/// only calls entered after them) will not see return. 0: not armed (the
+/// `sys_exit` tracepoint sees every return); [`CATCH_UP_ARMED`]: the
+/// `sys_exit` program reports the next wait return; [`CATCH_UP_DONE`]: a
+/// wait was seen entered or returning, so the trampolines see all from
+/// here (the `sys_exit` program does nothing, and the agent detaches it).
+pub const WATCH_CATCH_UP: u32 = 6;
+/// [`WATCH_CATCH_UP`]: the `sys_exit` program reports the next wait return.
+pub const CATCH_UP_ARMED: u64 = 1;
+/// [`WATCH_CATCH_UP`]: done.
+pub const CATCH_UP_DONE: u64 = 2;
+
 /// Number of slots in [`WATCH_MAP`].
-pub const WATCH_SLOTS: u32 = 6;
+pub const WATCH_SLOTS: u32 = 7;
 
 /// LRU hash of thread ids already announced with a [`CommEvent`].
 pub const SEEN_THREADS_MAP: &str = "SEEN_THREADS";

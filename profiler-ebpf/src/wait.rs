@@ -21,7 +21,8 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use profiler_common::{
-    wait, COUNTER_LOST_SCHED, KIND_WAIT, WATCH_IN_WAIT, WATCH_ITER, WATCH_LOOP_SP, WATCH_TASK,
+    wait, CATCH_UP_ARMED, CATCH_UP_DONE, COUNTER_LOST_SCHED, KIND_WAIT, WATCH_CATCH_UP,
+    WATCH_IN_WAIT, WATCH_ITER, WATCH_LOOP_SP, WATCH_TASK,
 };
 
 use crate::{emit_event, watch_get, watch_set, Setting, WATCH_TID};
@@ -82,6 +83,15 @@ fn wait_args(regs: *const pt_regs, nr: u64) -> Option<(u64, u64)> {
     Some((sp, fd))
 }
 
+/// A wait of the watched thread was seen: an armed catch-up
+/// ([`WATCH_CATCH_UP`]) is over.
+#[inline(always)]
+fn caught_up() {
+    if watch_get(WATCH_CATCH_UP) == CATCH_UP_ARMED {
+        watch_set(WATCH_CATCH_UP, CATCH_UP_DONE);
+    }
+}
+
 /// The watched thread entered wait syscall `nr` (its user registers at
 /// `regs`).
 #[inline(always)]
@@ -91,6 +101,7 @@ fn on_enter(tid: u32, regs: *const pt_regs, nr: u64) {
     };
     // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     watch_set(WATCH_TASK, unsafe { bpf_get_current_task() });
+    caught_up();
     let loop_sp = watch_get(WATCH_LOOP_SP);
     let is_loop = loop_sp == 0 || sp >= loop_sp;
     let word = wait::word(nr, fd, false, is_loop);
@@ -111,6 +122,7 @@ fn on_exit(tid: u32, regs: *const pt_regs, nr: u64) {
     };
     // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     watch_set(WATCH_TASK, unsafe { bpf_get_current_task() });
+    caught_up();
     // Judged at its entry when that was seen (the agent may have moved
     // the loop's stack pointer since); else now, by the same rule.
     let entered = watch_get(WATCH_IN_WAIT);
@@ -147,10 +159,16 @@ pub fn prof_sys_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// `sys_exit(struct pt_regs *regs, long ret)`.
+/// `sys_exit(struct pt_regs *regs, long ret)`. Also attached for a while
+/// beside the trampolines or kretprobes when the watched thread was in a
+/// wait at attach ([`WATCH_CATCH_UP`]): it then reports that wait's return
+/// only (they run first, and end the catch-up at any wait they see).
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn prof_sys_exit(ctx: RawTracePointContext) -> i32 {
     let Some(tid) = watched() else { return 0 };
+    if watch_get(WATCH_CATCH_UP) == CATCH_UP_DONE {
+        return 0;
+    }
     let regs: *const pt_regs = ctx.arg(0);
     // SAFETY: as in wait_args.
     if let Ok(nr) = unsafe { bpf_probe_read_kernel(&raw const (*regs).orig_rax) } {

@@ -14,6 +14,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray},
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        raw_trace_point::RawTracePointLink,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
         PerfEvent, ProgramError, RawTracePoint, UProbe,
     },
@@ -279,6 +280,15 @@ fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
     }
 }
 
+/// The `sys_exit` tracepoint's program, attached beside the trampolines
+/// or kretprobes while a wait the watched thread was in at attach has yet
+/// to return ([`profiler_common::WATCH_CATCH_UP`]): they only see the
+/// calls entered after them, so without it the first iteration after
+/// attaching to an idle loop (the one its next event starts) would go
+/// unseen. Dropping it detaches it; until then every syscall on the
+/// machine costs one compare more.
+pub struct CatchUp(#[allow(dead_code, reason = "held for its Drop")] RawTracePointLink);
+
 /// Loading a program, or attaching one loaded.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -306,6 +316,9 @@ pub struct Probes {
     /// How the loop's waits will be watched, once their programs are
     /// loaded ([`Probes::prepare_watch`]).
     waits: Option<Waits>,
+    /// The `sys_exit` program attached for a wait the watched thread was
+    /// in at attach, until [`Probes::take_catch_up`].
+    catch_up: Option<CatchUp>,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -438,6 +451,7 @@ impl Probes {
             watch,
             btf,
             waits: None,
+            catch_up: None,
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -790,7 +804,7 @@ impl Probes {
         loop {
             waits = match waits {
                 Waits::Trampolines => match self.wait_trampolines(Step::Attach) {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => return self.arm_catch_up(),
                     Err(why) => {
                         // Detach the ones that did attach.
                         self.unload_wait_trampolines();
@@ -803,7 +817,7 @@ impl Probes {
                             "profiler: note: watching the loop's waits with kprobes, as the kernel \
                              refused trampolines ({why})"
                         );
-                        return Ok(());
+                        return self.arm_catch_up();
                     }
                     Err(k) => {
                         self.unload_wait_kprobes();
@@ -825,6 +839,42 @@ impl Probes {
                 }
             };
         }
+    }
+
+    /// With the trampolines or kprobes attached: if the watched thread is
+    /// inside a wait already (an idle loop), its return would go unseen,
+    /// and with it the iteration its next event starts. The `sys_exit`
+    /// program reports that one return ([`CatchUp`]).
+    fn arm_catch_up(&mut self) -> Result<()> {
+        let tid = self.watch.tid;
+        if crate::tracee::process::thread_wait(tid, tid).is_none() {
+            return Ok(());
+        }
+        let err = |e: &dyn std::fmt::Display| Error::Load(format!("the {WATCH_MAP} map: {e}"));
+        let map = self
+            .ebpf
+            .map_mut(WATCH_MAP)
+            .ok_or_else(|| err(&"missing"))?;
+        Array::<_, u64>::try_from(map)
+            .map_err(|e| err(&e))?
+            .set(
+                profiler_common::WATCH_CATCH_UP,
+                profiler_common::CATCH_UP_ARMED,
+                0,
+            )
+            .map_err(|e| err(&e))?;
+        let prog = load_raw_tp(&mut self.ebpf, profiler_common::PROG_SYS_EXIT)?;
+        let attach_err =
+            |e: ProgramError| Error::Load(format!("attaching sys_exit: {}", chain(&e)));
+        let id = prog.attach("sys_exit").map_err(attach_err)?;
+        self.catch_up = Some(CatchUp(prog.take_link(id).map_err(attach_err)?));
+        Ok(())
+    }
+
+    /// The catch-up of a wait in flight at attach, if armed: the session
+    /// drops it once the watched thread's first wait event arrives.
+    pub fn take_catch_up(&mut self) -> Option<CatchUp> {
+        self.catch_up.take()
     }
 
     fn unload_wait_trampolines(&mut self) {

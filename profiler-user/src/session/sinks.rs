@@ -114,6 +114,9 @@ pub struct Sinks {
     /// Tells the kernel which wait is the watched thread's loop's, as the
     /// dispatcher learns it (live, event-loop iterations only).
     pub loop_sp: Option<crate::attach::probes::LoopSp>,
+    /// The `sys_exit` program reporting a wait in flight at attach: dropped
+    /// (detached) at the watched thread's first wait event.
+    pub catch_up: Option<crate::attach::probes::CatchUp>,
     /// Detaches done, to apply once every event before them is read.
     pending_detach: Vec<DetachRecord>,
     /// Tail calls kept open until their callee returns; every function
@@ -324,6 +327,9 @@ impl Sinks {
                 if ev.tid != d.cfg.tid {
                     return;
                 }
+                // The trampolines see every wait from here.
+                self.catch_up = None;
+
                 d.on_wait(&ev);
                 for s in d.take_evicted() {
                     if let Some(tl) = &mut self.timeline {
@@ -577,6 +583,7 @@ impl Sinks {
             hits: Vec::new(),
             dedup: None,
             loop_sp: None,
+            catch_up: None,
             pending_detach: Vec::new(),
             tails: TailCalls::default(),
             call_buf: Vec::new(),

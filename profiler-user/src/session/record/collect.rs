@@ -85,18 +85,20 @@ impl<'a> Attached<'a> {
             sinks.loop_sp = Some(self.probes.loop_sp()?);
             // Blocked in a wait now: most likely idle in its loop, the first
             // guess of which wait is the loop's.
-            let blocked = process::thread_syscall(pid, rec.watch_tid);
+            let blocked = process::thread_wait(pid, rec.watch_tid);
             if let (Some((nr, args, sp)), Some(d)) = (blocked, &mut sinks.dispatch) {
-                let getevents = args[3] & profiler_common::wait::IORING_ENTER_GETEVENTS != 0;
-                let io_uring = nr as u32 == profiler_common::wait::NR_IO_URING_ENTER;
-                if profiler_common::wait::is_wait(nr) && (!io_uring || getevents) {
-                    d.loop_wait.at_attach(
-                        nr as u32,
-                        args[0].min(profiler_common::wait::FD_MAX) as u32,
-                        sp,
-                    );
+                d.loop_wait.at_attach(
+                    nr as u32,
+                    args[0].min(profiler_common::wait::FD_MAX) as u32,
+                    sp,
+                );
+                // Told now, not at the first drain: a wait inside the
+                // first iterations (a handler's poll()) is judged by it.
+                if let (Some(sp), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
+                    map.set(sp);
                 }
             }
+            sinks.catch_up = self.probes.take_catch_up();
         }
         sinks.libs = LibWatch::new(
             pid,
@@ -240,6 +242,7 @@ impl<'a> Attached<'a> {
         if rec.target.alive() {
             sinks.libs.poll();
         }
+        sinks.catch_up = None;
         drop(probes);
         sinks.flush(&mut rings);
         if rings.late() > 0 {
