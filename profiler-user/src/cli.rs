@@ -205,10 +205,12 @@ pub struct SelectArgs {
     /// that, every outermost traced call on the watched thread counts.
     #[arg(long = "dispatch", value_name = "GLOB")]
     pub dispatch: Vec<String>,
-    /// Probe at most this many functions. Each probed call costs about 4 µs
-    /// on a plain uprobe (0.3 µs where the function starts with a 5-byte nop).
-    #[arg(long, default_value_t = 2000, value_name = "N", value_parser = parse_max_funcs)]
-    pub max_funcs: usize,
+    /// Probe at most this many functions [default: 2000; 250 on kernels
+    /// before 6.10, where each probe is a perf event of its own, attached
+    /// and detached one at a time]. Each probed call costs about 4 µs on a
+    /// plain uprobe (0.3 µs where the function starts with a 5-byte nop).
+    #[arg(long, value_name = "N", value_parser = parse_max_funcs)]
+    pub max_funcs: Option<usize>,
     /// How returns are seen: `ret` (and `auto`, the default) puts a uprobe
     /// on each return instruction of a function, leaving the target's stack
     /// alone (C++ exceptions, Rust panics, Go stack copies and stack
@@ -499,6 +501,19 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| format!("bad size {s:?}: use bytes with an optional K, M or G suffix"))
+}
+
+/// `--max-funcs` when not given, with uprobe_multi links.
+pub const DEFAULT_MAX_FUNCS: usize = 2000;
+/// `--max-funcs` when not given, where each probe is its own perf event.
+pub const PER_PROBE_MAX_FUNCS: usize = 250;
+
+impl SelectArgs {
+    /// `--max-funcs`, or its default ([`DEFAULT_MAX_FUNCS`]; `record` sets
+    /// [`PER_PROBE_MAX_FUNCS`] on kernels without uprobe_multi links).
+    pub fn max_funcs(&self) -> usize {
+        self.max_funcs.unwrap_or(DEFAULT_MAX_FUNCS)
+    }
 }
 
 fn parse_max_funcs(s: &str) -> Result<usize, String> {

@@ -13,7 +13,7 @@ use profiler::{
 };
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             let _ = e.print();
@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match &cli.command {
+    let result = match &mut cli.command {
         Command::Record(args) => commands::record::run(args).map(ExitCode::from),
         Command::List(args) => commands::list::run(args).map(|()| ExitCode::SUCCESS),
         Command::Sample(args) => commands::sample::run(args).map(|()| ExitCode::SUCCESS),

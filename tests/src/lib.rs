@@ -66,6 +66,26 @@ pub fn relaxed(what: &str) -> bool {
     }
 }
 
+/// The running kernel's (major, minor) version.
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut p = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major: u32 = p.next().and_then(|n| n.parse().ok()).expect("major");
+    let minor: u32 = p.next().and_then(|n| n.parse().ok()).expect("minor");
+    (major, minor)
+}
+
+/// The longest a fixture's "fast" message may take for the fixture to
+/// have run as designed, with a dispatch threshold of `threshold_ns`: a
+/// fifth of it, or half of it under emulation (a 1-ms handler there
+/// takes 10 ms and more), still far from a slow one.
+pub fn fast_message_bound(threshold_ns: u64) -> u64 {
+    match relaxed("fast messages may take half the threshold, not a fifth") {
+        true => threshold_ns / 2,
+        false => threshold_ns / 5,
+    }
+}
+
 /// Returns early from a test, printing why, unless running as root.
 /// A skipped test says so on stderr; it never passes silently.
 #[macro_export]

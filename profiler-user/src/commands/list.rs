@@ -13,7 +13,7 @@ pub fn run(args: &ListArgs) -> Result<()> {
     select::compile(&args.select)?;
     let target = Target::open(args.target.pid)?;
     let mut select_args = args.select.clone();
-    select_args.max_funcs = usize::MAX;
+    select_args.max_funcs = Some(usize::MAX);
     let sel = select::select(&target, &select_args, &[])?;
     let mut out = String::new();
     for f in &sel.funcs {

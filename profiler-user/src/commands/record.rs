@@ -38,8 +38,10 @@ fn check_mode(args: &RecordArgs) -> Result<()> {
 /// launch mode the command's. In launch mode with `--runs N` and no
 /// `--stage`, the command is launched N times and the spread of its startup
 /// times is reported.
-pub fn run(args: &RecordArgs) -> Result<u8> {
+pub fn run(args: &mut RecordArgs) -> Result<u8> {
     crate::heap::tune();
+    default_max_funcs(&mut args.select);
+    let args = &*args;
     let launches = match (
         args.command.is_empty(),
         args.stages.stages.is_empty(),
@@ -58,6 +60,29 @@ pub fn run(args: &RecordArgs) -> Result<u8> {
     }
     record::write_startup_summary(args, launches, &reports)?;
     Ok(code)
+}
+
+/// Without `--max-funcs`: 2000 functions where a binary's probes are one
+/// uprobe_multi link, 250 where each probe is a perf event of its own
+/// (before Linux 6.10), attached and detached one at a time (about 14 ms
+/// each under software emulation on 6.1), and said so.
+fn default_max_funcs(select: &mut crate::cli::SelectArgs) {
+    if select.max_funcs.is_some() {
+        return;
+    }
+    let per_probe = !crate::attach::kernel::at_least(crate::attach::kernel::UPROBE_MULTI);
+    if per_probe && select.funcs.is_empty() {
+        eprintln!(
+            "profiler: note: this kernel ({}) attaches each probe on its own (uprobe_multi links \
+             came in Linux 6.10): at most {} functions by default (--max-funcs raises it)",
+            crate::attach::kernel::release(),
+            crate::cli::PER_PROBE_MAX_FUNCS
+        );
+    }
+    select.max_funcs = Some(match per_probe {
+        true => crate::cli::PER_PROBE_MAX_FUNCS,
+        false => crate::cli::DEFAULT_MAX_FUNCS,
+    });
 }
 
 /// One recording session (one launch in launch mode): the arguments

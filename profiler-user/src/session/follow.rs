@@ -37,7 +37,7 @@ impl ExecProber<'_> {
         let first_binary = self.sel.binaries.len();
         match select::select(&target, &self.args, &[]) {
             Ok(new) => {
-                self.probed.merge(self.sel, new, self.args.max_funcs);
+                self.probed.merge(self.sel, new, self.args.max_funcs());
             }
             Err(e) => eprintln!(
                 "profiler: PID {pid} exec'd {exe}: nothing probed in it ({})",

@@ -380,7 +380,7 @@ pub fn select_among(
             }
             candidates.retain(|&(w, _)| w > 0);
             candidates.sort_by_key(|&(w, _)| std::cmp::Reverse(w));
-            candidates.truncate(args.max_funcs);
+            candidates.truncate(args.max_funcs());
             // Their tail callers too: a stack cannot show a function that
             // left by jumping to one of them, and probed, it is kept open
             // until its callee returns (`analyze/tail_calls.rs`).
@@ -394,10 +394,10 @@ pub fn select_among(
             sel.tail_callers = callers.len();
             candidates.extend(callers.into_iter().map(|c| (0, c)));
             sel.capped += matching.saturating_sub(candidates.len());
-            sel.presampled = Some(candidates.len().min(args.max_funcs));
+            sel.presampled = Some(candidates.len().min(args.max_funcs()));
         }
         for (_, sym) in candidates {
-            if sel.funcs.len() >= args.max_funcs {
+            if sel.funcs.len() >= args.max_funcs() {
                 sel.capped += 1;
                 continue;
             }

@@ -31,12 +31,7 @@ fn check_reports_this_kernel_and_leaves_nothing_loaded() {
     // BTF is there, as every other test needs; a kernel since 6.10 uses
     // uprobe_multi links.
     assert!(text.contains("  yes BTF:"), "{text}");
-    let (major, minor) = {
-        let mut p = release.split(|c: char| !c.is_ascii_digit());
-        let major: u32 = p.next().and_then(|n| n.parse().ok()).expect("major");
-        let minor: u32 = p.next().and_then(|n| n.parse().ok()).expect("minor");
-        (major, minor)
-    };
+    let (major, minor) = kernel_version();
     let multi = if (major, minor) >= (6, 10) {
         "yes"
     } else {

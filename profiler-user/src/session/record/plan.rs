@@ -74,7 +74,7 @@ impl<'a> Recorder<'a> {
         let mut probed_set = Probed::of(&sel);
         for other in &self.others {
             let more = select::select(other, &args.select, &[])?;
-            probed_set.merge(&mut sel, more, args.select.max_funcs);
+            probed_set.merge(&mut sel, more, args.select.max_funcs());
         }
         // Too many functions for --max-funcs, none named: by PID, probe those
         // the watched thread runs and waits in, seen in a short sample.
@@ -93,7 +93,7 @@ impl<'a> Recorder<'a> {
                         chosen.presampled.unwrap_or(0) - chosen.tail_callers,
                         self.target.exe.display(),
                         crate::session::presample::SPAN.as_millis(),
-                        args.select.max_funcs
+                        args.select.max_funcs()
                     );
                     sel = chosen;
                     probed_set = Probed::of(&sel);
