@@ -30,6 +30,9 @@ pub struct Counts {
     pub ignored: u64,
     /// Passed tests that printed a SKIP line (counted in `passed` too).
     pub skipped: u64,
+    /// Seconds the test binaries said they ran (`finished in 0.56s`),
+    /// rounded up.
+    pub secs: u64,
 }
 
 /// Where in libtest's output we are.
@@ -121,6 +124,12 @@ impl Parser {
             let (Some(what), Some(n)) = (words.next(), words.next()) else {
                 continue;
             };
+            if n == "in" {
+                if let Ok(t) = what.trim_end_matches('s').parse::<f64>() {
+                    self.counts.secs += t.ceil() as u64;
+                }
+                continue;
+            }
             let Ok(n) = n.parse::<u64>() else { continue };
             match what {
                 "passed" => self.counts.passed += n,
@@ -197,7 +206,8 @@ test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; 
                 passed: 2,
                 failed: 1,
                 ignored: 1,
-                skipped: 1
+                skipped: 1,
+                secs: 1,
             }
         );
         assert!(echoed.contains(&"SKIP row15: cannot provoke it here"));
@@ -222,5 +232,7 @@ test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; 
             (p.counts.passed, p.counts.failed, p.counts.ignored),
             (75, 2, 1)
         );
+        // 0.56 s rounded up; the line without a time adds none.
+        assert_eq!(p.counts.secs, 1);
     }
 }
