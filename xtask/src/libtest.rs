@@ -90,6 +90,11 @@ impl Parser {
             .strip_prefix("---- ")
             .and_then(|l| l.strip_suffix(" stdout ----"))
         {
+            // A failure's output names it even when its `test … FAILED`
+            // line was garbled (a child's output written into it).
+            if self.section == Section::Failures {
+                self.results.insert(name.to_string(), Status::Failed);
+            }
             self.current = Some(name.to_string());
             return self.section != Section::Successes;
         }
@@ -220,6 +225,25 @@ test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; 
         );
         assert!(echoed.contains(&"assertion failed"));
         assert!(!echoed.contains(&"[profiler] noise"), "{echoed:?}");
+    }
+
+    #[test]
+    fn a_failure_whose_result_line_was_garbled_is_still_a_failure() {
+        let mut p = Parser::default();
+        for l in [
+            "test g::crashes ... fatal error: fault",
+            "goroutine 1 [running]:",
+            "failures:",
+            "",
+            "---- g::crashes stdout ----",
+            "panicked",
+            "",
+            "failures:",
+            "    g::crashes",
+        ] {
+            p.feed(l);
+        }
+        assert_eq!(p.results["g::crashes"], Status::Failed);
     }
 
     #[test]

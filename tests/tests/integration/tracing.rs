@@ -72,7 +72,12 @@ fn tree_counts_durations_self_and_teardown() {
         );
         for (key, got) in [("min_ns", min), ("max_ns", max)] {
             let want = num(t, key);
-            let tol = (want / 10).max(100_000);
+            // One call's extreme is the figure a preemption inside a probe
+            // hit moves most; a hit costs 30-40 µs under emulation.
+            let tol = match key == "max_ns" && relaxed("a call's max_ns within 3x, not 10%") {
+                true => want * 2,
+                false => (want / 10).max(100_000),
+            };
             assert!(
                 got.abs_diff(want) <= tol,
                 "{name} {key}: {got} vs fixture {want}"
