@@ -289,6 +289,11 @@ fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
 /// machine costs one compare more.
 pub struct CatchUp(#[allow(dead_code, reason = "held for its Drop")] RawTracePointLink);
 
+/// A failure to reach the [`WATCH_MAP`] map.
+fn watch_map_error(e: &dyn std::fmt::Display) -> Error {
+    Error::Load(format!("the {WATCH_MAP} map: {e}"))
+}
+
 /// Loading a program, or attaching one loaded.
 #[derive(Debug, Clone, Copy)]
 enum Step {
@@ -804,7 +809,7 @@ impl Probes {
         loop {
             waits = match waits {
                 Waits::Trampolines => match self.wait_trampolines(Step::Attach) {
-                    Ok(()) => return self.arm_catch_up(),
+                    Ok(()) => return self.catch_up_or_warn(),
                     Err(why) => {
                         // Detach the ones that did attach.
                         self.unload_wait_trampolines();
@@ -817,7 +822,7 @@ impl Probes {
                             "profiler: note: watching the loop's waits with kprobes, as the kernel \
                              refused trampolines ({why})"
                         );
-                        return self.arm_catch_up();
+                        return self.catch_up_or_warn();
                     }
                     Err(k) => {
                         self.unload_wait_kprobes();
@@ -841,6 +846,19 @@ impl Probes {
         }
     }
 
+    /// [`Probes::arm_catch_up`]; a failure costs at most the first
+    /// iteration, so it is said and the session goes on.
+    fn catch_up_or_warn(&mut self) -> Result<()> {
+        if let Err(e) = self.arm_catch_up() {
+            eprintln!(
+                "profiler: warning: the wait the watched thread is in now cannot be watched to \
+                 its return ({}): the iteration its next event starts may go unseen",
+                chain(&e)
+            );
+        }
+        Ok(())
+    }
+
     /// With the trampolines or kprobes attached: if the watched thread is
     /// inside a wait already (an idle loop), its return would go unseen,
     /// and with it the iteration its next event starts. The `sys_exit`
@@ -850,7 +868,7 @@ impl Probes {
         if crate::tracee::process::thread_wait(tid, tid).is_none() {
             return Ok(());
         }
-        let err = |e: &dyn std::fmt::Display| Error::Load(format!("the {WATCH_MAP} map: {e}"));
+        let err = watch_map_error;
         let map = self
             .ebpf
             .map_mut(WATCH_MAP)
@@ -1036,7 +1054,7 @@ impl Probes {
     /// wait is its loop's ([`LoopSp`]): a second descriptor of the map, so
     /// the programs keep theirs.
     pub fn loop_sp(&self) -> Result<LoopSp> {
-        let err = |e: &dyn std::fmt::Display| Error::Load(format!("the {WATCH_MAP} map: {e}"));
+        let err = watch_map_error;
         let Some(aya::maps::Map::Array(data)) = self.ebpf.map(WATCH_MAP) else {
             return Err(err(&"missing, or not an array"));
         };

@@ -127,36 +127,35 @@ impl Rings {
             if i == last {
                 continue;
             }
-            let mut n = 0;
+            let (mut n, mut last_ts) = (0, 0);
             while n < budget {
                 let Some(item) = r.ring.next() else {
                     break;
                 };
-                if n + 1 == budget {
-                    watermark = watermark.min(ts_of(&item));
-                    self.more = true;
-                }
+                last_ts = ts_of(&item);
                 merge.push(i, &item);
                 n += 1;
+            }
+            if n == budget {
+                watermark = watermark.min(last_ts);
+                self.more = true;
             }
             if n > most.0 {
                 most = (n, i);
             }
         }
-        let mut n = 0;
-        let mut last_ts = None;
+        let (mut n, mut last_ts) = (0, 0);
         let ring = &mut self.rings[last].ring;
         while n < budget {
             let Some(item) = ring.next() else {
-                last_ts = None;
                 break;
             };
-            last_ts = Some(ts_of(&item));
+            last_ts = ts_of(&item);
             merge.push_or_hand_out(last, &item, watermark, &mut f);
             n += 1;
         }
-        if let Some(ts) = last_ts.filter(|_| n == budget) {
-            watermark = watermark.min(ts);
+        if n == budget {
+            watermark = watermark.min(last_ts);
             self.more = true;
         }
         if n < most.0 {

@@ -329,7 +329,6 @@ impl Sinks {
                 }
                 // The trampolines see every wait from here.
                 self.catch_up = None;
-
                 d.on_wait(&ev);
                 for s in d.take_evicted() {
                     if let Some(tl) = &mut self.timeline {
