@@ -49,7 +49,14 @@ fn has_chain(stack: &[String], want: &[&str]) -> bool {
 fn frame_pointer_chain_is_complete() {
     require_root!();
     let out = TempDir::new("sample-fp");
-    let fx = Fixture::spawn(burn_fp(), &["10", "chain"]);
+    // Attaching took 9 s of the fixture's 10 under emulation; the fixture
+    // is killed when the test ends.
+    let secs = if profiler_tests::emulated() {
+        "60"
+    } else {
+        "10"
+    };
+    let fx = Fixture::spawn(burn_fp(), &[secs, "chain"]);
     sample(
         out.path(),
         &["--pid", &fx.pid.to_string(), "--duration", "1500ms"],
