@@ -200,7 +200,16 @@ fn mutex_waker_is_worker_1_busy_in_compress_block() {
         "sampled on-CPU {on_cpu} ns vs the thread's CPU time {cpu} ns"
     );
     if cpu * 10 > wall * 9 {
-        assert!(on_cpu * 10 > blocked * 8, "on-CPU {on_cpu} of {blocked} ns");
+        // Under emulation the 997-Hz timer's samples come late or not at
+        // all (78% of the blocked time sampled, against 94% by the clock).
+        let tenths = match relaxed("the sampled share of the blocked time: 70%, not 80%") {
+            true => 7,
+            false => 8,
+        };
+        assert!(
+            on_cpu * 10 > blocked * tenths,
+            "on-CPU {on_cpu} of {blocked} ns"
+        );
     }
     let s = r.slow("mutex");
     let verdict = s["verdict"].as_str().unwrap();
