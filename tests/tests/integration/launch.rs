@@ -604,13 +604,17 @@ fn ctrl_c_on_a_terminal(mut cmd: std::process::Command) -> (std::process::ExitSt
             _ => cmd.stderr(fd),
         };
     }
-    // SAFETY: setsid and ioctl are async-signal-safe; the new session's
-    // controlling terminal is the pty on stdin, its foreground group ours.
+    // SAFETY: setsid, ioctl and signal are async-signal-safe; the new
+    // session's controlling terminal is the pty on stdin, its foreground
+    // group ours. SIGINT back to its default, as a login shell's terminal
+    // gives it: a shell's background job (`cargo xtask test &`) ignores it,
+    // and the profiler rightly passes an ignored SIGINT on to the command.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
             Ok(())
         });
     }
