@@ -385,9 +385,17 @@ fn exactly_the_slow_messages_with_their_durations_splits_and_trees() {
                 assert!(num(s, "samples") > 0, "sampled while on-CPU: {s}");
             }
             "sleep" | "save" => {
-                assert!(share < 0.2, "blocked, on-CPU share < 20%: {split}");
+                // Under emulation the probes' and the scheduler's own work
+                // on the thread grows tenfold (on-CPU 20% of a 152-ms save).
+                let (on_max, blocked_min) = match relaxed(
+                    "a blocked dispatch: on-CPU < 30% and blocked > 70%, not 20% and 80%",
+                ) {
+                    true => (0.3, 0.7),
+                    false => (0.2, 0.8),
+                };
+                assert!(share < on_max, "blocked, on-CPU share small: {split}");
                 assert!(
-                    blocked as f64 > 0.8 * dur as f64,
+                    blocked as f64 > blocked_min * dur as f64,
                     "blocked most of the time: {split}"
                 );
             }
