@@ -74,7 +74,17 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
     // 60 messages, "go" and 'q' (the iteration reading "exit" is cut off
     // by the exit): one iteration each.
     assert_eq!(num(&d, "dispatches"), 62, "iterations (rule {rule:?})");
-    let got = slow(&d);
+    // Under emulation the agent and the fixture share two slow vCPUs: a
+    // fast message's iteration can pass the threshold waiting for a CPU
+    // (6.12: 52 ms, 27 ms of it runnable). Such a one is left out there.
+    let got: Vec<&Value> = slow(&d)
+        .iter()
+        .filter(|g| {
+            let own = num(g, "duration_ns").saturating_sub(num(g, "runnable_ns"));
+            !(own < THRESHOLD_NS
+                && relaxed("a slow dispatch that is under the threshold without its runnable time is not counted"))
+        })
+        .collect();
     assert_eq!(
         got.len(),
         want.len(),
