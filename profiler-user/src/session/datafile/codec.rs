@@ -7,7 +7,9 @@
 //! raw. The state starts afresh in each block, so a block decodes alone.
 use std::collections::HashMap;
 
-use profiler_common::{FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT, LINK_GEN, TAIL_CALL};
+use profiler_common::{
+    FUNC_BITS, FUNC_MASK, KIND_ENTRY, KIND_EXIT, KIND_GO_ENTRY, KIND_GO_EXIT, LINK_GEN, TAIL_CALL,
+};
 
 use super::Entry;
 
@@ -112,7 +114,11 @@ impl Encoder {
         self.buf.push(OP_RAW);
         put_varint(&mut self.buf, rec.len() as u64);
         self.buf.extend_from_slice(rec);
-        false
+        // A Go entry or exit (kept whole, with its goroutine) is one too.
+        rec.len() >= 16 && {
+            let kind = u32::from_le_bytes(rec[12..16].try_into().unwrap()) >> FUNC_BITS;
+            kind == KIND_GO_ENTRY || kind == KIND_GO_EXIT
+        }
     }
 
     /// Any other entry of the stream.
@@ -328,6 +334,20 @@ mod tests {
         }
         assert_eq!(e.entries, entries.len() as u64);
         e.buf
+    }
+
+    #[test]
+    fn entries_and_exits_are_counted_go_ones_too() {
+        let mut e = Encoder::default();
+        let mut go = event(5, 7, KIND_GO_ENTRY, 1, 0x1000);
+        go.extend_from_slice(&0xc000_0001_u64.to_le_bytes());
+        let counted = [
+            e.record(&event(1, 7, KIND_ENTRY, 1, 0x1000)),
+            e.record(&event(2, 7, KIND_EXIT, 1, 0x1008)),
+            e.record(&go),
+            e.record(&event(3, 7, profiler_common::KIND_SAMPLE, 0, 0)),
+        ];
+        assert_eq!(counted, [true, true, true, false]);
     }
 
     #[test]
