@@ -51,11 +51,7 @@ fn frame_pointer_chain_is_complete() {
     let out = TempDir::new("sample-fp");
     // Attaching took 9 s of the fixture's 10 under emulation; the fixture
     // is killed when the test ends.
-    let secs = if profiler_tests::emulated() {
-        "60"
-    } else {
-        "10"
-    };
+    let secs = if emulated() { "60" } else { "10" };
     let fx = Fixture::spawn(burn_fp(), &[secs, "chain"]);
     sample(
         out.path(),

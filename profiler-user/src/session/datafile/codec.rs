@@ -77,13 +77,15 @@ impl Encoder {
     #[inline]
     pub fn record(&mut self, rec: &[u8]) -> bool {
         self.entries += 1;
+        let word = rec
+            .get(12..16)
+            .map_or(u32::MAX, |w| u32::from_le_bytes(w.try_into().unwrap()));
+        let kind = word >> FUNC_BITS;
         if rec.len() == EVENT_LEN {
             let u64_at = |at: usize| u64::from_le_bytes(rec[at..at + 8].try_into().unwrap());
             let ts = u64_at(0);
             let tid = u32::from_le_bytes(rec[8..12].try_into().unwrap());
-            let word = u32::from_le_bytes(rec[12..16].try_into().unwrap());
             let sp = u64_at(16);
-            let kind = word >> FUNC_BITS;
             if kind == KIND_ENTRY || kind == KIND_EXIT {
                 let mut op = OP_CALL | if kind == KIND_EXIT { CALL_EXIT } else { 0 };
                 if self.tid != Some(tid) {
@@ -115,10 +117,7 @@ impl Encoder {
         put_varint(&mut self.buf, rec.len() as u64);
         self.buf.extend_from_slice(rec);
         // A Go entry or exit (kept whole, with its goroutine) is one too.
-        rec.len() >= 16 && {
-            let kind = u32::from_le_bytes(rec[12..16].try_into().unwrap()) >> FUNC_BITS;
-            kind == KIND_GO_ENTRY || kind == KIND_GO_EXIT
-        }
+        kind == KIND_GO_ENTRY || kind == KIND_GO_EXIT
     }
 
     /// Any other entry of the stream.
