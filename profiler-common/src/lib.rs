@@ -95,7 +95,18 @@ mod tests {
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);
         assert_eq!(core::mem::size_of::<GoEvent>(), 32);
         assert_eq!(core::mem::size_of::<ProcEvent>(), 48);
-        assert_eq!(core::mem::size_of::<UnwindRow>(), 16);
+        assert_eq!(core::mem::size_of::<UnwindRow>(), 8);
+        for (kind, rbp_kind, off) in [(1, 1, -16), (5, 2, 0), (3, 0, -8192), (2, 1, 8184)] {
+            let r = UnwindRow::new(7, kind, -3, rbp_kind, off).unwrap();
+            assert_eq!((r.pc, r.cfa_offset), (7, -3));
+            assert_eq!(
+                (r.cfa_kind(), r.rbp_kind(), r.rbp_offset()),
+                (kind, rbp_kind, off)
+            );
+        }
+        for off in [-8200, 8192, 4, -12] {
+            assert_eq!(UnwindRow::new(0, 1, 0, 1, off), None, "{off}");
+        }
         assert_eq!(core::mem::size_of::<SampleKey>(), 24);
         assert_eq!(core::mem::size_of::<ExecMapping>(), 32);
         assert_eq!(core::mem::size_of::<ProcMaps>(), 8 + 32 * MAX_MAPPINGS);

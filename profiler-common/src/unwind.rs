@@ -83,7 +83,8 @@ pub struct ExecMapping {
     pub start: u64,
     /// End (exclusive).
     pub end: u64,
-    /// Subtracted from an address to give the ELF virtual address.
+    /// Subtracted from an address to give its key in the table: the ELF
+    /// virtual address minus the table's base ([`UnwindRow::pc`]).
     pub bias: u64,
     /// First row of its table in [`UNWIND_ROWS_MAP`].
     pub table_start: u32,
@@ -134,24 +135,66 @@ pub mod rbp {
 }
 
 /// One row of a compiled unwind table: how to unwind one frame whose
-/// program counter is at or after `pc` (an ELF virtual address of its
-/// binary) and before the next row's. The return address is always at
-/// `CFA - 8` on x86-64. 16 bytes.
+/// program counter is at or after `pc` and before the next row's. `pc` is
+/// an ELF virtual address of its binary minus the table's base (its first
+/// row's address, folded into each mapping's [`ExecMapping::bias`]), so
+/// one table spans at most 4 GiB. The return address is always at
+/// `CFA - 8` on x86-64. 8 bytes: the kinds and the saved `rbp`'s offset
+/// share `rule` ([`UnwindRow::new`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnwindRow {
-    /// First ELF virtual address the row covers.
-    pub pc: u64,
-    /// How to compute the CFA: a [`cfa`] constant.
-    pub cfa_kind: u8,
-    /// Where the caller's `rbp` is: a [`rbp`] constant.
-    pub rbp_kind: u8,
-    /// Offset of the CFA from its base register.
+    /// First address the row covers, from the table's base.
+    pub pc: u32,
+    /// Offset of the CFA from its base register (for [`cfa::PLT`], the
+    /// threshold; for [`cfa::UNSUPPORTED`], why).
     pub cfa_offset: i16,
+    /// Bits 0-2: how to compute the CFA (a [`cfa`] constant); bits 3-4:
+    /// where the caller's `rbp` is (a [`rbp`] constant); bits 5-15: the
+    /// saved `rbp`'s offset from the CFA, in 8-byte words, signed (for
+    /// [`rbp::AT_CFA`]).
+    pub rule: u16,
+}
+
+impl UnwindRow {
+    /// The row for these rules, or None when `rbp_offset` cannot be held
+    /// (not a multiple of 8, or beyond -8192..=8184): the caller then says
+    /// [`rbp::UNSUPPORTED`].
+    pub const fn new(
+        pc: u32,
+        cfa_kind: u8,
+        cfa_offset: i16,
+        rbp_kind: u8,
+        rbp_offset: i16,
+    ) -> Option<Self> {
+        if rbp_offset % 8 != 0 || rbp_offset < -8192 || rbp_offset > 8184 {
+            return None;
+        }
+        let words = ((rbp_offset / 8) as u16) & 0x7ff;
+        Some(UnwindRow {
+            pc,
+            cfa_offset,
+            rule: (cfa_kind as u16 & 7) | ((rbp_kind as u16 & 3) << 3) | (words << 5),
+        })
+    }
+
+    /// How to compute the CFA: a [`cfa`] constant.
+    #[inline(always)]
+    pub const fn cfa_kind(&self) -> u8 {
+        (self.rule & 7) as u8
+    }
+
+    /// Where the caller's `rbp` is: a [`rbp`] constant.
+    #[inline(always)]
+    pub const fn rbp_kind(&self) -> u8 {
+        ((self.rule >> 3) & 3) as u8
+    }
+
     /// Offset of the saved `rbp` from the CFA (for [`rbp::AT_CFA`]).
-    pub rbp_offset: i16,
-    /// Zero.
-    pub pad: u16,
+    #[inline(always)]
+    pub const fn rbp_offset(&self) -> i16 {
+        ((self.rule as i16) >> 5) * 8
+    }
 }
 
 #[cfg(feature = "user")]

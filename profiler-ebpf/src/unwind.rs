@@ -239,9 +239,9 @@ fn find_mapping(pid: u32, pc: u64) -> Option<(u64, u64, u64, u32, u32)> {
 }
 
 /// The last row of the table at `start` (`len` rows) whose pc is at or
-/// before `vaddr`.
+/// before `key` (an address minus the mapping's bias).
 #[inline(always)]
-fn find_row(start: u32, len: u32, vaddr: u64) -> Option<UnwindRow> {
+fn find_row(start: u32, len: u32, key: u32) -> Option<UnwindRow> {
     let bounds = SEARCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch.
     let lo = unsafe {
@@ -254,7 +254,7 @@ fn find_row(start: u32, len: u32, vaddr: u64) -> Option<UnwindRow> {
             }
             let mid = (lo + hi) / 2;
             let row = UNWIND_ROWS.get(start.wrapping_add(mid as u32))?;
-            if row.pc <= vaddr {
+            if row.pc <= key {
                 (*bounds)[0] = mid + 1;
             } else {
                 (*bounds)[1] = mid;
@@ -361,13 +361,17 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
             }
             None
         }
-        len => find_row(w.table_start, len, lookup.wrapping_sub(w.map_bias)),
+        // Below the table's base, or 4 GiB past it: no row.
+        len => match u32::try_from(lookup.wrapping_sub(w.map_bias)) {
+            Ok(key) => find_row(w.table_start, len, key),
+            Err(_) => None,
+        },
     };
     let Some(row) = row else {
         js_frame(w, stack, n, before);
         return fp_step(w);
     };
-    let cfa = match row.cfa_kind {
+    let cfa = match row.cfa_kind() {
         cfa::RSP => w.sp.wrapping_add(row.cfa_offset as i64 as u64),
         cfa::RBP => w.bp.wrapping_add(row.cfa_offset as i64 as u64),
         cfa::PLT => {
@@ -396,9 +400,9 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
         w.end = unwind_end::READ_FAULT;
         return 1;
     };
-    w.bp = match row.rbp_kind {
+    w.bp = match row.rbp_kind() {
         rbp::SAME => w.bp,
-        rbp::AT_CFA => read_user(cfa.wrapping_add(row.rbp_offset as i64 as u64)).unwrap_or(0),
+        rbp::AT_CFA => read_user(cfa.wrapping_add(row.rbp_offset() as i64 as u64)).unwrap_or(0),
         _ => 0,
     };
     w.sp = cfa;

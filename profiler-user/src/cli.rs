@@ -536,7 +536,7 @@ fn parse_overhead(s: &str) -> Result<f64, String> {
 /// Smallest `--unwind-memory` accepted.
 pub const UNWIND_MEMORY_MIN: u64 = 64 << 10;
 
-/// Largest `--unwind-memory` accepted (2^28 rows of 16 bytes; one table's
+/// Largest `--unwind-memory` accepted (2^29 rows of 8 bytes; one table's
 /// binary search covers 2^24 rows, so any one binary stays far below).
 pub const UNWIND_MEMORY_MAX: u64 = 4 << 30;
 

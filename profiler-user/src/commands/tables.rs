@@ -23,6 +23,11 @@ struct FileJson {
     no_cfi_rows: usize,
     unsupported_rows: usize,
     plt_rows: usize,
+    /// Rows whose saved-`rbp` offset an 8-byte row cannot hold (their
+    /// `rbp` is unknown after the frame).
+    rbp_narrowed_rows: usize,
+    /// Rows 4 GiB or more past the first (dropped: frame pointers there).
+    rows_past_4gib: usize,
     eh_frame: bool,
     debug_frame: bool,
 }
@@ -56,10 +61,12 @@ pub fn run(args: &TablesArgs) -> Result<()> {
             first_build_ms: times[0],
             fdes: s.fdes(),
             rows: s.rows,
-            table_bytes: s.rows * std::mem::size_of::<profiler_common::UnwindRow>(),
+            table_bytes: s.rows * size_of::<profiler_common::UnwindRow>(),
             no_cfi_rows: s.rows_no_cfi,
             unsupported_rows: s.unsupported(),
             plt_rows: s.rows_plt,
+            rbp_narrowed_rows: s.rows_rbp_narrowed,
+            rows_past_4gib: s.rows_past_4gib,
             eh_frame: s.has_eh_frame,
             debug_frame: s.has_debug_frame,
         });
@@ -75,8 +82,8 @@ pub fn run(args: &TablesArgs) -> Result<()> {
     for f in &files {
         let _ = writeln!(
             out,
-            "{}: {:.1} MB; table built in {:.1} ms (first {:.1} ms): {} rows, {:.1} MiB, {} FDEs, \
-             {} without CFI, {} unsupported, {} PLT; sections: {}{}",
+            "{}: {:.1} MB; table built in {:.1} ms (first {:.1} ms): {} rows, {:.1} MiB, {} FDEs \
+             ({:.1} bytes each), {} without CFI, {} unsupported, {} PLT{}{}; sections: {}{}",
             f.path,
             f.file_bytes as f64 / 1e6,
             f.build_ms,
@@ -84,9 +91,18 @@ pub fn run(args: &TablesArgs) -> Result<()> {
             f.rows,
             f.table_bytes as f64 / (1 << 20) as f64,
             f.fdes,
+            f.table_bytes as f64 / f.fdes.max(1) as f64,
             f.no_cfi_rows,
             f.unsupported_rows,
             f.plt_rows,
+            match f.rbp_narrowed_rows {
+                0 => String::new(),
+                n => format!(", {n} with an rbp offset a row cannot hold"),
+            },
+            match f.rows_past_4gib {
+                0 => String::new(),
+                n => format!(", {n} dropped 4 GiB past the first"),
+            },
             if f.eh_frame { ".eh_frame " } else { "" },
             if f.debug_frame { ".debug_frame" } else { "" },
         );

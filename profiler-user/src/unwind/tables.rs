@@ -86,6 +86,8 @@ struct ProcEntry {
 struct Loaded {
     start: u32,
     len: u32,
+    /// The ELF virtual address its rows count from ([`cfi::Table::base`]).
+    base: u64,
     /// Processes using it.
     refs: u32,
 }
@@ -147,7 +149,7 @@ pub struct Tables {
     /// [`SPARE_ROWS`] rows) so that a binary that comes back (a compiler
     /// a build runs again and again, once the rows array is full) costs a
     /// copy, not a new compile.
-    spare: HashMap<CacheKey, Vec<UnwindRow>>,
+    spare: HashMap<CacheKey, (u64, Vec<UnwindRow>)>,
     spare_order: VecDeque<CacheKey>,
     spare_rows: usize,
     /// Each binary seen, by file identity, so it is read once.
@@ -263,7 +265,7 @@ impl Tables {
             let rows = unsafe {
                 std::slice::from_raw_parts(self.rows.add(l.start as usize), l.len as usize)
             };
-            self.keep_spare(key.clone(), rows.to_vec());
+            self.keep_spare(key.clone(), l.base, rows.to_vec());
             self.space.free(l.start, l.len);
             self.stats.rows -= u64::from(l.len);
         }
@@ -272,12 +274,12 @@ impl Tables {
 
     /// Keeps an evicted table's rows, dropping the oldest kept ones past
     /// [`SPARE_ROWS`].
-    fn keep_spare(&mut self, key: CacheKey, rows: Vec<UnwindRow>) {
+    fn keep_spare(&mut self, key: CacheKey, base: u64, rows: Vec<UnwindRow>) {
         if rows.len() > SPARE_ROWS {
             return;
         }
         self.spare_rows += rows.len();
-        if let Some(old) = self.spare.insert(key.clone(), rows) {
+        if let Some((_, old)) = self.spare.insert(key.clone(), (base, rows)) {
             self.spare_rows -= old.len();
             self.spare_order.retain(|k| k != &key);
         }
@@ -286,18 +288,18 @@ impl Tables {
             let Some(k) = self.spare_order.pop_front() else {
                 break;
             };
-            if let Some(old) = self.spare.remove(&k) {
+            if let Some((_, old)) = self.spare.remove(&k) {
                 self.spare_rows -= old.len();
             }
         }
     }
 
     /// An evicted table's rows, if still kept.
-    fn take_spare(&mut self, key: &CacheKey) -> Option<Vec<UnwindRow>> {
-        let rows = self.spare.remove(key)?;
+    fn take_spare(&mut self, key: &CacheKey) -> Option<(u64, Vec<UnwindRow>)> {
+        let (base, rows) = self.spare.remove(key)?;
         self.spare_rows -= rows.len();
         self.spare_order.retain(|k| k != key);
-        Some(rows)
+        Some((base, rows))
     }
 
     /// What is known of the binary opened from here as `open`: read once
@@ -353,10 +355,10 @@ impl Tables {
             self.method(path, "tables");
             return;
         }
-        let rows = match self.take_spare(key) {
-            Some(rows) => {
+        let (base, rows) = match self.take_spare(key) {
+            Some(spare) => {
                 self.stats.reloaded += 1;
-                rows
+                spare
             }
             None => {
                 // Estimates are within a fifth of the real size: beyond
@@ -386,7 +388,7 @@ impl Tables {
                 self.stats.built += 1;
                 self.stats.fdes += table.stats.fdes() as u64;
                 self.stats.unsupported_rows += table.stats.unsupported() as u64;
-                table.rows
+                (table.base, table.rows)
             }
         };
         let Some(len) = u32::try_from(rows.len()).ok() else {
@@ -395,7 +397,7 @@ impl Tables {
         let Some(start) = self.alloc(len) else {
             // Kept, so that making room later costs a copy.
             self.starve(key, path, u64::from(len), "");
-            self.keep_spare(key.clone(), rows);
+            self.keep_spare(key.clone(), base, rows);
             return;
         };
         // SAFETY: [start, start + len) is inside the mapping and ours.
@@ -414,6 +416,7 @@ impl Tables {
             Loaded {
                 start,
                 len,
+                base,
                 refs: 0,
             },
         );
@@ -545,7 +548,8 @@ impl Tables {
     }
 
     /// One more use of the loaded table of `info`, for a mapping at `start`
-    /// of file offset `offset`: the mapping's bias and the table's range.
+    /// of file offset `offset`: the mapping's bias (to the table's keys: the
+    /// ELF virtual address less the table's base) and the table's range.
     fn use_table(&mut self, info: &FileInfo, start: u64, offset: u64) -> Option<(u64, u32, u32)> {
         let &(seg_off, _, vaddr) = info
             .segments
@@ -561,7 +565,7 @@ impl Tables {
             self.idle.retain(|k| k != &info.key);
         }
         l.refs += 1;
-        Some((bias, l.start, l.len))
+        Some((bias.wrapping_add(l.base), l.start, l.len))
     }
 
     /// Reads the Python code objects the kernel told of since the last

@@ -86,10 +86,11 @@ fn a_big_library_nothing_calls_is_left_out_not_the_hot_code() {
     args.extend(libs.iter().map(String::as_str));
     let fx = Fixture::spawn(bigmap(), &args);
     let out = TempDir::new("budget-cold");
-    let (stacks, txt, _) = sample(out.path(), fx.pid, "8M");
+    // libLLVM-15's table takes 6.4 MiB, libz3's 2.6.
+    let (stacks, txt, _) = sample(out.path(), fx.pid, "4M");
     let (share, total) = share_through(&stacks, &["main", "run", "cmp", "burn"]);
     eprintln!(
-        "--unwind-memory 8M: main…run…cmp…burn in {:.1}% of {total} samples\n{txt}",
+        "--unwind-memory 4M: main…run…cmp…burn in {:.1}% of {total} samples\n{txt}",
         share * 100.0
     );
     assert!(total >= 100, "only {total} samples");
@@ -105,7 +106,7 @@ fn a_big_library_nothing_calls_is_left_out_not_the_hot_code() {
         )),
         "{name} not named as left out:\n{line}"
     );
-    assert!(line.contains("of 8.0 MiB"), "{line}");
+    assert!(line.contains("of 4.0 MiB"), "{line}");
     // No sample landed in it: nothing to warn about.
     assert!(!txt.contains("--unwind-memory"), "{txt}");
 }
@@ -161,7 +162,9 @@ fn samples_in_a_left_out_library_make_room_for_it() {
     };
     let fx = Fixture::spawn(bigmap(), &["60", "hot", &llvm, &z3]);
     let out = TempDir::new("budget-hot");
-    let (stacks, txt, _) = sample(out.path(), fx.pid, "20M");
+    // Room for libLLVM-15's table (6.4 MiB) or libz3's (2.6 MiB) beside
+    // the rest, not for both.
+    let (stacks, txt, _) = sample(out.path(), fx.pid, "8M");
     eprintln!("{txt}");
     let line = txt
         .lines()
