@@ -135,7 +135,7 @@ pub struct SampleArgs {
     pub unwind: UnwindMode,
     /// Kernel memory for the unwind tables (e.g. 64M, 1G, 512MiB). Default:
     /// sized to the machine, 1/64 of the available memory between 32M and
-    /// 256M (1/32 between 64M and 512M with --all). Binaries whose tables
+    /// 256M (between 64M and 256M with --all). Binaries whose tables
     /// do not fit are walked with frame pointers; the report names those
     /// that samples landed in.
     #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]

@@ -58,6 +58,26 @@ pub fn build_c(src: &str, name: &str, flags: &[&str]) -> PathBuf {
     gcc(src, &out_dir(), name, flags)
 }
 
+/// `target/fixtures/NAME`, built from `fixtures/SRC` with `flags` against
+/// GLib (`pkg-config glib-2.0`'s flags after the source, for `--as-needed`).
+pub fn build_glib(src: &str, name: &str, flags: &[&str]) -> PathBuf {
+    let glib = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "glib-2.0"])
+        .output()
+        .expect("pkg-config (installed by cargo xtask setup)");
+    assert!(
+        glib.status.success(),
+        "glib-2.0 development files missing: run cargo xtask setup"
+    );
+    let glib = String::from_utf8(glib.stdout).unwrap();
+    let mut cmd = Command::new("gcc");
+    cmd.args(flags)
+        .arg("-Wall")
+        .arg(fixtures_src().join(src))
+        .args(glib.split_whitespace());
+    build(&out_dir().join(name), cmd, "-o")
+}
+
 /// `target/fixtures/NAME`, built from `fixtures/SRC` by `tool args… SRC -o
 /// OUT` (g++, rustc) or, with `go`, by `go build -o OUT SRC` (with its
 /// caches under `target/fixtures`).

@@ -17,8 +17,8 @@ pub mod outputs;
 pub mod recording;
 
 pub use build::{
-    build_c, build_c_world, build_with, calls_exe, plugin_exes, rust_fixture_exe, stages_exe,
-    Mangling,
+    build_c, build_c_world, build_glib, build_with, calls_exe, plugin_exes, rust_fixture_exe,
+    stages_exe, Mangling,
 };
 pub use cgroup::{cgroup2_mount, Cgroup};
 pub use fixture::{Fixture, TempDir};

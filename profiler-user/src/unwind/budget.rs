@@ -9,8 +9,9 @@
 //! the size of their CFI sections) and a quarter more, plus 16 MiB for
 //! libraries it loads later, between 32 MiB and a ceiling of 1/64 of
 //! `MemAvailable` (else of `MemTotal`) clamped to [32 MiB, 256 MiB]; the
-//! ceiling itself for a command not started yet; 1/32 of the memory,
-//! between 64 MiB and 512 MiB, system-wide (`sample --all`). The array's
+//! ceiling itself for a command not started yet; 1/64 of the memory,
+//! between 64 MiB and 256 MiB, system-wide (`sample --all`: 32 Mi rows,
+//! seven times what every binary on this VM's busiest runs took). The array's
 //! pages are all allocated when the programs load, so the default is only
 //! as large as the target needs. `--unwind-memory` overrides it.
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ pub fn default_bytes(all: bool, meminfo: &str) -> u64 {
     };
     let (div, lo, hi) = match all {
         false => (64, 32 << 20, 256 << 20),
-        true => (32, 64 << 20, 512 << 20),
+        true => (64, 64 << 20, 256 << 20),
     };
     match field("MemAvailable").or_else(|| field("MemTotal")) {
         Some(mem) => (mem / div).clamp(lo, hi),
@@ -181,10 +182,10 @@ mod tests {
         let info = |kb: u64| format!("MemTotal: 99999999 kB\nMemAvailable: {kb} kB\n");
         // 24 GiB available: the upper bounds.
         assert_eq!(default_bytes(false, &info(24 << 20)), 256 << 20);
-        assert_eq!(default_bytes(true, &info(24 << 20)), 512 << 20);
-        // 4 GiB: 64 MiB for one process, 128 MiB system-wide.
+        assert_eq!(default_bytes(true, &info(24 << 20)), 256 << 20);
+        // 4 GiB: 64 MiB, for one process or system-wide.
         assert_eq!(default_bytes(false, &info(4 << 20)), 64 << 20);
-        assert_eq!(default_bytes(true, &info(4 << 20)), 128 << 20);
+        assert_eq!(default_bytes(true, &info(4 << 20)), 64 << 20);
         // 1 GiB: the lower bounds.
         assert_eq!(default_bytes(false, &info(1 << 20)), 32 << 20);
         assert_eq!(default_bytes(true, &info(1 << 20)), 64 << 20);

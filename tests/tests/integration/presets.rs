@@ -4,37 +4,14 @@
 //! flagged and explained.
 use profiler_tests::*;
 use std::path::PathBuf;
-use std::process::Command;
 
-/// Builds `fixtures/glib_loop.c` against GLib (libraries after the source,
-/// for `--as-needed`).
+/// `fixtures/glib_loop.c`, built against GLib.
 fn glib_loop() -> PathBuf {
-    let flags = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "glib-2.0"])
-        .output()
-        .expect("pkg-config (installed by cargo xtask setup)");
-    assert!(
-        flags.status.success(),
-        "glib-2.0 development files missing: run cargo xtask setup"
-    );
-    let flags = String::from_utf8(flags.stdout).unwrap();
-    let dir = workspace().join("target/fixtures");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("glib_loop");
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/glib_loop.c");
-    let res = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(flags.split_whitespace())
-        .output()
-        .expect("run gcc");
-    assert!(
-        res.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&res.stderr)
-    );
-    exe
+    build_glib(
+        "glib_loop.c",
+        "glib_loop",
+        &["-O1", "-g", "-fno-omit-frame-pointer"],
+    )
 }
 
 #[test]

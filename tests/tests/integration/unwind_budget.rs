@@ -46,17 +46,22 @@ fn sample(out: &Path, pid: u32, memory: &str) -> (Vec<(Vec<String>, u64)>, Strin
     (stacks, read(out, "cpu.txt"), fin.stderr.join("\n"))
 }
 
-/// Share (0..=1) of the samples whose stack holds `frames` in that order
-/// (others between them allowed), and the samples counted.
+/// Share (0..=1) of `bigmap`'s samples whose stack holds `frames` in that
+/// order (others between them allowed), and the samples counted.
 fn share_through(stacks: &[(Vec<String>, u64)], frames: &[&str]) -> (f64, u64) {
+    share_of(stacks, "bigmap", frames)
+}
+
+/// [`share_through`] for the process named `comm`.
+fn share_of(stacks: &[(Vec<String>, u64)], comm: &str, frames: &[&str]) -> (f64, u64) {
     let total: u64 = stacks
         .iter()
-        .filter(|(s, _)| s[0] == "bigmap")
+        .filter(|(s, _)| s[0] == comm)
         .map(|(_, n)| n)
         .sum();
     let with: u64 = stacks
         .iter()
-        .filter(|(s, _)| s[0] == "bigmap")
+        .filter(|(s, _)| s[0] == comm)
         .filter(|(s, _)| {
             let mut want = frames.iter().peekable();
             for f in s {
@@ -224,4 +229,121 @@ fn too_small_a_budget_is_named_when_recording() {
         .filter(|l| l.contains("unwind table memory (64K) full") && l.contains("libc.so.6"))
         .count();
     assert_eq!(told, 1, "stderr: {:?}", fin.stderr);
+}
+
+/// `fixtures/glibmap.c`: a GLib main loop whose callback burns CPU through
+/// GLib's sort, without frame pointers.
+fn glibmap() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_glib(
+            "glibmap.c",
+            "glibmap",
+            &["-O2", "-g", "-fomit-frame-pointer"],
+        )
+    })
+}
+
+/// What a GTK app on a machine without a GPU driver maps through Mesa:
+/// libLLVM-15 and -14, libclang-cpp and the software rasterizer (about
+/// 310 MB of code); None when one is missing.
+fn mesa_like_libraries() -> Option<Vec<String>> {
+    [
+        "libLLVM-15.so.1",
+        "libLLVM-14.so.1",
+        "libclang-cpp.so.14",
+        "dri/swrast_dri.so",
+    ]
+    .iter()
+    .map(|n| library(&[n]))
+    .collect()
+}
+
+/// The frames every sample of the GLib loop should walk through.
+const GLIB_CHAIN: [&str; 6] = [
+    "main",
+    "g_main_loop_run",
+    "g_main_context_dispatch",
+    "on_idle",
+    "cmp",
+    "burn",
+];
+
+/// Issue 24's goal: with default options, at least 95% of a GLib loop's
+/// samples walk main → … → g_main_context_dispatch → its callback, in a
+/// process that also maps 310 MB of libraries it never calls.
+#[test]
+fn a_glib_loop_beside_mesas_libraries_walks_to_its_callback_by_pid() {
+    require_root!();
+    let Some(libs) = mesa_like_libraries() else {
+        eprintln!("SKIP: needs libLLVM-15 and -14, libclang-cpp-14 and Mesa's swrast_dri");
+        return;
+    };
+    let mut args = vec!["60"];
+    args.extend(libs.iter().map(String::as_str));
+    let fx = Fixture::spawn(glibmap(), &args);
+    let out = TempDir::new("budget-glib");
+    let fin = profiler(&[
+        "sample",
+        "--pid",
+        &fx.pid.to_string(),
+        "--duration",
+        "4s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "profiler sample failed: {fin:?}");
+    let txt = read(out.path(), "cpu.txt");
+    let (share, total) = share_of(
+        &folded(&read(out.path(), "cpu.folded")),
+        "glibmap",
+        &GLIB_CHAIN,
+    );
+    eprintln!(
+        "glibmap by PID: {} in {:.1}% of {total} samples\n{txt}",
+        GLIB_CHAIN.join("…"),
+        share * 100.0
+    );
+    assert!(total >= 100, "only {total} samples");
+    assert!(share >= 0.95, "{:.1}% through the callback", share * 100.0);
+    assert!(!txt.contains("unwind table memory full"), "{txt}");
+}
+
+/// The same system-wide (`sample --all`, its own default budget).
+#[test]
+fn a_glib_loop_beside_mesas_libraries_walks_to_its_callback_system_wide() {
+    require_root!();
+    let Some(libs) = mesa_like_libraries() else {
+        eprintln!("SKIP: needs libLLVM-15 and -14, libclang-cpp-14 and Mesa's swrast_dri");
+        return;
+    };
+    let mut args = vec!["60"];
+    args.extend(libs.iter().map(String::as_str));
+    let _fx = Fixture::spawn(glibmap(), &args);
+    let out = TempDir::new("budget-glib-all");
+    let fin = profiler(&[
+        "sample",
+        "--all",
+        "--duration",
+        "4s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(
+        fin.status.success(),
+        "profiler sample --all failed: {fin:?}"
+    );
+    let txt = read(out.path(), "cpu.txt");
+    let (share, total) = share_of(
+        &folded(&read(out.path(), "cpu.folded")),
+        "glibmap",
+        &GLIB_CHAIN,
+    );
+    eprintln!(
+        "glibmap system-wide: {} in {:.1}% of {total} samples\n{txt}",
+        GLIB_CHAIN.join("…"),
+        share * 100.0
+    );
+    assert!(total >= 100, "only {total} samples of glibmap");
+    assert!(share >= 0.95, "{:.1}% through the callback", share * 100.0);
 }
