@@ -134,8 +134,9 @@ pub struct SampleArgs {
     #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
     pub unwind: UnwindMode,
     /// Kernel memory for the unwind tables (e.g. 64M, 1G, 512MiB). Default:
-    /// sized to the machine, 1/64 of the available memory between 32M and
-    /// 256M (between 64M and 256M with --all). Binaries whose tables
+    /// what the traced processes' binaries need and a quarter, plus 16M
+    /// (64M with --all) for what they load later, within 1/64 of the
+    /// available memory clamped to 32M..256M (64M..256M). Binaries whose tables
     /// do not fit are walked with frame pointers; the report names those
     /// that samples landed in.
     #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]

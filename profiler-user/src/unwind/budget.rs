@@ -9,9 +9,10 @@
 //! the size of their CFI sections) and a quarter more, plus 16 MiB for
 //! libraries it loads later, between 32 MiB and a ceiling of 1/64 of
 //! `MemAvailable` (else of `MemTotal`) clamped to [32 MiB, 256 MiB]; the
-//! ceiling itself for a command not started yet; 1/64 of the memory,
-//! between 64 MiB and 256 MiB, system-wide (`sample --all`: 32 Mi rows,
-//! seven times what every binary on this VM's busiest runs took). The array's
+//! ceiling itself for a command not started yet. System-wide (`sample
+//! --all`): the same for every running process's binaries (each once) and
+//! a quarter, plus 64 MiB for programs started later, between 64 MiB and a
+//! ceiling of 1/64 of the memory clamped to [64 MiB, 256 MiB]. The array's
 //! pages are all allocated when the programs load, so the default is only
 //! as large as the target needs. `--unwind-memory` overrides it.
 use std::collections::HashMap;
@@ -53,9 +54,10 @@ pub fn rows(option: Option<u64>, all: bool, pid: Option<u32>) -> u32 {
             all,
             &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
         );
-        match pid.filter(|_| !all).and_then(need_rows) {
-            Some(need) => sized_to(need, ceiling),
-            None => ceiling,
+        match (all, pid) {
+            (true, _) => need_rows(all_pids()).map_or(ceiling, |n| sized_all(n, ceiling)),
+            (false, Some(pid)) => need_rows([pid]).map_or(ceiling, |n| sized_to(n, ceiling)),
+            (false, None) => ceiling,
         }
     });
     (bytes.clamp(MIN_BYTES, MAX_BYTES) / ROW_BYTES) as u32
@@ -65,6 +67,25 @@ pub fn rows(option: Option<u64>, all: bool, pid: Option<u32>) -> u32 {
 /// `need` rows, under `ceiling` bytes.
 pub fn sized_to(need: u64, ceiling: u64) -> u64 {
     (need * ROW_BYTES * 5 / 4 + (16 << 20)).clamp(32 << 20, ceiling.max(32 << 20))
+}
+
+/// The default budget system-wide, when the running processes' tables
+/// are expected to take `need` rows: those and a quarter, plus 64 MiB for
+/// programs started later (a build's compilers), between 64 MiB and
+/// `ceiling`.
+pub fn sized_all(need: u64, ceiling: u64) -> u64 {
+    (need * ROW_BYTES * 5 / 4 + (64 << 20)).clamp(64 << 20, ceiling.max(64 << 20))
+}
+
+/// Every process's PID (`/proc`).
+fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Bytes of CFI sections per row of a compiled table, for estimates
@@ -83,11 +104,31 @@ pub fn estimate_rows<'a, R: object::ReadRef<'a>>(elf: &object::File<'a, R>) -> u
     cfi.div_ceil(CFI_BYTES_PER_ROW).max(1)
 }
 
-/// Rows the tables of `pid`'s mapped binaries are expected to take
-/// (headers read only); None when its mappings cannot be read.
-fn need_rows(pid: u32) -> Option<u64> {
-    let text = crate::tracee::process::read_maps(pid).ok()?;
+/// Rows the tables of the binaries `pids` map are expected to take, each
+/// binary once (headers read only); None when no process's mappings could
+/// be read.
+fn need_rows(pids: impl IntoIterator<Item = u32>) -> Option<u64> {
     let mut seen = std::collections::HashSet::new();
+    let mut rows = 0;
+    let mut read = false;
+    for pid in pids {
+        // Kernel threads and processes gone meanwhile have none.
+        let Ok(text) = crate::tracee::process::read_maps(pid) else {
+            continue;
+        };
+        read = true;
+        rows += need_rows_in(pid, &text, &mut seen);
+    }
+    read.then_some(rows)
+}
+
+/// [`need_rows`] for one process's maps (`text`), skipping the binaries in
+/// `seen`.
+fn need_rows_in(
+    pid: u32,
+    text: &str,
+    seen: &mut std::collections::HashSet<crate::tracee::process::FileKey>,
+) -> u64 {
     let mut rows = 0;
     for line in text.lines() {
         if !line
@@ -115,7 +156,7 @@ fn need_rows(pid: u32) -> Option<u64> {
             rows += estimate_rows(&elf);
         }
     }
-    Some(rows)
+    rows
 }
 
 /// A budget that would hold `rows`, with a quarter to spare, rounded up
@@ -216,7 +257,16 @@ mod tests {
         // More than the machine allows: the ceiling.
         assert_eq!(sized_to(1 << 26, ceiling), ceiling);
         // This process's own binaries are readable and have CFI.
-        assert!(need_rows(std::process::id()).is_some_and(|r| r > 1000));
+        let own = need_rows([std::process::id()]).unwrap();
+        assert!(own > 1000, "{own}");
+        // Each binary once: twice the same process is the same.
+        assert_eq!(need_rows([std::process::id(); 2]), Some(own));
+        assert_eq!(need_rows([]), None);
+        // System-wide: the running processes' rows, a quarter, 64 MiB.
+        assert_eq!(sized_all(0, 256 << 20), 64 << 20);
+        assert_eq!(sized_all(4 << 20, 256 << 20), 104 << 20);
+        assert_eq!(sized_all(1 << 26, 256 << 20), 256 << 20);
+        assert!(need_rows(all_pids()).is_some_and(|r| r >= own));
     }
 
     #[test]

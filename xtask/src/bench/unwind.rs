@@ -350,3 +350,183 @@ pub fn rows(tables: &[TableRow], steady: &[Result<Steady>]) -> String {
     }
     md
 }
+
+/// gtk3-demo's fishbowl under Xvfb, drawn through Mesa's software renderer
+/// (`GDK_GL=always`, which maps libLLVM): what `profiler sample --pid` and
+/// `record --pid` make of it with default options (issue 24).
+pub struct Gtk {
+    /// The figures of cpu.txt's `unwinding:` line: binaries, functions,
+    /// rows, memory used of the budget, build time.
+    pub tables: String,
+    /// cpu.txt's complete-stack share.
+    pub complete: String,
+    /// Shares of gtk3-demo's samples through `g_main_context_dispatch`,
+    /// and with a `gtk_` frame.
+    pub through_dispatch: f64,
+    pub gtk_frames: f64,
+    pub samples: u64,
+    /// The sampling agent's peak RSS (its `wait4` rusage), in KiB.
+    pub rss_kib: u64,
+    /// Its BPF maps' `memlock`, read while it samples.
+    pub map_bytes: u64,
+    /// dispatches.txt's in-dispatch sample line from `record --pid`.
+    pub in_dispatch: String,
+}
+
+/// Waits for `pid` (a child) and returns its peak RSS in KiB.
+fn wait_rss(pid: u32) -> Result<u64> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our unreaped child; both pointers are valid.
+    let rc = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    if rc < 0 {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        bail!("the profiler failed (wait status {status:#x})");
+    }
+    Ok(usage.ru_maxrss as u64)
+}
+
+/// Measures [`Gtk`]; fails with what to install when Xvfb or gtk3-demo is
+/// missing.
+pub fn gtk(work: &Path) -> Result<Gtk> {
+    use crate::proc::Guard;
+    for tool in ["Xvfb", "gtk3-demo"] {
+        if crate::util::find_program(tool).is_none() {
+            bail!("needs {tool} (Debian: xvfb, gtk-3-examples)");
+        }
+    }
+    let display = ":97";
+    let _x = Guard::spawn(
+        Command::new("Xvfb")
+            .args([display, "-screen", "0", "1280x1024x24", "-nolisten", "tcp"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )?;
+    std::thread::sleep(Duration::from_secs(2));
+    let app = Guard::spawn(
+        Command::new("gtk3-demo")
+            .arg("--run=fishbowl")
+            .env("DISPLAY", display)
+            .env("GDK_GL", "always")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )?;
+    std::thread::sleep(Duration::from_secs(6));
+    let pid = app.pid().to_string();
+
+    let out = work.join("gtk-sample");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut prof = Command::new(profiler_bin())
+        .args(["sample", "--pid", &pid, "--duration", "5s", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("run `profiler sample`")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let map_bytes = map_memlock(prof.id());
+    let rss_kib = wait_rss(prof.id());
+    // Reaped by wait4 already: forget the handle.
+    let _ = prof.try_wait();
+    let rss_kib = rss_kib?;
+    let cpu_txt = std::fs::read_to_string(out.join("cpu.txt")).context("cpu.txt")?;
+    let tables = cpu_txt
+        .lines()
+        .find_map(|l| l.strip_prefix("unwinding: compiled .eh_frame tables for "))
+        .and_then(|l| l.split(')').next())
+        .map(|l| format!("{l})"))
+        .unwrap_or_else(|| "(no unwinding line)".into());
+    let complete = cpu_txt
+        .lines()
+        .find(|l| l.starts_with("CPU samples"))
+        .and_then(|l| l.split("; ").find(|f| f.starts_with("complete stacks")))
+        .unwrap_or("(none)")
+        .to_string();
+    let folded = std::fs::read_to_string(out.join("cpu.folded")).context("cpu.folded")?;
+    let (mut samples, mut dispatch, mut gtk) = (0u64, 0u64, 0u64);
+    for line in folded.lines() {
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        if !stack.starts_with("gtk3-demo;") {
+            continue;
+        }
+        samples += n;
+        if stack.contains(";g_main_context_dispatch;") {
+            dispatch += n;
+        }
+        if stack.contains(";gtk_") {
+            gtk += n;
+        }
+    }
+
+    let rec = work.join("gtk-record");
+    let _ = std::fs::remove_dir_all(&rec);
+    let fin = Command::new(profiler_bin())
+        .args(["record", "--pid", &pid, "--duration", "5s", "--out"])
+        .arg(&rec)
+        .output()
+        .context("run `profiler record`")?;
+    if !fin.status.success() {
+        bail!(
+            "profiler record --pid failed: {}",
+            String::from_utf8_lossy(&fin.stderr)
+        );
+    }
+    let in_dispatch = std::fs::read_to_string(rec.join("dispatches.txt"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.contains("in-dispatch samples:"))
+        .unwrap_or("(no in-dispatch samples line)")
+        .trim()
+        .to_string();
+    drop(app);
+    Ok(Gtk {
+        tables,
+        complete,
+        through_dispatch: dispatch as f64 / samples.max(1) as f64 * 100.0,
+        gtk_frames: gtk as f64 / samples.max(1) as f64 * 100.0,
+        samples,
+        rss_kib,
+        map_bytes,
+        in_dispatch,
+    })
+}
+
+/// Markdown for [`gtk`].
+pub fn gtk_rows(g: &Result<Gtk>) -> String {
+    let g = match g {
+        Ok(g) => g,
+        Err(e) => return format!("\ngtk3-demo: not measured: {e:#}\n"),
+    };
+    let met = |ok: bool| if ok { "met" } else { "NOT met" };
+    let complete_pct: f64 = g
+        .in_dispatch
+        .split("complete stacks ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0);
+    format!(
+        "\n| gtk3-demo fishbowl under Xvfb, default options | figure |\n| --- | --- |\n\
+         | `sample --pid`: tables | {} |\n\
+         | `sample --pid`: BPF map memory (`memlock`) | {:.1} MiB |\n\
+         | `sample --pid`: agent peak RSS | {:.1} MB |\n\
+         | `sample --pid`: samples of gtk3-demo | {}; {} |\n\
+         | through `g_main_context_dispatch` / with a `gtk_` frame | {:.1}% / {:.1}% |\n\
+         | `record --pid`: {} | goal ≥ 90% complete: {} |\n",
+        g.tables,
+        g.map_bytes as f64 / (1u64 << 20) as f64,
+        g.rss_kib as f64 * 1024.0 / 1e6,
+        g.samples,
+        g.complete,
+        g.through_dispatch,
+        g.gtk_frames,
+        g.in_dispatch,
+        met(complete_pct >= 90.0),
+    )
+}
