@@ -426,7 +426,8 @@ fn unwind_section(work: &std::path::Path) -> String {
     md.push_str(
         "\ngtk3-demo (Debian's gtk-3-examples) `--run=fishbowl` on an Xvfb display, with \
          `GDK_GL=always` so that GDK draws through Mesa's software renderer, which maps libLLVM \
-         (about 100 binaries: the case of issue 24), 6 s after it started. `profiler sample --pid P \
+         (about 100 binaries: the case of issue 24), 6 s after it started, with `xdotool` moving the \
+         pointer over it every 50 ms when installed. `profiler sample --pid P \
          --duration 5s` with default options: cpu.txt's table figures and complete-stack share, \
          the shares of the app's samples in cpu.folded that pass through `g_main_context_dispatch` \
          or a `gtk_` function, the agent's peak RSS (`wait4`) and its BPF maps' `memlock` (read 3 s \

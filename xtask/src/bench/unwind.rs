@@ -416,6 +416,23 @@ pub fn gtk(work: &Path) -> Result<Gtk> {
     )?;
     std::thread::sleep(Duration::from_secs(6));
     let pid = app.pid().to_string();
+    // Pointer motion over the window while it is measured, as a user's
+    // (when xdotool is installed): events GTK dispatches beside its frames.
+    let _pointer = crate::util::find_program("xdotool")
+        .map(|_| {
+            Guard::spawn(
+                Command::new("sh")
+                    .args([
+                        "-c",
+                        "while :; do for x in 100 300 500 700; do \
+                         xdotool mousemove $x $((x / 2 + 100)); sleep 0.05; done; done",
+                    ])
+                    .env("DISPLAY", display)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null()),
+            )
+        })
+        .transpose()?;
 
     let out = work.join("gtk-sample");
     let _ = std::fs::remove_dir_all(&out);
