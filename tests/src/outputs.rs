@@ -54,11 +54,12 @@ pub fn assert_close_probed(what: &str, got: u64, want: u64, calls: u64, probe_ns
     let mut slack = calls.saturating_mul(probe_ns);
     if !(got + tol >= want && got <= want + tol + slack)
         && crate::relaxed(&format!(
-            "{what}: {got} ns against the fixture's {want} ns, outside 5% and {probe_ns} ns a call: 50% and ten times that allowed"
+            "{what}: {got} ns against the fixture's {want} ns, outside 5% and {probe_ns} ns a call: \
+             50%, and ten times that or 2 ms a call allowed (a probe's first hits translate code)"
         ))
     {
         tol *= 10;
-        slack *= 10;
+        slack = slack.saturating_mul(10).max(calls.saturating_mul(2_000_000));
     }
     assert!(
         got + tol >= want && got <= want + tol + slack,

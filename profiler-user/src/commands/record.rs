@@ -65,20 +65,15 @@ pub fn run(args: &mut RecordArgs) -> Result<u8> {
 /// Without `--max-funcs`: 2000 functions where a binary's probes are one
 /// uprobe_multi link, 250 where each probe is a perf event of its own
 /// (before Linux 6.10), attached and detached one at a time (about 14 ms
-/// each under software emulation on 6.1), and said so.
+/// each under software emulation on 6.1). The planner's line about the
+/// cap says why, when the cap cuts the selection
+/// (`session::record::plan::cap_reason`), not before the target is even
+/// checked.
 fn default_max_funcs(select: &mut crate::cli::SelectArgs) {
     if select.max_funcs.is_some() {
         return;
     }
     let per_probe = !crate::attach::kernel::at_least(crate::attach::kernel::UPROBE_MULTI);
-    if per_probe && select.funcs.is_empty() {
-        eprintln!(
-            "profiler: note: this kernel ({}) attaches each probe on its own (uprobe_multi links \
-             came in Linux 6.10): at most {} functions by default (--max-funcs raises it)",
-            crate::attach::kernel::release(),
-            crate::cli::PER_PROBE_MAX_FUNCS
-        );
-    }
     select.max_funcs = Some(match per_probe {
         true => crate::cli::PER_PROBE_MAX_FUNCS,
         false => crate::cli::DEFAULT_MAX_FUNCS,

@@ -506,6 +506,7 @@ impl<'a> Sampler<'a> {
             ..
         } = self;
         drop(probes);
+        crate::symbolize::collection_ended();
         eprintln!("profiler: stopped ({}); symbolizing", reason.as_str());
         Ok(Finished {
             args,

@@ -14,4 +14,4 @@ pub mod python;
 mod symbolizer;
 pub mod v8;
 
-pub use symbolizer::{Symbolizer, NORMALIZED};
+pub use symbolizer::{collection_ended, Symbolizer, NORMALIZED};

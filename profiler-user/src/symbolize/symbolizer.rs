@@ -37,7 +37,7 @@ use std::{
     os::{fd::AsRawFd, unix::fs::MetadataExt},
     path::PathBuf,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc, Arc, Once,
     },
     time::{Duration, Instant},
@@ -60,9 +60,11 @@ const CACHE_CAP: usize = 200_000;
 /// A blazesym request unanswered this long is given up.
 pub const STALL: Duration = Duration::from_secs(30);
 
-/// After SIGINT or SIGTERM, a request still unanswered after this long is
-/// given up (a quick one is let finish: the signal may just be ending the
-/// recording).
+/// After SIGINT or SIGTERM while the session finishes (or a second one
+/// before), a request still unanswered after this long is given up. The
+/// signal that ends a recording is not one: a request it interrupts (the
+/// name of a slow dispatch's frame, its binary's symbols being read) is let
+/// finish, or the whole report would be left unnamed on a slow machine.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(1);
 
 /// A process's mappings are read again, for an address outside every
@@ -607,7 +609,9 @@ impl Symbolizer {
 
     /// Sends `req` to the blazesym thread and waits for the answer, giving
     /// up (for good, with one warning) after [`STALL`], or after
-    /// [`INTERRUPT_GRACE`] once SIGINT/SIGTERM arrived during the wait.
+    /// [`INTERRUPT_GRACE`] once SIGINT/SIGTERM arrived during the wait and
+    /// it was not the one that ended the collection ([`collection_ended`]:
+    /// the session had ended already, or it is the second signal).
     fn ask(&mut self, req: Req) -> Option<Resp> {
         let w = self.worker.as_ref()?;
         count_signals();
@@ -626,7 +630,9 @@ impl Symbolizer {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let waited = started.elapsed();
-                    if SIGNALS.load(Ordering::Relaxed) != signals && waited >= INTERRUPT_GRACE {
+                    let now = SIGNALS.load(Ordering::Relaxed);
+                    let hurry = now != signals && (ENDED.load(Ordering::Relaxed) || now >= 2);
+                    if hurry && waited >= INTERRUPT_GRACE {
                         self.give_up("interrupted by a signal");
                         return None;
                     }
@@ -654,6 +660,16 @@ impl Symbolizer {
 /// SIGINT and SIGTERM received, counted alongside tokio's own handling of
 /// them (which ends a recording, and later swallows them).
 static SIGNALS: AtomicU64 = AtomicU64::new(0);
+
+/// The session stopped collecting: a signal from now on asks it to hurry.
+static ENDED: AtomicBool = AtomicBool::new(false);
+
+/// Called when the session stops collecting (its duration, its target's
+/// exit, or the signal that ends it): a SIGINT or SIGTERM after this gives
+/// up a symbolization that blocks.
+pub fn collection_ended() {
+    ENDED.store(true, Ordering::Relaxed);
+}
 
 fn count_signals() {
     static ONCE: Once = Once::new();

@@ -250,7 +250,16 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
             Some("cpu") => "py:blocking_parse (",
             _ => "py:staller (",
         };
-        assert!(key.contains(named), "the key names {named}…: {g}");
+        // Under emulation the in-dispatch sampler attaches seconds after
+        // the probes (6.1: a stall 210 ms into the session had no sample):
+        // without a sample there is no Python frame to name.
+        let unsampled = num(g, "samples") == 0
+            && key == "(loop iteration)"
+            && relaxed("a stall without in-dispatch samples (the sampler attaches seconds late) may be keyed (loop iteration)");
+        assert!(
+            unsampled || key.contains(named),
+            "the key names {named}…: {g}"
+        );
         // Under emulation the iteration's probe hits (30-40 µs each) add
         // more on-CPU time than a stall lasts (6.1: 219 ms blocked in a
         // 456-ms iteration around a sleep): half of the stall's own time.

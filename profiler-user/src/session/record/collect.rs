@@ -243,6 +243,7 @@ impl<'a> Attached<'a> {
             sinks.libs.poll();
         }
         sinks.catch_up = None;
+        crate::symbolize::collection_ended();
         drop(probes);
         sinks.flush(&mut rings);
         if rings.late() > 0 {

@@ -89,11 +89,12 @@ impl<'a> Recorder<'a> {
                     eprintln!(
                         "profiler: probing the {} functions of {} on the watched thread's stacks{callers} \
                          ({stacks} stacks in a {} ms sample; {of} match the default selection); \
-                         --func names others, --max-funcs {} caps them",
+                         --func names others, --max-funcs {} caps them{}",
                         chosen.presampled.unwrap_or(0) - chosen.tail_callers,
                         self.target.exe.display(),
                         crate::session::presample::SPAN.as_millis(),
-                        args.select.max_funcs()
+                        args.select.max_funcs(),
+                        cap_reason(args.select.max_funcs())
                     );
                     sel = chosen;
                     probed_set = Probed::of(&sel);
@@ -112,9 +113,10 @@ impl<'a> Recorder<'a> {
                 "profiler: probing the first {} of {} matching functions; raise --max-funcs to probe more \
                  (each probed call costs the target about 4 µs, or 0.3 µs where a function starts with a \
                  5-byte nop, and --max-overhead detaches the functions that cost too much; attaching or \
-                 detaching 1,000 functions takes about 30 ms), or narrow the selection with --func/--exclude",
+                 detaching 1,000 functions takes about 30 ms), or narrow the selection with --func/--exclude{}",
                 sel.funcs.len(),
-                sel.funcs.len() + sel.capped
+                sel.funcs.len() + sel.capped,
+                cap_reason(args.select.max_funcs())
             );
         }
         // Stage functions resolve now, so a bad --stage fails before attaching.
@@ -231,4 +233,18 @@ fn presample_selection(
     }
     let sel = select::select_among(target, &args.select, required, Some(&offsets))?;
     Ok(Some((sel, seen.stacks)).filter(|(s, _)| s.presampled.unwrap_or(0) > 0))
+}
+
+/// Why the cap is `max_funcs`, when it is the default of a kernel that
+/// attaches each probe on its own; else nothing.
+pub fn cap_reason(max_funcs: usize) -> String {
+    use crate::attach::kernel;
+    if max_funcs != crate::cli::PER_PROBE_MAX_FUNCS || kernel::at_least(kernel::UPROBE_MULTI) {
+        return String::new();
+    }
+    format!(
+        "; {max_funcs} is the default on this kernel ({}), which attaches each probe on its own \
+         (uprobe_multi links came in Linux 6.10)",
+        kernel::release()
+    )
 }
