@@ -4,6 +4,12 @@
 use profiler_tests::*;
 use std::path::Path;
 
+/// How long the burners run (they are killed when the test ends): the
+/// profiler takes tens of seconds to load under software emulation (6.1
+/// in `cargo xtask kernels`), where 30 s burners were gone before the
+/// first sample.
+const BURN_SECS: &str = "600";
+
 #[test]
 fn only_the_cgroups_processes_are_sampled() {
     require_root!();
@@ -16,8 +22,8 @@ fn only_the_cgroups_processes_are_sampled() {
     let (in_comm, out_comm) = (format!("pin{tag}"), format!("pout{tag}"));
     let name = format!("profiler-test-{tag}");
     let cg = Cgroup::new(&name);
-    let inside = Fixture::spawn(&burn, &["30", "chain", &in_comm]);
-    let outside = Fixture::spawn(&burn, &["30", "chain", &out_comm]);
+    let inside = Fixture::spawn(&burn, &[BURN_SECS, "chain", &in_comm]);
+    let outside = Fixture::spawn(&burn, &[BURN_SECS, "chain", &out_comm]);
     cg.add(inside.pid);
     let out = TempDir::new("sample-cgroup");
     let before = prof_prog_ids();
@@ -74,9 +80,9 @@ fn a_subtree_is_sampled_and_each_process_labelled_with_its_cgroup() {
         Cgroup::new(&format!("{name}/x")),
         Cgroup::new(&format!("{name}/y")),
     );
-    let a = Fixture::spawn(&burn, &["30", "chain", &format!("pxa{tag}")]);
-    let b = Fixture::spawn(&burn, &["30", "chain", &format!("pyb{tag}")]);
-    let outside = Fixture::spawn(&burn, &["30", "chain", &format!("pno{tag}")]);
+    let a = Fixture::spawn(&burn, &[BURN_SECS, "chain", &format!("pxa{tag}")]);
+    let b = Fixture::spawn(&burn, &[BURN_SECS, "chain", &format!("pyb{tag}")]);
+    let outside = Fixture::spawn(&burn, &[BURN_SECS, "chain", &format!("pno{tag}")]);
     x.add(a.pid);
     y.add(b.pid);
     let out = TempDir::new("sample-subtree");
