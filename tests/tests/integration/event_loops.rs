@@ -232,12 +232,20 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
             session_start + num(g, "start_ns"),
             session_start + num(g, "start_ns") + num(g, "measured_ns"),
         );
-        let stall = stalls
+        let found = stalls
             .iter()
-            .find(|st| num(st, "start_ns") >= s && num(st, "end_ns") <= e)
-            .unwrap_or_else(|| {
-                panic!("slow dispatch {g} contains no stall of the app's log {stalls:?}")
-            });
+            .find(|st| num(st, "start_ns") >= s && num(st, "end_ns") <= e);
+        // Under emulation the interpreter runs 10-30 times slower, and an
+        // iteration without a stall can pass the threshold by itself.
+        if found.is_none()
+            && g["key"] == "(loop iteration)"
+            && relaxed("an iteration without a stall may pass the threshold by itself")
+        {
+            continue;
+        }
+        let stall = found.unwrap_or_else(|| {
+            panic!("slow dispatch {g} contains no stall of the app's log {stalls:?}")
+        });
         let own = num(stall, "end_ns") - num(stall, "start_ns");
         assert!(
             num(g, "measured_ns") >= own,
