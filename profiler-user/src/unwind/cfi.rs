@@ -489,12 +489,9 @@ fn compile(cfi: &Cfi, mut stats: TableStats) -> Table {
     if let Some(end) = covered_to {
         push(&mut out, 0, no_cfi(end));
     }
-    #[allow(unused_mut)]
-    let mut table = narrow(out, stats);
+    let table = narrow(out, stats);
     #[cfg(test)]
-    {
-        table.padding = padding;
-    }
+    let table = Table { padding, ..table };
     table
 }
 
