@@ -48,6 +48,17 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     // (tests unwind_budget.rs): a path stands for a library.
     ("/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1", "libllvm15"),
     ("/usr/lib/x86_64-linux-gnu/libz3.so.4", "libz3-4"),
+    // With libLLVM-15, what Mesa's software renderer brings into a GTK
+    // app (the GLib-loop goal of issue 24, same file).
+    ("/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1", "libllvm14"),
+    (
+        "/usr/lib/x86_64-linux-gnu/libclang-cpp.so.14",
+        "libclang-cpp14",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dri/swrast_dri.so",
+        "libgl1-mesa-dri",
+    ),
 ];
 
 /// Extra programs the bench needs.
@@ -58,6 +69,11 @@ const BENCH_TOOLS: &[(&str, &str)] = &[
     // The governor part (g) runs a real server under its own benchmark.
     ("redis-server", "redis-server"),
     ("redis-benchmark", "redis-tools"),
+    // The unwind part (g) draws gtk3-demo on a virtual display, moving
+    // the pointer over it.
+    ("Xvfb", "xvfb"),
+    ("gtk3-demo", "gtk-3-examples"),
+    ("xdotool", "xdotool"),
 ];
 
 /// Extra programs `cargo xtask kernels` needs to boot other kernels

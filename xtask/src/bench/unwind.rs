@@ -395,7 +395,7 @@ pub fn gtk(work: &Path) -> Result<Gtk> {
     use crate::proc::Guard;
     for tool in ["Xvfb", "gtk3-demo"] {
         if crate::util::find_program(tool).is_none() {
-            bail!("needs {tool} (Debian: xvfb, gtk-3-examples)");
+            bail!("needs {tool}: run `cargo xtask setup --bench`");
         }
     }
     let display = ":97";
