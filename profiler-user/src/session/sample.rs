@@ -464,6 +464,7 @@ impl<'a> Sampler<'a> {
     /// target's exit); then takes what is still pending and detaches.
     /// Returns why it stopped and how long it ran.
     pub fn collect(mut self) -> Result<Finished<'a>> {
+        crate::symbolize::collection_started();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -14,4 +14,4 @@ pub mod python;
 mod symbolizer;
 pub mod v8;
 
-pub use symbolizer::{collection_ended, Symbolizer, NORMALIZED};
+pub use symbolizer::{collection_ended, collection_started, Symbolizer, NORMALIZED};

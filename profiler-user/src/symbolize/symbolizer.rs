@@ -631,7 +631,8 @@ impl Symbolizer {
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let waited = started.elapsed();
                     let now = SIGNALS.load(Ordering::Relaxed);
-                    let hurry = now != signals && (ENDED.load(Ordering::Relaxed) || now >= 2);
+                    let second = now >= BASE.load(Ordering::Relaxed) + 2;
+                    let hurry = now != signals && (ENDED.load(Ordering::Relaxed) || second);
                     if hurry && waited >= INTERRUPT_GRACE {
                         self.give_up("interrupted by a signal");
                         return None;
@@ -663,6 +664,18 @@ static SIGNALS: AtomicU64 = AtomicU64::new(0);
 
 /// The session stopped collecting: a signal from now on asks it to hurry.
 static ENDED: AtomicBool = AtomicBool::new(false);
+
+/// [`SIGNALS`] when the session began collecting (a launch mode's later
+/// sessions begin after earlier signals).
+static BASE: AtomicU64 = AtomicU64::new(0);
+
+/// Called when a session begins collecting: the next signal is the one
+/// that may end it ([`collection_ended`]).
+pub fn collection_started() {
+    count_signals();
+    BASE.store(SIGNALS.load(Ordering::Relaxed), Ordering::Relaxed);
+    ENDED.store(false, Ordering::Relaxed);
+}
 
 /// Called when the session stops collecting (its duration, its target's
 /// exit, or the signal that ends it): a SIGINT or SIGTERM after this gives

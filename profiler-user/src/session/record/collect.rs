@@ -147,6 +147,7 @@ impl<'a> Attached<'a> {
     /// probes meanwhile (the overhead governor, or new programs probed);
     /// then detaches and takes what was still in flight.
     pub fn collect(mut self) -> Result<Collected<'a>> {
+        crate::symbolize::collection_started();
         let header = self.header();
         let mut sinks = self.pipeline(&header)?;
         let Attached {
