@@ -139,11 +139,7 @@ impl Estimator {
         let (per_event, per_call) = funcs
             .iter()
             .map(|f| {
-                let entry = match f.entry {
-                    EntryKind::Step => cost.entry_ns,
-                    EntryKind::Push => cost.entry_push_ns,
-                    EntryKind::Nop => cost.entry_nop_ns,
-                };
+                let entry = cost.entry_cost(f.entry);
                 match f.exit {
                     ExitKind::Sites => ((entry + cost.ret_site_ns) / 2.0, 2.0),
                     ExitKind::Uretprobe => ((entry + cost.uretprobe_ns) / 2.0, 2.0),
@@ -298,6 +294,7 @@ mod tests {
         entry_ns: 4000.0,
         entry_push_ns: 1000.0,
         entry_nop_ns: 300.0,
+        entry_endbr_ns: 4000.0,
         ret_site_ns: 4000.0,
         uretprobe_ns: 2000.0,
         inside_ns: [0.0; 6],

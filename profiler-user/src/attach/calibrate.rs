@@ -4,7 +4,8 @@
 //! does) to two small functions of its own, and times a few thousand calls
 //! with no probe, with an entry probe (on each kind of first instruction
 //! the kernel handles differently: one it must single-step, a `push` it
-//! emulates, a 5-byte nop it turns into a call), with an entry probe plus a
+//! emulates, a 5-byte nop it turns into a call, and `endbr64`, which
+//! kernels may emulate or single-step), with an entry probe plus a
 //! return-site probe, and with an entry probe plus a return uprobe. Each hit
 //! runs the whole program, event written to a ring included; the ring is
 //! drained between batches.
@@ -55,6 +56,13 @@ pub struct HitCost {
     pub entry_push_ns: f64,
     /// An entry probe on a 5-byte nop (the kernel turns it into a call).
     pub entry_nop_ns: f64,
+    /// An entry probe on `endbr64`, the first instruction of every
+    /// function built with `-fcf-protection` (Ubuntu's and Fedora's
+    /// default): some kernels emulate it, others single-step it. 0 in
+    /// recordings made before it was measured (then priced as
+    /// single-stepped).
+    #[serde(default)]
+    pub entry_endbr_ns: f64,
     /// A probe on a return instruction.
     pub ret_site_ns: f64,
     /// A return uprobe (its share at entry included).
@@ -74,14 +82,40 @@ pub struct HitCost {
 }
 
 impl HitCost {
+    /// Whether this kernel emulates `endbr64` (its entry costs nearer a
+    /// `push`'s than a single-stepped one's).
+    pub fn endbr_emulated(&self) -> bool {
+        self.entry_endbr_ns > 0.0
+            && (self.entry_endbr_ns - self.entry_push_ns).abs()
+                < (self.entry_endbr_ns - self.entry_ns).abs()
+    }
+
+    /// One entry hit on an instruction of kind `entry`.
+    pub fn entry_cost(&self, entry: EntryKind) -> f64 {
+        match entry {
+            EntryKind::Step => self.entry_ns,
+            EntryKind::Push => self.entry_push_ns,
+            EntryKind::Nop => self.entry_nop_ns,
+            EntryKind::Endbr if self.entry_endbr_ns > 0.0 => self.entry_endbr_ns,
+            EntryKind::Endbr => self.entry_ns,
+        }
+    }
+
     /// The cost of a function whose entry is of kind `entry`, with
     /// return-site probes (`ret_sites`), a return uprobe, or no exit probe
     /// (`exit: false`).
     pub fn cost_of(&self, entry: EntryKind, exit: Option<bool>) -> ProbeCost {
-        let (entry_ns, row) = match entry {
-            EntryKind::Step => (self.entry_ns, 0),
-            EntryKind::Push => (self.entry_push_ns, 2),
-            EntryKind::Nop => (self.entry_nop_ns, 4),
+        let entry_ns = self.entry_cost(entry);
+        let row = match entry {
+            EntryKind::Step => 0,
+            EntryKind::Push => 2,
+            EntryKind::Nop => 4,
+            // Its share inside a call is a push's where the kernel
+            // emulates it, a stepped instruction's where it does not (not
+            // measured with both exits: the instruction is rare as a
+            // probe site, as an entry moves past it onto a `push`).
+            EntryKind::Endbr if self.endbr_emulated() => 2,
+            EntryKind::Endbr => 0,
         };
         let round = |x: f64| x.clamp(0.0, u32::MAX as f64).round() as u32;
         match exit {
@@ -142,6 +176,8 @@ calibration_functions! {
     "profiler_calib_push_uret": ["push rbp", "mov rbp, rsp", "lea rax, [rdi + rdi*2]", "pop rbp", "ret"];
     "profiler_calib_nop_ret": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
     "profiler_calib_nop_uret": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
+    "profiler_calib_endbr_base": [".byte 0xf3, 0x0f, 0x1e, 0xfa", "lea rax, [rdi + rdi*2]", "nop", "ret"];
+    "profiler_calib_endbr_entry": [".byte 0xf3, 0x0f, 0x1e, 0xfa", "lea rax, [rdi + rdi*2]", "nop", "ret"];
 }
 
 unsafe extern "C" {
@@ -158,6 +194,8 @@ unsafe extern "C" {
     fn profiler_calib_push_uret(x: u64) -> u64;
     fn profiler_calib_nop_ret(x: u64) -> u64;
     fn profiler_calib_nop_uret(x: u64) -> u64;
+    fn profiler_calib_endbr_base(x: u64) -> u64;
+    fn profiler_calib_endbr_entry(x: u64) -> u64;
 }
 
 /// A calibration function.
@@ -387,6 +425,7 @@ pub fn calibrate() -> Result<HitCost> {
         (off(profiler_calib_push_uret)?, 4),
         (off(profiler_calib_nop_ret)?, 5),
         (off(profiler_calib_nop_uret)?, 6),
+        (off(profiler_calib_endbr_entry)?, 0),
     ];
     // Exits first, the entries last, as the session attaches them.
     let plan: [PlanItem; 3] = [
@@ -445,6 +484,8 @@ pub fn calibrate() -> Result<HitCost> {
             profiler_calib_push_uret,
             profiler_calib_nop_ret,
             profiler_calib_nop_uret,
+            profiler_calib_endbr_base,
+            profiler_calib_endbr_entry,
         ],
         &mut ring,
     );
@@ -454,6 +495,7 @@ pub fn calibrate() -> Result<HitCost> {
         entry_ns: pos(t[1] - t[0]),
         entry_push_ns: pos(t[5] - t[4]),
         entry_nop_ns: pos(t[7] - t[6]),
+        entry_endbr_ns: pos(t[14] - t[13]),
         ret_site_ns: pos(t[8] - t[0]),
         uretprobe_ns: pos(t[3] - t[1]),
         inside_ns: timed.inside.map(|(median, _)| median),
@@ -500,6 +542,9 @@ pub enum EntryKind {
     Push,
     /// The 5-byte nop: turned into a call, no trap.
     Nop,
+    /// `endbr64`: emulated or single-stepped, by kernel (the calibration
+    /// says which).
+    Endbr,
 }
 
 /// How the kernel will handle a probe on the instruction at `offset` of
@@ -512,6 +557,7 @@ pub fn entry_kind(file: &std::fs::File, offset: u64) -> EntryKind {
     }
     match b {
         [0x0f, 0x1f, 0x44, 0x00, 0x00] => EntryKind::Nop,
+        [0xf3, 0x0f, 0x1e, 0xfa, _] => EntryKind::Endbr,
         // A relative call is emulated as a push is (`exits.rs` moves an
         // entry onto one).
         [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] | [0xe8, ..] => EntryKind::Push,
@@ -526,7 +572,7 @@ mod tests {
     #[test]
     fn calibration_functions_have_the_expected_layout() {
         // (function, first byte: lea / push rbp / 5-byte nop, f(5))
-        let all: [(CalibFn, u8, u64); 13] = [
+        let all: [(CalibFn, u8, u64); 15] = [
             (profiler_calib_step_base, 0x48, 16),
             (profiler_calib_step_entry, 0x48, 16),
             (profiler_calib_step_ret, 0x48, 16),
@@ -540,6 +586,8 @@ mod tests {
             (profiler_calib_nop_entry, 0x0f, 15),
             (profiler_calib_nop_ret, 0x0f, 15),
             (profiler_calib_nop_uret, 0x0f, 15),
+            (profiler_calib_endbr_base, 0xf3, 15),
+            (profiler_calib_endbr_entry, 0xf3, 15),
         ];
         for (i, (f, first, want)) in all.into_iter().enumerate() {
             // SAFETY: reading our own code bytes.
@@ -558,6 +606,7 @@ mod tests {
             entry_ns: 9000.0,
             entry_push_ns: 900.0,
             entry_nop_ns: 300.0,
+            entry_endbr_ns: 0.0,
             ret_site_ns: 9500.0,
             uretprobe_ns: 1000.0,
             inside_ns: [9100.0, 8900.0, 1200.0, 700.0, 900.0, 400.0],
@@ -585,6 +634,31 @@ mod tests {
                 exit_ns: 0,
                 inside_ns: 0
             }
+        );
+        // endbr64: priced as stepped when not measured (an old recording),
+        // as measured otherwise, with a push's share when it is emulated.
+        assert_eq!(cost(EntryKind::Endbr, Some(true)).entry_ns, 9000);
+        let emulated = HitCost {
+            entry_endbr_ns: 1100.0,
+            ..c
+        };
+        assert!(emulated.endbr_emulated());
+        assert_eq!(
+            emulated.cost_of(EntryKind::Endbr, Some(false)),
+            ProbeCost {
+                entry_ns: 1100,
+                exit_ns: 1000,
+                inside_ns: 700
+            }
+        );
+        let stepped = HitCost {
+            entry_endbr_ns: 8000.0,
+            ..c
+        };
+        assert!(!stepped.endbr_emulated());
+        assert_eq!(
+            stepped.cost_of(EntryKind::Endbr, Some(true)).inside_ns,
+            9100
         );
         // Never more inside than the two hits.
         let odd = HitCost {

@@ -62,7 +62,7 @@ impl<'a> Governor<'a> {
                 entry: files[f.binary as usize]
                     .as_ref()
                     .map_or(EntryKind::Step, |file| {
-                        calibrate::entry_kind(file, f.offset)
+                        calibrate::entry_kind(file, f.entry_offset())
                     }),
                 exit: match f.exit {
                     ExitProbe::Sites(_) => ExitKind::Sites,

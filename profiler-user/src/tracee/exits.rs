@@ -656,6 +656,13 @@ mod tests {
             shift_of(&[0x31, 0xc0, 0x48, 0x89, 0xfb, 0x53, 0x5b, 0xc3]),
             5
         );
+        // endbr64; push rbp; mov rbp,rsp; pop rbp; ret (-fcf-protection,
+        // Ubuntu's and Fedora's default): the push, past the endbr64 that
+        // most kernels single-step.
+        assert_eq!(
+            shift_of(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]),
+            4
+        );
         // push rbx first: already emulated, stays.
         assert_eq!(shift_of(&[0x53, 0x5b, 0xc3]), 0);
         // sub rsp,8 first: the stack pointer moved, stays.

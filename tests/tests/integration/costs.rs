@@ -6,7 +6,8 @@
 //! and the 2 µs one within 25% (the bounds); the caller's and the
 //! dispatches' excess must be mostly gone; the measured figures must keep
 //! the probes' cost, and `--raw-durations` must report as measured.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use profiler_tests::*;
 use serde_json::Value;
@@ -18,8 +19,12 @@ fn costs_exe() -> PathBuf {
 /// One recording of the fixture's traced phase with `extra` options:
 /// (untraced truth, traced truth, outputs, dispatches.json).
 fn record(extra: &[&str]) -> (Value, Value, Outputs, Value) {
+    record_exe(&costs_exe(), extra)
+}
+
+fn record_exe(exe: &Path, extra: &[&str]) -> (Value, Value, Outputs, Value) {
     let out = TempDir::new("costs");
-    let mut fx = Fixture::spawn(&costs_exe(), &["20000"]);
+    let mut fx = Fixture::spawn(exe, &["20000"]);
     let base = fx.truth();
     let mut args = vec!["--func", "cost_*", "--max-overhead", "0"];
     args.extend_from_slice(extra);
@@ -144,4 +149,84 @@ fn raw_durations_keep_the_probes_cost() {
         "{}",
         o.report
     );
+}
+
+/// The first instruction of `func` in `exe`, as objdump prints it.
+fn first_insn(exe: &Path, func: &str) -> String {
+    let out = Command::new("objdump")
+        .arg(format!("--disassemble={func}"))
+        .arg(exe)
+        .output()
+        .expect("objdump (binutils)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .skip_while(|l| !l.ends_with(&format!("<{func}>:")))
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Built with `-fcf-protection` (Ubuntu's and Fedora's default), every
+/// function starts with `endbr64`, which this kernel single-steps (as
+/// `profiler check` says). The near-empty and the 2 µs functions'
+/// entries move past it onto their `push`, so a call of them costs a
+/// push's hit, not a stepped one's; the caller (`endbr64; mov`, then a
+/// loop) keeps its entry at the start. Counts stay exact, and no frame
+/// is closed by the stack-pointer rule.
+#[test]
+fn entries_move_past_endbr64_onto_the_push() {
+    require_root!();
+    let exe = build_c(
+        "costs.c",
+        "costs-cet",
+        &["-O2", "-g", "-fcf-protection=full"],
+    );
+    for f in ["cost_empty", "cost_work", "cost_caller"] {
+        let first = first_insn(&exe, f);
+        assert!(first.contains("endbr64"), "{f} starts with `{first}`");
+    }
+    let check = Command::new(profiler_bin())
+        .arg("check")
+        .output()
+        .expect("profiler check");
+    let check = String::from_utf8_lossy(&check.stdout).to_string();
+    let stepped = check.contains("on endbr64 (single-stepped)");
+    assert!(
+        stepped || check.contains("on endbr64 (emulated)"),
+        "profiler check names no endbr64 cost:\n{check}"
+    );
+    let (base, traced, o, _) = record_exe(&exe, &[]);
+    eprintln!("untraced: {base}");
+    for (name, calls) in [
+        ("cost_caller", "caller_calls"),
+        ("cost_empty", "empty_calls"),
+        ("cost_work", "work_calls"),
+    ] {
+        let f = o.functions(name);
+        assert_eq!(
+            num(f[0], "calls"),
+            traced[calls].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(num(f[0], "unwound"), 0, "{name}");
+    }
+    let hits = |name: &str| num(o.functions(name)[0], "hits_ns") as f64;
+    eprintln!(
+        "hits: cost_empty {} ns, cost_work {} ns, cost_caller {} ns",
+        hits("cost_empty"),
+        hits("cost_work"),
+        hits("cost_caller")
+    );
+    // Both moved entries are priced alike (a push and a return uprobe)...
+    assert_eq!(hits("cost_empty"), hits("cost_work"));
+    // ...and, where the kernel steps endbr64, far below the caller's,
+    // whose entry stays on it (a stepped hit is about 10x a push's).
+    if stepped {
+        assert!(
+            3.0 * hits("cost_empty") < hits("cost_caller"),
+            "cost_empty {} ns, cost_caller {} ns: cost_empty's entry did not move past endbr64",
+            hits("cost_empty"),
+            hits("cost_caller")
+        );
+    }
 }

@@ -12,6 +12,10 @@ use crate::util::{gcc, workspace_root};
 pub struct Fixtures {
     /// `bench_calls.c` at -O2: probes trap with int3.
     pub plain: PathBuf,
+    /// `bench_calls.c` at -O2 with frame pointers: each function starts
+    /// with `push %rbp`, which the kernel emulates (an ordinary C
+    /// function's prologue).
+    pub push: PathBuf,
     /// `bench_calls.c` with a 5-byte nop at each function entry.
     pub nop: PathBuf,
     /// `bench_calls.c` with mcount calls, for uftrace.
@@ -48,6 +52,7 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
     let src = workspace_root().join("xtask/bench/bench_calls.c");
     let f = Fixtures {
         plain: dir.join("calls-plain"),
+        push: dir.join("calls-push"),
         nop: dir.join("calls-nop"),
         mcount: dir.join("calls-mcount"),
         many: dir.join("many-funcs"),
@@ -71,10 +76,12 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         NOP_FLAGS,
     )?;
     gcc(&src, &f.plain, &["-O2", "-g"])?;
+    gcc(&src, &f.push, &["-O2", "-g", "-fno-omit-frame-pointer"])?;
     gcc(&src, &f.nop, NOP_FLAGS)?;
     gcc(&src, &f.mcount, &["-O2", "-g", "-pg"])?;
     for func in ["leaf", "mid"] {
-        check_nop_entry(&f.nop, func)?;
+        check_entry(&f.nop, func, "0f 1f 44 00 00", "a 5-byte nop")?;
+        check_entry(&f.push, func, "55 ", "`push %rbp`")?;
     }
     let many_src = dir.join("many-funcs.c");
     std::fs::write(&many_src, many_funcs_source(1000))?;
@@ -82,8 +89,9 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
     Ok(f)
 }
 
-/// Fail unless `func` in `bin` starts with `nopl 0x0(%rax,%rax,1)` (0f 1f 44 00 00).
-fn check_nop_entry(bin: &Path, func: &str) -> Result<()> {
+/// Fail unless `func` in `bin` starts with the bytes `code` (hex, as
+/// objdump prints them), `what`.
+fn check_entry(bin: &Path, func: &str, code: &str, what: &str) -> Result<()> {
     let out = Command::new("objdump")
         .arg(format!("--disassemble={func}"))
         .arg(bin)
@@ -95,9 +103,12 @@ fn check_nop_entry(bin: &Path, func: &str) -> Result<()> {
         .skip_while(|l| !l.ends_with(&format!("<{func}>:")))
         .nth(1)
         .unwrap_or_default();
-    if !(first.contains("0f 1f 44 00 00") && first.contains("nopl")) {
+    if !first
+        .split_once(':')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with(code))
+    {
         bail!(
-            "{func} in {} does not start with a 5-byte nop: `{first}`",
+            "{func} in {} does not start with {what}: `{first}`",
             bin.display()
         );
     }

@@ -27,8 +27,9 @@ use crate::util::{is_root, stdout_of, workspace_root};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Runs per measurement; the median is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per measurement (for the per-call parts: interleaved rounds);
+    /// the median is reported.
+    #[arg(long, default_value_t = 5)]
     repeat: usize,
     /// Iterations of the int3 (plain) fixture; each is 3 calls.
     #[arg(long, default_value_t = 200_000)]
@@ -120,6 +121,13 @@ pub fn run(args: &Args) -> Result<()> {
                 &work,
             ),
             percall::measure(
+                "`-O2 -fno-omit-frame-pointer` (`push %rbp`)",
+                &fx.push,
+                args.plain_iters,
+                args.repeat,
+                &work,
+            ),
+            percall::measure(
                 "`-pg -mfentry -mnop-mcount` (5-byte nop)",
                 &fx.nop,
                 args.nop_iters,
@@ -128,13 +136,17 @@ pub fn run(args: &Args) -> Result<()> {
             ),
         ];
         let uftrace = percall::measure_uftrace(&fx.mcount, args.nop_iters, args.repeat, &work);
-        let nop_base = cases[1].untraced.as_ref().ok().copied();
+        let nop_base = cases[2].untraced.as_ref().ok().map(|t| t.ns_per_iter);
         md.push_str("\n## a, b. Cost of one traced call (entry + exit)\n\n");
         md.push_str(&percall::rows(&cases, nop_base.map(|b| (&uftrace, b))));
         md.push_str(&format!(
-            "\nPer-call cost = (traced − untraced ns/iteration) / 3. Iterations: {} (int3), {} (nop); \
-             median of {} runs each. The profiler records every entry and exit as a ring-buffer \
-             event; bpftrace only counts in a map. uftrace's baseline is the nop build untraced.\n",
+            "\nPer-call cost = (traced − untraced ns/iteration) / 3. Iterations: {} (int3, push), {} (nop); \
+             {} interleaved rounds, each running the fixture untraced and under every tracer in a \
+             rotating order; the ns columns are medians over the rounds, and each round's ratio to \
+             bpftrace is taken within the round. `profiler, default` is `record --pid P --func leaf \
+             --func mid --max-overhead 0` (every hit measured): return uprobes for these plain C \
+             programs. The profiler records every entry and exit as a ring-buffer event; bpftrace \
+             only counts in a map. uftrace's baseline is the nop build untraced.\n",
             args.plain_iters, args.nop_iters, args.repeat
         ));
     }
