@@ -295,6 +295,7 @@ mod tests {
         entry_push_ns: 1000.0,
         entry_nop_ns: 300.0,
         entry_endbr_ns: 4000.0,
+        entry_nopl_ns: 4000.0,
         ret_site_ns: 4000.0,
         uretprobe_ns: 2000.0,
         inside_ns: [0.0; 6],

@@ -4,8 +4,9 @@
 //! does) to two small functions of its own, and times a few thousand calls
 //! with no probe, with an entry probe (on each kind of first instruction
 //! the kernel handles differently: one it must single-step, a `push` it
-//! emulates, a 5-byte nop it turns into a call, and `endbr64`, which
-//! kernels may emulate or single-step), with an entry probe plus a
+//! emulates, a 5-byte nop it turns into a call, and a 4-byte nop and
+//! `endbr64`, which kernels may emulate or single-step), with an entry
+//! probe plus a
 //! return-site probe, and with an entry probe plus a return uprobe. Each hit
 //! runs the whole program, event written to a ring included; the ring is
 //! drained between batches.
@@ -63,6 +64,12 @@ pub struct HitCost {
     /// single-stepped).
     #[serde(default)]
     pub entry_endbr_ns: f64,
+    /// An entry probe on a multi-byte nop other than the 5-byte one
+    /// (`nopl 0(%rax)`, the padding before a loop's head, where an entry
+    /// may move): emulated by recent kernels, single-stepped by older ones.
+    /// 0 in recordings made before it was measured.
+    #[serde(default)]
+    pub entry_nopl_ns: f64,
     /// A probe on a return instruction.
     pub ret_site_ns: f64,
     /// A return uprobe (its share at entry included).
@@ -85,9 +92,18 @@ impl HitCost {
     /// Whether this kernel emulates `endbr64` (its entry costs nearer a
     /// `push`'s than a single-stepped one's).
     pub fn endbr_emulated(&self) -> bool {
-        self.entry_endbr_ns > 0.0
-            && (self.entry_endbr_ns - self.entry_push_ns).abs()
-                < (self.entry_endbr_ns - self.entry_ns).abs()
+        self.emulated(self.entry_endbr_ns)
+    }
+
+    /// Whether this kernel emulates a multi-byte nop, as for `endbr64`.
+    pub fn nopl_emulated(&self) -> bool {
+        self.emulated(self.entry_nopl_ns)
+    }
+
+    /// Whether an entry measured at `ns` is emulated: nearer a `push`'s
+    /// cost than a single-stepped instruction's (false when not measured).
+    fn emulated(&self, ns: f64) -> bool {
+        ns > 0.0 && (ns - self.entry_push_ns).abs() < (ns - self.entry_ns).abs()
     }
 
     /// One entry hit on an instruction of kind `entry`.
@@ -97,7 +113,8 @@ impl HitCost {
             EntryKind::Push => self.entry_push_ns,
             EntryKind::Nop => self.entry_nop_ns,
             EntryKind::Endbr if self.entry_endbr_ns > 0.0 => self.entry_endbr_ns,
-            EntryKind::Endbr => self.entry_ns,
+            EntryKind::Nopl if self.entry_nopl_ns > 0.0 => self.entry_nopl_ns,
+            EntryKind::Endbr | EntryKind::Nopl => self.entry_ns,
         }
     }
 
@@ -115,7 +132,8 @@ impl HitCost {
             // measured with both exits: the instruction is rare as a
             // probe site, as an entry moves past it onto a `push`).
             EntryKind::Endbr if self.endbr_emulated() => 2,
-            EntryKind::Endbr => 0,
+            EntryKind::Nopl if self.nopl_emulated() => 2,
+            EntryKind::Endbr | EntryKind::Nopl => 0,
         };
         let round = |x: f64| x.clamp(0.0, u32::MAX as f64).round() as u32;
         match exit {
@@ -178,6 +196,8 @@ calibration_functions! {
     "profiler_calib_nop_uret": [".byte 0x0f, 0x1f, 0x44, 0x00, 0x00", "lea rax, [rdi + rdi*2]", "ret"];
     "profiler_calib_endbr_base": [".byte 0xf3, 0x0f, 0x1e, 0xfa", "lea rax, [rdi + rdi*2]", "nop", "ret"];
     "profiler_calib_endbr_entry": [".byte 0xf3, 0x0f, 0x1e, 0xfa", "lea rax, [rdi + rdi*2]", "nop", "ret"];
+    "profiler_calib_nopl_base": [".byte 0x0f, 0x1f, 0x40, 0x00", "lea rax, [rdi + rdi*2]", "nop", "ret"];
+    "profiler_calib_nopl_entry": [".byte 0x0f, 0x1f, 0x40, 0x00", "lea rax, [rdi + rdi*2]", "nop", "ret"];
 }
 
 unsafe extern "C" {
@@ -196,6 +216,8 @@ unsafe extern "C" {
     fn profiler_calib_nop_uret(x: u64) -> u64;
     fn profiler_calib_endbr_base(x: u64) -> u64;
     fn profiler_calib_endbr_entry(x: u64) -> u64;
+    fn profiler_calib_nopl_base(x: u64) -> u64;
+    fn profiler_calib_nopl_entry(x: u64) -> u64;
 }
 
 /// A calibration function.
@@ -426,6 +448,7 @@ pub fn calibrate() -> Result<HitCost> {
         (off(profiler_calib_nop_ret)?, 5),
         (off(profiler_calib_nop_uret)?, 6),
         (off(profiler_calib_endbr_entry)?, 0),
+        (off(profiler_calib_nopl_entry)?, 0),
     ];
     // Exits first, the entries last, as the session attaches them.
     let plan: [PlanItem; 3] = [
@@ -486,6 +509,8 @@ pub fn calibrate() -> Result<HitCost> {
             profiler_calib_nop_uret,
             profiler_calib_endbr_base,
             profiler_calib_endbr_entry,
+            profiler_calib_nopl_base,
+            profiler_calib_nopl_entry,
         ],
         &mut ring,
     );
@@ -496,6 +521,7 @@ pub fn calibrate() -> Result<HitCost> {
         entry_push_ns: pos(t[5] - t[4]),
         entry_nop_ns: pos(t[7] - t[6]),
         entry_endbr_ns: pos(t[14] - t[13]),
+        entry_nopl_ns: pos(t[16] - t[15]),
         ret_site_ns: pos(t[8] - t[0]),
         uretprobe_ns: pos(t[3] - t[1]),
         inside_ns: timed.inside.map(|(median, _)| median),
@@ -545,6 +571,9 @@ pub enum EntryKind {
     /// `endbr64`: emulated or single-stepped, by kernel (the calibration
     /// says which).
     Endbr,
+    /// A multi-byte nop other than the 5-byte one: emulated or
+    /// single-stepped, by kernel.
+    Nopl,
 }
 
 /// How the kernel will handle a probe on the instruction at `offset` of
@@ -558,6 +587,9 @@ pub fn entry_kind(file: &std::fs::File, offset: u64) -> EntryKind {
     match b {
         [0x0f, 0x1f, 0x44, 0x00, 0x00] => EntryKind::Nop,
         [0xf3, 0x0f, 0x1e, 0xfa, _] => EntryKind::Endbr,
+        [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, ..] | [0x66, 0x66, 0x0f, 0x1f, _] => EntryKind::Nopl,
+        // The one-byte nop: emulated by every kernel, as a push is.
+        [0x90, ..] | [0x66, 0x90, ..] => EntryKind::Push,
         // A relative call is emulated as a push is (`exits.rs` moves an
         // entry onto one).
         [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] | [0xe8, ..] => EntryKind::Push,
@@ -572,7 +604,7 @@ mod tests {
     #[test]
     fn calibration_functions_have_the_expected_layout() {
         // (function, first byte: lea / push rbp / 5-byte nop, f(5))
-        let all: [(CalibFn, u8, u64); 15] = [
+        let all: [(CalibFn, u8, u64); 17] = [
             (profiler_calib_step_base, 0x48, 16),
             (profiler_calib_step_entry, 0x48, 16),
             (profiler_calib_step_ret, 0x48, 16),
@@ -588,6 +620,8 @@ mod tests {
             (profiler_calib_nop_uret, 0x0f, 15),
             (profiler_calib_endbr_base, 0xf3, 15),
             (profiler_calib_endbr_entry, 0xf3, 15),
+            (profiler_calib_nopl_base, 0x0f, 15),
+            (profiler_calib_nopl_entry, 0x0f, 15),
         ];
         for (i, (f, first, want)) in all.into_iter().enumerate() {
             // SAFETY: reading our own code bytes.
@@ -607,6 +641,7 @@ mod tests {
             entry_push_ns: 900.0,
             entry_nop_ns: 300.0,
             entry_endbr_ns: 0.0,
+            entry_nopl_ns: 0.0,
             ret_site_ns: 9500.0,
             uretprobe_ns: 1000.0,
             inside_ns: [9100.0, 8900.0, 1200.0, 700.0, 900.0, 400.0],

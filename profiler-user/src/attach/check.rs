@@ -140,9 +140,11 @@ pub fn run() -> Check {
         tracing && calibration.is_ok(),
         match &calibration {
             Ok(c) => format!(
-                "a probe hit costs: entry {:.2} µs on a push, {:.2} µs on a nop, {:.2} µs on endbr64 ({}), {:.2} µs single-stepped; exit {:.2} µs as a return uprobe, {:.2} µs as a return site",
+                "a probe hit costs: entry {:.2} µs on a push, {:.2} µs on a 5-byte nop, {:.2} µs on a 4-byte nop ({}), {:.2} µs on endbr64 ({}), {:.2} µs single-stepped; exit {:.2} µs as a return uprobe, {:.2} µs as a return site",
                 c.entry_push_ns / 1000.0,
                 c.entry_nop_ns / 1000.0,
+                c.entry_nopl_ns / 1000.0,
+                if c.nopl_emulated() { "emulated" } else { "single-stepped" },
                 c.entry_endbr_ns / 1000.0,
                 if c.endbr_emulated() { "emulated" } else { "single-stepped" },
                 c.entry_ns / 1000.0,

@@ -101,14 +101,21 @@ const MAX_ENTRY_SHIFT: u64 = 24;
 
 /// True for an instruction the kernel's uprobes emulate rather than
 /// single-step, and that may carry a function's entry probe: a `push` of
-/// a register, a relative `call`. (Nops and jumps are emulated too, but a
-/// jump may be a return site's tail call, and a nop at the start is the
-/// first instruction already.)
+/// a register, a relative `call`. (Jumps are emulated too, but a jump may
+/// be a return site's tail call.)
 fn is_emulated(insn: &iced_x86::Instruction) -> bool {
     matches!(
         insn.code(),
         iced_x86::Code::Push_r64 | iced_x86::Code::Call_rel32_64
     )
+}
+
+/// True for a nop (`nop`, or the multi-byte `nopw`/`nopl` compilers pad
+/// with before a loop's head): recent kernels emulate the multi-byte ones
+/// too (the calibration measures whether this one does), older ones
+/// single-step them, which costs no more than the first instruction would.
+fn is_nop(insn: &iced_x86::Instruction) -> bool {
+    insn.mnemonic() == iced_x86::Mnemonic::Nop
 }
 
 /// True when `insn` writes the stack pointer as a register operand.
@@ -192,6 +199,8 @@ impl<'a> Code<'a> {
         // unless a branch lands between the two (checked below).
         let mut prologue = true;
         let mut entry_shift = 0u32;
+        // A nop on the way, should no emulated instruction follow.
+        let mut nop_shift = 0u32;
         let mut next = 0;
         while let Some(&region) = regions.get(next) {
             next += 1;
@@ -213,6 +222,10 @@ impl<'a> Code<'a> {
                     if is_emulated(&insn) {
                         entry_shift = at as u32;
                         prologue = false;
+                    } else if at > 0 && at < MAX_ENTRY_SHIFT && is_nop(&insn) {
+                        if nop_shift == 0 {
+                            nop_shift = at as u32;
+                        }
                     } else if at >= MAX_ENTRY_SHIFT
                         || insn.flow_control() != FlowControl::Next
                         || insn.stack_pointer_increment() != 0
@@ -268,10 +281,17 @@ impl<'a> Code<'a> {
         tails.sort_unstable();
         tails.dedup();
         // A branch into the instructions before the emulated one, or to it,
-        // would skip the entry or pass it twice.
-        let shifted = func.addr + u64::from(entry_shift);
-        if entry_shift > 0 && targets.iter().any(|&t| t > func.addr && t <= shifted) {
-            entry_shift = 0;
+        // would skip the entry or pass it twice. Without a `push` or
+        // `call`, a nop on the way will do.
+        let lands_by = |shift: u32| {
+            let shifted = func.addr + u64::from(shift);
+            targets.iter().any(|&t| t > func.addr && t <= shifted)
+        };
+        if entry_shift == 0 || lands_by(entry_shift) {
+            entry_shift = match nop_shift > 0 && !lands_by(nop_shift) {
+                true => nop_shift,
+                false => 0,
+            };
         }
         Exits::Sites {
             offsets,
@@ -663,6 +683,20 @@ mod tests {
             shift_of(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]),
             4
         );
+        // mov r8,rdi; xor esi,esi; nopl 0(rax); loop: inc rsi; cmp rsi,rdi;
+        // jne loop; ret: no push or call, so the nop padding before the
+        // loop's head (a cost_caller's shape).
+        assert_eq!(
+            shift_of(&[
+                0x49, 0x89, 0xf8, 0x31, 0xf6, 0x0f, 0x1f, 0x40, 0x00, 0x48, 0xff, 0xc6, 0x48, 0x39,
+                0xfe, 0x75, 0xf8, 0xc3
+            ]),
+            5
+        );
+        // mov; nop; push rbx; pop rbx; ret: the push, past the nop.
+        assert_eq!(shift_of(&[0x48, 0x89, 0xfa, 0x90, 0x53, 0x5b, 0xc3]), 4);
+        // xor eax,eax; nop; jmp back to the nop: a branch lands on it, stays.
+        assert_eq!(shift_of(&[0x31, 0xc0, 0x90, 0xeb, 0xfd]), 0);
         // push rbx first: already emulated, stays.
         assert_eq!(shift_of(&[0x53, 0x5b, 0xc3]), 0);
         // sub rsp,8 first: the stack pointer moved, stays.

@@ -184,11 +184,12 @@ fn governor(out: &mut String, r: &Report) {
     let _ = writeln!(
         out,
         "overhead governor: --max-overhead {}%; a probe hit costs {:.1} µs here ({:.1} µs on a push, \
-         {:.2} µs on a 5-byte nop, {:.1} µs on endbr64, {:.1} µs at a return site, {:.1} µs a return uprobe); highest estimate {:.1}% of a thread's CPU time, {:.1}% since the last detach; {} functions detached",
+         {:.2} µs on a 5-byte nop, {:.1} µs on a 4-byte nop, {:.1} µs on endbr64, {:.1} µs at a return site, {:.1} µs a return uprobe); highest estimate {:.1}% of a thread's CPU time, {:.1}% since the last detach; {} functions detached",
         g.max_overhead_pct,
         g.cost.entry_ns / 1000.0,
         g.cost.entry_push_ns / 1000.0,
         g.cost.entry_nop_ns / 1000.0,
+        g.cost.entry_nopl_ns / 1000.0,
         g.cost.entry_endbr_ns / 1000.0,
         g.cost.ret_site_ns / 1000.0,
         g.cost.uretprobe_ns / 1000.0,

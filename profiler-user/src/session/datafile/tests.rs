@@ -89,6 +89,7 @@ fn trailer() -> Trailer {
                 entry_push_ns: 1419.9099999999999,
                 entry_nop_ns: 1101.7,
                 entry_endbr_ns: 0.1 + 0.7,
+                entry_nopl_ns: 0.2 + 0.7,
                 ret_site_ns: 5999.999999999999,
                 uretprobe_ns: 0.1 + 0.2,
                 inside_ns: [9100.5, 8900.0, 1200.0, 0.1 + 0.2, 900.0, 400.0],

@@ -9,6 +9,7 @@ const FALLBACK_COST: HitCost = HitCost {
     entry_push_ns: 1500.0,
     entry_nop_ns: 500.0,
     entry_endbr_ns: 5000.0,
+    entry_nopl_ns: 5000.0,
     ret_site_ns: 5000.0,
     uretprobe_ns: 3000.0,
     // Durations are not corrected with guesses.
@@ -116,11 +117,12 @@ impl<'a> Recorder<'a> {
         if let Some(c) = &costs.hit_cost {
             eprintln!(
                 "profiler: overhead governor: a probe hit costs {:.1} µs here ({:.1} µs on a push, \
-                 {:.2} µs on a 5-byte nop, {:.1} µs on endbr64, {:.1} µs at a return site, {:.1} µs a return uprobe); functions are detached when a thread spends over {}% \
+                 {:.2} µs on a 5-byte nop, {:.1} µs on a 4-byte nop, {:.1} µs on endbr64, {:.1} µs at a return site, {:.1} µs a return uprobe); functions are detached when a thread spends over {}% \
                  of its CPU time in probes (--max-overhead; 0 turns this off)",
                 c.entry_ns / 1000.0,
                 c.entry_push_ns / 1000.0,
                 c.entry_nop_ns / 1000.0,
+                c.entry_nopl_ns / 1000.0,
                 c.entry_endbr_ns / 1000.0,
                 c.ret_site_ns / 1000.0,
                 c.uretprobe_ns / 1000.0,
