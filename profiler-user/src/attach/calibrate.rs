@@ -580,19 +580,31 @@ pub enum EntryKind {
 /// the file `file` (opened once by the caller): a function's entry probe.
 pub fn entry_kind(file: &std::fs::File, offset: u64) -> EntryKind {
     use std::os::unix::fs::FileExt;
-    let mut b = [0u8; 5];
-    if file.read_exact_at(&mut b, offset).is_err() {
-        return EntryKind::Step;
+    let mut b = [0u8; 8];
+    match file.read_at(&mut b, offset) {
+        Ok(n) if n > 0 => kind_of(&b[..n]),
+        _ => EntryKind::Step,
     }
-    match b {
-        [0x0f, 0x1f, 0x44, 0x00, 0x00] => EntryKind::Nop,
-        [0xf3, 0x0f, 0x1e, 0xfa, _] => EntryKind::Endbr,
-        [0x0f, 0x1f, ..] | [0x66, 0x0f, 0x1f, ..] | [0x66, 0x66, 0x0f, 0x1f, _] => EntryKind::Nopl,
+}
+
+/// How the kernel handles a probe on the instruction that `code` starts
+/// with.
+fn kind_of(code: &[u8]) -> EntryKind {
+    // Operand-size and segment prefixes pad the long nops compilers align
+    // loops with (`66 2e 0f 1f 84 00…`, `nopw %cs:0(%rax,%rax,1)`).
+    let unprefixed = code
+        .iter()
+        .position(|&b| b != 0x66 && b != 0x2e)
+        .map_or(&[][..], |i| &code[i..]);
+    match code {
+        [0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => EntryKind::Nop,
+        [0xf3, 0x0f, 0x1e, 0xfa, ..] => EntryKind::Endbr,
         // The one-byte nop: emulated by every kernel, as a push is.
         [0x90, ..] | [0x66, 0x90, ..] => EntryKind::Push,
         // A relative call is emulated as a push is (`exits.rs` moves an
         // entry onto one).
         [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] | [0xe8, ..] => EntryKind::Push,
+        _ if unprefixed.starts_with(&[0x0f, 0x1f]) => EntryKind::Nopl,
         _ => EntryKind::Step,
     }
 }
@@ -631,6 +643,29 @@ mod tests {
             // SAFETY: plain leaf functions that read only their argument.
             let got = unsafe { f(5) };
             assert_eq!(got, want, "function {i}");
+        }
+    }
+
+    #[test]
+    fn entry_kinds_by_first_instruction() {
+        let cases: [(&[u8], EntryKind); 11] = [
+            (&[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x55], EntryKind::Nop),
+            (&[0x0f, 0x1f, 0x40, 0x00, 0x55], EntryKind::Nopl),
+            (&[0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00], EntryKind::Nopl),
+            (
+                &[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00],
+                EntryKind::Nopl,
+            ),
+            (&[0xf3, 0x0f, 0x1e, 0xfa, 0x55], EntryKind::Endbr),
+            (&[0x90, 0x55], EntryKind::Push),
+            (&[0x55, 0x48, 0x89, 0xe5], EntryKind::Push),
+            (&[0x41, 0x57, 0x41, 0x56], EntryKind::Push),
+            (&[0xe8, 0x00, 0x00, 0x00, 0x00], EntryKind::Push),
+            (&[0x48, 0x89, 0xfa], EntryKind::Step),
+            (&[0x66, 0x66], EntryKind::Step),
+        ];
+        for (code, want) in cases {
+            assert_eq!(kind_of(code), want, "{code:02x?}");
         }
     }
 
