@@ -72,6 +72,13 @@ pub struct Detached {
 /// window's wall time rather than its CPU time.
 pub const BUSY_FLOOR: f64 = 0.05;
 
+/// The shortest window the floor is taken of: a short window (the
+/// governor's first ones) holds an idle thread against as much as a
+/// 250-ms one would, so that a burst on a thread otherwise idle is not
+/// taken for a hot function. A thread busy through a short window is held
+/// against its CPU time as always.
+pub const FLOOR_WINDOW_NS: f64 = 250e6;
+
 /// What the governor did in a session, for the reports.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GovernorReport {
@@ -225,7 +232,9 @@ impl Estimator {
                 _ => window,
             };
             let probe_ns = d as f64 * per_event;
-            let held = cpu_ns.min(window).max(BUSY_FLOOR * window);
+            let held = cpu_ns
+                .min(window)
+                .max(BUSY_FLOOR * window.max(FLOOR_WINDOW_NS));
             if probe_ns / held > worst.1 / worst.2 {
                 worst = (t.tid, probe_ns, held);
             }
@@ -455,6 +464,28 @@ mod tests {
             None
         );
         assert!((e.peak_pct - 0.8).abs() < 1e-9, "{}", e.peak_pct);
+    }
+
+    #[test]
+    fn a_short_window_detaches_a_busy_threads_hot_function_not_an_idle_threads_burst() {
+        let funcs = [func(ExitKind::Sites)];
+        // 50 ms, the thread on the CPU throughout: 2,000 events at 4 µs
+        // are 8 ms, 16% of its CPU time: over budget.
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0], cpu(&[(1, 0, 0)]));
+        let d = e
+            .evaluate(50_000_000, &[2_000], cpu(&[(1, 2_000, 50_000_000)]))
+            .expect("over budget");
+        assert!((d.thread_pct - 16.0).abs() < 1e-9, "{d:?}");
+        // 50 ms, the thread on the CPU 2 ms: 250 events are 1 ms, half
+        // its CPU time, but 8% of the floor a 250-ms window has (12.5 ms).
+        let mut e = Estimator::new(10.0, COST, &funcs);
+        e.evaluate(0, &[0], cpu(&[(1, 0, 0)]));
+        assert_eq!(
+            e.evaluate(50_000_000, &[250], cpu(&[(1, 250, 2_000_000)])),
+            None
+        );
+        assert!((e.peak_pct - 8.0).abs() < 1e-9, "{}", e.peak_pct);
     }
 
     #[test]

@@ -18,9 +18,18 @@ use crate::{
     Result,
 };
 
-/// How often the estimate is made (and the window it covers): a function
-/// hot from the start is detached within about this long.
+/// How often the estimate is made (and the window it covers).
 pub const EVERY: Duration = Duration::from_millis(250);
+
+/// For the first [`EARLY_FOR`] after attach, when hot functions run at
+/// full probe cost until the governor sees them, the estimate is made this
+/// often instead: a function hot from the start is detached within about
+/// this long. (An idle thread is still held against a 250-ms window's
+/// floor: `analyze/overhead.rs`.)
+pub const EARLY_EVERY: Duration = Duration::from_millis(50);
+
+/// How long the windows stay short after attach.
+pub const EARLY_FOR: Duration = Duration::from_secs(2);
 
 /// The governor of one session.
 pub struct Governor<'a> {
@@ -29,6 +38,8 @@ pub struct Governor<'a> {
     pid: u32,
     est: Estimator,
     session_start_ns: u64,
+    /// When it began governing.
+    began: Instant,
     last: Instant,
     /// CLOCK_MONOTONIC when the last detach was done.
     done_ns: u64,
@@ -84,6 +95,7 @@ impl<'a> Governor<'a> {
             pid,
             est,
             session_start_ns,
+            began: Instant::now(),
             last: Instant::now(),
             done_ns: 0,
             report: GovernorReport {
@@ -95,14 +107,19 @@ impl<'a> Governor<'a> {
     }
 
     /// Called on every drain tick with each function's events so far and
-    /// each live thread's: every [`EVERY`], estimates and detaches. Returns
+    /// each live thread's: every [`EVERY`] ([`EARLY_EVERY`] at first),
+    /// estimates and detaches. Returns
     /// the functions it detached.
     pub fn tick(
         &mut self,
         func_events: &[u64],
         threads: impl Iterator<Item = (u32, u64)>,
     ) -> Result<&[Detached]> {
-        if self.last.elapsed() < EVERY {
+        let every = match self.began.elapsed() < EARLY_FOR {
+            true => EARLY_EVERY,
+            false => EVERY,
+        };
+        if self.last.elapsed() < every {
             return Ok(&[]);
         }
         self.last = Instant::now();

@@ -68,9 +68,11 @@ fn record_and_check() -> (f64, f64) {
     assert_eq!(hot.len(), 1);
     assert_eq!(hot[0]["partial"], true, "{}", hot[0]);
     let at = num(hot[0], "detached_at_ns");
-    // Decided at the second look (every 250 ms); the probes are then
-    // linked again without it. A busy machine slows the second part.
-    assert!(at < 1_500_000_000, "gov_hot detached after {at} ns");
+    // Decided at the first or second look (every 50 ms for the first 2 s:
+    // 0.18 s here on a loaded host, 0.35 s when it looked every 250 ms);
+    // the probes are then linked again without it. A busy machine slows
+    // the second part.
+    assert!(at < 1_000_000_000, "gov_hot detached after {at} ns");
     assert!(
         num(hot[0], "calls") < traced["hot_calls"].as_u64().unwrap(),
         "its counts stop at the detach"
