@@ -1,6 +1,6 @@
 //! The overhead governor (`--max-overhead`): on `fixtures/governor.c`, a
 //! hot tiny function (about a million calls a second untraced) is detached
-//! within 1.5 s and named in the reports, a cold one (100 calls a
+//! within 1 s and named in the reports, a cold one (100 calls a
 //! second) keeps exact counts, and the fixture's own progress rate after the
 //! detach is at least 90% of its untraced rate in the same run. Bad values
 //! are refused in one line.
