@@ -10,6 +10,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod heap;
+pub(crate) mod linux;
 pub(crate) mod output;
 pub(crate) mod session;
 pub(crate) mod symbolize;

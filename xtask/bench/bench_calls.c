@@ -16,6 +16,7 @@
 //   nop:   gcc -O2 -g -pg -mfentry -mnop-mcount -fno-pic -no-pie
 //          (each function starts with a 5-byte nop: optimized uprobe)
 //   mcount: gcc -O2 -g -pg                                 (for uftrace)
+//   push:  gcc -O2 -g -DPUSH_PROLOGUE   (each function starts with push %rbx)
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -29,14 +30,24 @@
 
 #define NOINLINE __attribute__((noinline))
 
+// The push build clobbers rbx, a register the caller owns, so that each
+// function saves it first: `push %rbx`, an ordinary C function's prologue.
+#ifdef PUSH_PROLOGUE
+#define SAVES_RBX() __asm__ volatile("" ::: "rbx")
+#else
+#define SAVES_RBX() ((void)0)
+#endif
+
 NOINLINE uint64_t leaf(uint64_t x)
 {
+    SAVES_RBX();
     __asm__ volatile("" : "+r"(x));
     return x * 3 + 1;
 }
 
 NOINLINE uint64_t mid(uint64_t x)
 {
+    SAVES_RBX();
     uint64_t a = leaf(x);
     __asm__ volatile("" : "+r"(a));
     return a + leaf(x + 1);

@@ -20,7 +20,15 @@ use anyhow::{bail, Context as _, Result};
 pub const LAYERS: &[(&str, &[&str])] = &[
     (
         "helpers",
-        &["error", "text", "clock", "cli", "untrusted", "heap"],
+        &[
+            "error",
+            "text",
+            "clock",
+            "cli",
+            "untrusted",
+            "heap",
+            "linux",
+        ],
     ),
     ("tracee", &["tracee"]),
     ("attach", &["attach"]),

@@ -71,6 +71,9 @@ pub struct Code<'a> {
     symbols: &'a [Symbol],
     /// Address ranges of the PLT sections: a jump there is a tail call.
     plt: Vec<(u64, u64)>,
+    /// The kernel turns a probe on the 5-byte nop into a call (6.18): an
+    /// entry there is the cheapest there is, and stays.
+    nop5_calls: bool,
 }
 
 /// Every byte of `code` (at `addr`) that may start a direct branch, by
@@ -143,7 +146,18 @@ impl<'a> Code<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        Code { data, symbols, plt }
+        Code {
+            data,
+            symbols,
+            plt,
+            nop5_calls: false,
+        }
+    }
+
+    /// The same, knowing that the kernel turns a probe on the 5-byte nop
+    /// into a call (`linux::NOP5_CALLS`): an entry on one stays there.
+    pub fn with_nop5_calls(self, nop5_calls: bool) -> Self {
+        Code { nop5_calls, ..self }
     }
 
     /// True when `addr` is a function's first instruction or a PLT stub.
@@ -219,7 +233,11 @@ impl<'a> Code<'a> {
                 boundaries.push(insn.ip());
                 if prologue && next == 1 {
                     let at = insn.ip() - func.addr;
-                    if is_emulated(&insn) {
+                    let nop5 = bytes.starts_with(&[0x0f, 0x1f, 0x44, 0x00, 0x00]);
+                    if at == 0 && self.nop5_calls && nop5 {
+                        // Cheaper than any hit the kernel emulates.
+                        prologue = false;
+                    } else if is_emulated(&insn) {
                         entry_shift = at as u32;
                         prologue = false;
                     } else if at > 0 && at < MAX_ENTRY_SHIFT && is_nop(&insn) {
@@ -505,15 +523,17 @@ pub struct Plan {
 }
 
 /// Chooses how each of `funcs` (functions of one binary whose file is
-/// `data`, all functions `symbols`) has its returns observed, by `policy`.
+/// `data`, all functions `symbols`) has its returns observed, by `policy`;
+/// `nop5_calls`: the kernel turns a probe on the 5-byte nop into a call.
 pub fn plan<'s>(
     data: &[u8],
     symbols: &[Symbol],
     funcs: impl Iterator<Item = &'s Symbol>,
     policy: Policy,
+    nop5_calls: bool,
 ) -> Vec<Plan> {
     let funcs: Vec<&Symbol> = funcs.collect();
-    let code = Code::new(data, symbols);
+    let code = Code::new(data, symbols).with_nop5_calls(nop5_calls);
     let mut plans = plan_each(&code, &funcs, policy);
     // An entry moved past the first instruction must not be where another
     // function's code jumps in (hand-written assembly shares bodies so):
@@ -697,6 +717,21 @@ mod tests {
         assert_eq!(shift_of(&[0x48, 0x89, 0xfa, 0x90, 0x53, 0x5b, 0xc3]), 4);
         // xor eax,eax; nop; jmp back to the nop: a branch lands on it, stays.
         assert_eq!(shift_of(&[0x31, 0xc0, 0x90, 0xeb, 0xfd]), 0);
+        // nop5; mov rdx,rdi; call g: the call, where the kernel steps the
+        // nop (before 6.18); where it turns it into a call, the nop.
+        let f: &[u8] = &[
+            0x0f, 0x1f, 0x44, 0x00, 0x00, 0x48, 0x89, 0xfa, 0xe8, 0x73, 0x00, 0x00, 0x00, 0xc3,
+        ];
+        assert_eq!(shift_of(f), 8);
+        let data = file(&[(0x100, f), (0x180, &[0xc3])]);
+        let syms = [sym("f", 0x100, f.len() as u64), sym("g", 0x180, 1)];
+        match Code::new(&data, &syms)
+            .with_nop5_calls(true)
+            .exits(&syms[0])
+        {
+            Exits::Sites { entry_shift, .. } => assert_eq!(entry_shift, 0),
+            e => panic!("{e:?}"),
+        }
         // push rbx first: already emulated, stays.
         assert_eq!(shift_of(&[0x53, 0x5b, 0xc3]), 0);
         // sub rsp,8 first: the stack pointer moved, stays.
@@ -721,10 +756,22 @@ mod tests {
         let g: &[u8] = &[0x31, 0xc0, 0x53, 0x5b, 0xc3];
         let data = file(&[(0x100, f), (0x140, h), (0x180, g)]);
         let syms = [sym("f", 0x100, 6), sym("h", 0x140, 5), sym("g", 0x180, 5)];
-        let plans = plan(&data, &syms, [&syms[0], &syms[2]].into_iter(), Policy::Ret);
+        let plans = plan(
+            &data,
+            &syms,
+            [&syms[0], &syms[2]].into_iter(),
+            Policy::Ret,
+            false,
+        );
         assert_eq!((plans[0].entry_shift, plans[1].entry_shift), (0, 2));
         // Without the jump in, f's moves.
-        let plans = plan(&data, &syms[..1], [&syms[0]].into_iter(), Policy::Ret);
+        let plans = plan(
+            &data,
+            &syms[..1],
+            [&syms[0]].into_iter(),
+            Policy::Ret,
+            false,
+        );
         assert_eq!(plans[0].entry_shift, 3);
     }
 
@@ -794,7 +841,7 @@ mod tests {
         let data = file(&[(0x100, f), (0x180, g)]);
         let syms = [sym("f", 0x100, 6), sym("g", 0x180, 3)];
         let plans = |policy| -> Vec<ExitProbe> {
-            plan(&data, &syms, syms.iter(), policy)
+            plan(&data, &syms, syms.iter(), policy, false)
                 .into_iter()
                 .map(|p| p.exit)
                 .collect()

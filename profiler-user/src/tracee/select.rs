@@ -517,6 +517,7 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
         ExitProbes::Auto if unwinding => Policy::Ret,
         ExitProbes::Auto => Policy::Uretprobe,
     };
+    let nop5_calls = crate::linux::at_least(crate::linux::NOP5_CALLS);
     for (bi, functions) in symbols.iter().enumerate() {
         let by_offset: std::collections::HashMap<u64, &symbols::Symbol> =
             functions.iter().map(|s| (s.offset, s)).collect();
@@ -528,6 +529,7 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
             functions,
             mine.iter().map(|&i| by_offset[&sel.funcs[i].offset]),
             policy,
+            nop5_calls,
         );
         for (i, plan) in mine.into_iter().zip(plans) {
             sel.funcs[i].exit = plan.exit;

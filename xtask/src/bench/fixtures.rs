@@ -12,8 +12,8 @@ use crate::util::{gcc, workspace_root};
 pub struct Fixtures {
     /// `bench_calls.c` at -O2: probes trap with int3.
     pub plain: PathBuf,
-    /// `bench_calls.c` at -O2 with frame pointers: each function starts
-    /// with `push %rbp`, which the kernel emulates (an ordinary C
+    /// `bench_calls.c` at -O2 with `-DPUSH_PROLOGUE`: each function starts
+    /// with `push %rbx`, which the kernel emulates (an ordinary C
     /// function's prologue).
     pub push: PathBuf,
     /// `bench_calls.c` with a 5-byte nop at each function entry.
@@ -76,12 +76,12 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         NOP_FLAGS,
     )?;
     gcc(&src, &f.plain, &["-O2", "-g"])?;
-    gcc(&src, &f.push, &["-O2", "-g", "-fno-omit-frame-pointer"])?;
+    gcc(&src, &f.push, &["-O2", "-g", "-DPUSH_PROLOGUE"])?;
     gcc(&src, &f.nop, NOP_FLAGS)?;
     gcc(&src, &f.mcount, &["-O2", "-g", "-pg"])?;
     for func in ["leaf", "mid"] {
         check_entry(&f.nop, func, "0f 1f 44 00 00", "a 5-byte nop")?;
-        check_entry(&f.push, func, "55 ", "`push %rbp`")?;
+        check_entry(&f.push, func, "53 ", "`push %rbx`")?;
     }
     let many_src = dir.join("many-funcs.c");
     std::fs::write(&many_src, many_funcs_source(1000))?;

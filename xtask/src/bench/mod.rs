@@ -121,7 +121,7 @@ pub fn run(args: &Args) -> Result<()> {
                 &work,
             ),
             percall::measure(
-                "`-O2 -fno-omit-frame-pointer` (`push %rbp`)",
+                "`-O2`, `push %rbx` prologue (emulated)",
                 &fx.push,
                 args.plain_iters,
                 args.repeat,
