@@ -11,6 +11,13 @@ pub const PROG_SYS_ENTER: &str = "prof_sys_enter";
 /// Name of the `sys_exit` raw tracepoint program.
 pub const PROG_SYS_EXIT: &str = "prof_sys_exit";
 
+/// Name of the program for each wait syscall's `syscalls:sys_enter_NAME`
+/// tracepoint (where trampolines and kprobes cannot attach).
+pub const PROG_SYSCALL_ENTER: &str = "prof_syscall_enter";
+
+/// Name of the program for each `syscalls:sys_exit_NAME` tracepoint.
+pub const PROG_SYSCALL_EXIT: &str = "prof_syscall_exit";
+
 /// The wait syscalls' kernel functions, each with an fentry program
 /// `prof_enter_NAME` and an fexit program `prof_exit_NAME` (preferred to
 /// the `sys_enter`/`sys_exit` tracepoints, which slow every syscall).

@@ -17,8 +17,11 @@ use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
-    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint},
-    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
+    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint},
+    programs::{
+        FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext,
+        TracePointContext,
+    },
 };
 use profiler_common::{
     wait, CATCH_UP_ARMED, CATCH_UP_DONE, COUNTER_LOST_SCHED, KIND_WAIT, WATCH_CATCH_UP,
@@ -173,6 +176,39 @@ pub fn prof_sys_exit(ctx: RawTracePointContext) -> i32 {
     // SAFETY: as in wait_args.
     if let Ok(nr) = unsafe { bpf_probe_read_kernel(&raw const (*regs).orig_rax) } {
         on_exit(tid, regs, nr);
+    }
+    0
+}
+
+/// The syscall number in a `syscalls:sys_enter_NAME` or `sys_exit_NAME`
+/// tracepoint's record (`__syscall_nr`, after the 8-byte common fields).
+const SYSCALL_NR_OFFSET: usize = 8;
+
+/// `syscalls:sys_enter_NAME`, attached to each wait syscall's own
+/// tracepoint where the trampolines and kprobes cannot attach: the kernel
+/// then takes its tracing path on every syscall, but runs this program
+/// for the wait syscalls only (with `sys_enter` it runs for all).
+#[tracepoint]
+pub fn prof_syscall_enter(ctx: TracePointContext) -> u32 {
+    if let Some(tid) = watched() {
+        // SAFETY: every syscall tracepoint's record has the number there.
+        if let Ok(nr) = unsafe { ctx.read_at::<i32>(SYSCALL_NR_OFFSET) } {
+            on_enter(tid, user_regs(), nr as u64);
+        }
+    }
+    0
+}
+
+/// `syscalls:sys_exit_NAME`, beside [`prof_syscall_enter`]. A wait the
+/// thread was in at attach returns through it too (the kernel marks every
+/// task when a syscall tracepoint is enabled), so no catch-up is needed.
+#[tracepoint]
+pub fn prof_syscall_exit(ctx: TracePointContext) -> u32 {
+    if let Some(tid) = watched() {
+        // SAFETY: as above.
+        if let Ok(nr) = unsafe { ctx.read_at::<i32>(SYSCALL_NR_OFFSET) } {
+            on_exit(tid, user_regs(), nr as u64);
+        }
     }
     0
 }

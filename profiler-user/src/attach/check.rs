@@ -233,13 +233,31 @@ fn wait_path(ebpf: &mut aya::Ebpf, btf: Option<&Btf>) -> Finding {
             true,
             format!("kprobes on the wait syscalls (fentry: {fentry_why})"),
         ),
-        Err(kprobe_why) => finding(
-            what,
-            true,
-            format!(
-                "the sys_enter/sys_exit tracepoints, so every syscall on the machine costs a little more (fentry: {fentry_why}; kprobes: {kprobe_why})"
-            ),
-        ),
+        Err(kprobe_why) => {
+            let syscall_tp = (|| -> Result<(), String> {
+                let p: &mut aya::programs::TracePoint = ebpf
+                    .program_mut(profiler_common::PROG_SYSCALL_ENTER)
+                    .ok_or("no tracepoint program")?
+                    .try_into()
+                    .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+                p.load().map_err(|e| chain(&e))?;
+                p.attach("syscalls", &format!("sys_enter_{name}"))
+                    .map(|_| ())
+                    .map_err(|e| chain(&e))
+            })();
+            finding(
+                what,
+                true,
+                match syscall_tp {
+                    Ok(()) => format!(
+                        "the wait syscalls' own tracepoints, so every syscall on the machine takes the kernel's slower tracing path (fentry: {fentry_why}; kprobes: {kprobe_why})"
+                    ),
+                    Err(tp_why) => format!(
+                        "the sys_enter/sys_exit tracepoints, so every syscall on the machine costs a little more (fentry: {fentry_why}; kprobes: {kprobe_why}; syscall tracepoints: {tp_why})"
+                    ),
+                },
+            )
+        }
     }
 }
 

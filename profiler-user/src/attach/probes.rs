@@ -85,6 +85,19 @@ fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoi
     }
 }
 
+/// Tracepoint program `name`, loaded unless it was already.
+fn load_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::TracePoint> {
+    let prog: &mut aya::programs::TracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| Error::Load(format!("program {name} missing")))?
+        .try_into()
+        .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
+    match prog.load() {
+        Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
+        Err(e) => Err(load_error(name, e)),
+    }
+}
+
 /// The counters the kernel side keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -262,6 +275,8 @@ enum Waits {
     Trampolines,
     /// kprobes/kretprobes on them.
     Kprobes(String),
+    /// Their own `syscalls:sys_enter_NAME`/`sys_exit_NAME` tracepoints.
+    SyscallTracepoints(String),
     /// The `sys_enter`/`sys_exit` raw tracepoints.
     Tracepoints(String),
 }
@@ -755,6 +770,14 @@ impl Probes {
             }
         }
         self.prepare_waits();
+        if let Some(Waits::SyscallTracepoints(_)) = self.waits {
+            for name in [
+                profiler_common::PROG_SYSCALL_ENTER,
+                profiler_common::PROG_SYSCALL_EXIT,
+            ] {
+                load_tp(&mut self.ebpf, name)?;
+            }
+        }
         if let Some(Waits::Tracepoints(_)) = self.waits {
             for name in [
                 profiler_common::PROG_SYS_ENTER,
@@ -789,9 +812,66 @@ impl Probes {
             Ok(()) => Waits::Kprobes(why),
             Err(k) => {
                 self.unload_wait_kprobes();
-                Waits::Tracepoints(format!("{why}; kprobes: {k}"))
+                self.syscall_tracepoints_else_raw(format!("{why}; kprobes: {k}"))
             }
         }
+    }
+
+    /// The wait syscalls' own tracepoints where their programs load (the
+    /// kernel has `CONFIG_FTRACE_SYSCALLS`), else the raw `sys_enter` and
+    /// `sys_exit`.
+    fn syscall_tracepoints_else_raw(&mut self, why: String) -> Waits {
+        let loaded = [
+            profiler_common::PROG_SYSCALL_ENTER,
+            profiler_common::PROG_SYSCALL_EXIT,
+        ]
+        .into_iter()
+        .try_for_each(|name| load_tp(&mut self.ebpf, name).map(|_| ()));
+        let events = std::path::Path::new("/sys/kernel/tracing/events/syscalls")
+            .join(format!("sys_enter_{}", profiler_common::WAIT_SYSCALLS[0]));
+        match loaded {
+            Ok(()) if events.exists() => Waits::SyscallTracepoints(why),
+            Ok(()) => Waits::Tracepoints(format!(
+                "{why}; syscall tracepoints: no {}",
+                events.display()
+            )),
+            Err(e) => Waits::Tracepoints(format!("{why}; syscall tracepoints: {}", chain(&e))),
+        }
+    }
+
+    /// Attaches the wait syscalls' own tracepoints; on a failure, what did
+    /// attach is detached.
+    fn attach_syscall_tracepoints(&mut self) -> std::result::Result<(), String> {
+        let mut links = Vec::new();
+        let mut attach = || -> std::result::Result<(), String> {
+            for (prog, side) in [
+                (profiler_common::PROG_SYSCALL_ENTER, "enter"),
+                (profiler_common::PROG_SYSCALL_EXIT, "exit"),
+            ] {
+                let p = load_tp(&mut self.ebpf, prog).map_err(|e| chain(&e))?;
+                for name in profiler_common::WAIT_SYSCALLS {
+                    let tp = format!("sys_{side}_{name}");
+                    let id = p
+                        .attach("syscalls", &tp)
+                        .map_err(|e| format!("syscalls:{tp}: {}", chain(&e)))?;
+                    links.push((prog, id));
+                }
+            }
+            Ok(())
+        };
+        let result = attach();
+        if result.is_err() {
+            for (prog, id) in links {
+                if let Some(Ok(p)) = self
+                    .ebpf
+                    .program_mut(prog)
+                    .map(<&mut aya::programs::TracePoint>::try_from)
+                {
+                    let _ = p.detach(id);
+                }
+            }
+        }
+        result
     }
 
     /// The watched thread's wait syscalls: an fentry and an fexit program
@@ -826,13 +906,25 @@ impl Probes {
                     }
                     Err(k) => {
                         self.unload_wait_kprobes();
-                        Waits::Tracepoints(format!("{why}; kprobes: {k}"))
+                        self.syscall_tracepoints_else_raw(format!("{why}; kprobes: {k}"))
                     }
+                },
+                Waits::SyscallTracepoints(why) => match self.attach_syscall_tracepoints() {
+                    Ok(()) => {
+                        eprintln!(
+                            "profiler: note: watching the loop's waits with their syscall \
+                             tracepoints (meanwhile every syscall on the machine takes the \
+                             kernel's slower tracing path): {why}"
+                        );
+                        return Ok(());
+                    }
+                    Err(t) => Waits::Tracepoints(format!("{why}; syscall tracepoints: {t}")),
                 },
                 Waits::Tracepoints(why) => {
                     eprintln!(
-                        "profiler: note: watching the loop's waits with the syscall tracepoints \
-                         (meanwhile every syscall on the machine costs a little more): {why}"
+                        "profiler: note: watching the loop's waits with the sys_enter and \
+                         sys_exit tracepoints (meanwhile every syscall on the machine costs a \
+                         little more): {why}"
                     );
                     for (name, tp) in [
                         (profiler_common::PROG_SYS_ENTER, "sys_enter"),
