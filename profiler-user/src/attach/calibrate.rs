@@ -38,6 +38,7 @@ use profiler_common::{
 };
 use serde::{Deserialize, Serialize};
 
+pub use super::probes::WaitTracepoints;
 use super::{
     kernel,
     probes::EBPF_OBJECT,
@@ -413,9 +414,51 @@ fn attach_per_probe(
     Ok(())
 }
 
+/// Attaches `waits`'s programs from the calibration's own copy (they do
+/// nothing there: no thread is watched) for as long as `ebpf` lives.
+fn attach_wait_tracepoints(
+    ebpf: &mut aya::Ebpf,
+    waits: WaitTracepoints,
+) -> std::result::Result<(), String> {
+    use profiler_common::{
+        PROG_SYSCALL_ENTER, PROG_SYSCALL_EXIT, PROG_SYS_ENTER, PROG_SYS_EXIT, WAIT_SYSCALLS,
+    };
+    match waits {
+        WaitTracepoints::None => Ok(()),
+        WaitTracepoints::Syscall => {
+            for (name, side) in [(PROG_SYSCALL_ENTER, "enter"), (PROG_SYSCALL_EXIT, "exit")] {
+                let p: &mut aya::programs::TracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or("program missing")?
+                    .try_into()
+                    .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+                p.load().map_err(|e| chain(&e))?;
+                for sys in WAIT_SYSCALLS {
+                    p.attach("syscalls", &format!("sys_{side}_{sys}"))
+                        .map_err(|e| chain(&e))?;
+                }
+            }
+            Ok(())
+        }
+        WaitTracepoints::Raw => {
+            for (name, tp) in [(PROG_SYS_ENTER, "sys_enter"), (PROG_SYS_EXIT, "sys_exit")] {
+                let p: &mut aya::programs::RawTracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or("program missing")?
+                    .try_into()
+                    .map_err(|e: aya::programs::ProgramError| chain(&e))?;
+                p.load().map_err(|e| chain(&e))?;
+                p.attach(tp).map_err(|e| chain(&e))?;
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Measures [`HitCost`] on this host (about 0.1–0.3 s, most of it loading
-/// the programs again).
-pub fn calibrate() -> Result<HitCost> {
+/// the programs again), with the session's wait tracepoints, `waits`,
+/// attached as it will have them.
+pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
     let pid = std::process::id();
     let fail = |what: &str, e: String| Error::Load(format!("calibrating probe cost: {what}: {e}"));
     // One shared ring, as the session's own writes cost the same per hit
@@ -473,6 +516,8 @@ pub fn calibrate() -> Result<HitCost> {
         ),
         (PROG_ENTRY, entries, false),
     ];
+    attach_wait_tracepoints(&mut ebpf, waits)
+        .map_err(|e| fail("attaching the wait tracepoints", e))?;
     let exe = Path::new("/proc/self/exe");
     let multi = match kernel::at_least(kernel::UPROBE_MULTI) {
         true => attach_multi(&ebpf, &plan, exe, pid),
@@ -745,7 +790,7 @@ mod tests {
             eprintln!("skipping: calibration needs root");
             return;
         }
-        let c = calibrate().expect("calibrates");
+        let c = calibrate(WaitTracepoints::None).expect("calibrates");
         println!("{c:?}");
         assert!(c.entry_ns > 50.0 && c.entry_ns < 100_000.0, "{c:?}");
         assert!(c.ret_site_ns > 50.0, "{c:?}");

@@ -121,7 +121,7 @@ pub fn run() -> Check {
             .unwrap_or_else(|| "software sampling".into()),
     ));
     let calibration = if loaded > 0 {
-        calibrate::calibrate().map_err(|e| chain(&e))
+        calibrate::calibrate(calibrate::WaitTracepoints::None).map_err(|e| chain(&e))
     } else {
         Err("no program loads".into())
     };

@@ -267,6 +267,19 @@ fn probe_points(
     (offsets, cookies)
 }
 
+/// Tracepoints the session watches the loop's waits with, which the
+/// calibration attaches too (`calibrate.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WaitTracepoints {
+    /// None: trampolines or kprobes (or no loop watched).
+    #[default]
+    None,
+    /// Each wait syscall's `syscalls:sys_enter_NAME`/`sys_exit_NAME`.
+    Syscall,
+    /// The raw `sys_enter`/`sys_exit`.
+    Raw,
+}
+
 /// How the loop's waits are watched (best first), as chosen when their
 /// programs were loaded; each carries why the better ones were refused.
 #[derive(Debug)]
@@ -787,6 +800,20 @@ impl Probes {
             }
         }
         Ok(())
+    }
+
+    /// Which tracepoints will watch the loop's waits, once
+    /// [`Probes::prepare_watch`] chose: none (trampolines, kprobes, or no
+    /// loop watched), the wait syscalls' own, or the raw ones. Every
+    /// syscall then takes the kernel's tracing path, the return uprobes'
+    /// and 5-byte-nop entries' own included (6.11+ and 6.18): the
+    /// calibration attaches the same so that it prices them alike.
+    pub fn wait_tracepoints(&self) -> WaitTracepoints {
+        match self.waits {
+            Some(Waits::SyscallTracepoints(_)) => WaitTracepoints::Syscall,
+            Some(Waits::Tracepoints(_)) => WaitTracepoints::Raw,
+            _ => WaitTracepoints::None,
+        }
     }
 
     /// Loads the programs that will watch the loop's waits (with

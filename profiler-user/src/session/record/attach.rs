@@ -66,13 +66,16 @@ impl<'a> Recorder<'a> {
             }
             _ => None,
         };
-        let costs = self.calibrate()?;
         // The kernel may take most of a second to load the in-dispatch
         // samplers and the programs that watch the loop's waits: loaded
         // now, so that they and the functions' probes go on together below.
+        // Before the calibration: it attaches the same wait tracepoints,
+        // where those are the way, as they make every syscall dearer, the
+        // return uprobes' included.
         probes
             .prepare_watch(args.dispatch.dispatch_hz)
             .map_err(|e| self.gone(e))?;
+        let costs = self.calibrate(probes.wait_tracepoints())?;
         // The session starts before the first probe that reports events goes
         // on: every time in the outputs counts from here, so none is earlier.
         let started = Instant::now();
@@ -187,7 +190,7 @@ impl<'a> Recorder<'a> {
     /// probed: for the overhead governor (default 10% with --pid, off in
     /// launch mode), and to take the probes' own cost out of the durations
     /// (each selected function's cost set).
-    fn calibrate(&mut self) -> Result<Costs> {
+    fn calibrate(&mut self, waits: calibrate::WaitTracepoints) -> Result<Costs> {
         let args = self.args;
         // Probing exec'd programs and detaching hot functions both change the
         // probes while the session runs; with several processes only the first
@@ -204,7 +207,7 @@ impl<'a> Recorder<'a> {
                 .unwrap_or(if self.child.is_some() { 0.0 } else { 10.0 }),
         };
         let calibrated = match max_overhead > 0.0 || !args.raw_durations {
-            true => Some(calibrate::calibrate()),
+            true => Some(calibrate::calibrate(waits)),
             false => None,
         };
         let hit_cost = (max_overhead > 0.0).then(|| match &calibrated {
