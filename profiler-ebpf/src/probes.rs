@@ -76,9 +76,8 @@ pub(crate) fn track_watched(kind: u32, cookie: u64) {
         let current = unsafe { bpf_get_current_task() };
         // Stored only when it changed: a store on every hit would take the
         // cache line from the CPUs whose samplers and scheduler hooks read
-        // it, and each hit of the watched thread would wait for it (about
-        // 40 ns a hit here, more than the calibration, whose thread is not
-        // watched, measures).
+        // it, a cost the calibration (whose thread is not watched) does not
+        // see.
         // SAFETY: `watch_ptr` returned a pointer into the `WATCH` array's slot, valid as long as the map.
         unsafe {
             if *task != current {
