@@ -53,6 +53,9 @@ fn headless(extra: &[&str], url: &str) -> std::process::Output {
             "--virtual-time-budget=5000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
+        // Its crash reporter writes under $HOME/.config whatever the
+        // profile: read-only inside the kernels' VMs.
+        .env("HOME", profile.path())
         .args(extra)
         .arg(url)
         .output()

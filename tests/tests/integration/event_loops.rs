@@ -39,13 +39,14 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
     let fin = rec.wait();
     assert!(fin.status.success(), "profiler failed: {fin:?}");
     assert_nothing_attached();
-    // Before 6.10 each probe is a perf event of its own: fewer functions
-    // by default, said on stderr.
+    // Before 6.10 each probe is a perf event of its own, so fewer
+    // functions by default; said only where a selection is capped, and a
+    // stripped loop has no functions to cap.
     let capped = fin
         .stderr
         .iter()
         .any(|l| l.contains("at most 250 functions by default (--max-funcs raises it)"));
-    assert_eq!(capped, kernel_version() < (6, 10), "{:?}", fin.stderr);
+    assert!(!capped, "{:?}", fin.stderr);
     let msgs = truth["messages"].as_array().expect("truth messages");
     assert_eq!(msgs.len(), 60, "fixture message count");
     let want: Vec<&Value> = msgs
@@ -196,8 +197,21 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
     assert!(fx.alive(), "the app died while profiled");
     drop(fx);
     let d = dispatches(out.path());
-    let hangs = d["hangs"].as_array().map_or(0, Vec::len);
-    assert_eq!(hangs, 0, "no HANG: {}", d["hangs"]);
+    // No false HANG (issue 21: one after detaching). Under emulation an
+    // iteration can run past the 2-s hang threshold for real: allowed
+    // when the thread was sampled running in it.
+    let hangs: Vec<&Value> = d["hangs"]
+        .as_array()
+        .map(|h| h.iter().collect())
+        .unwrap_or_default();
+    let genuine = |h: &&Value| {
+        h["stack"].as_array().is_some_and(|s| {
+            s.iter()
+                .any(|f| f.as_str().is_some_and(|f| f.contains("(sampled)")))
+        }) && relaxed("an iteration sampled running may pass the 2-s hang threshold for real")
+    };
+    let false_hangs = hangs.iter().filter(|h| !genuine(h)).count();
+    assert_eq!(false_hangs, 0, "no HANG: {}", d["hangs"]);
     // The app's own log of its stalls, and the session's window on the
     // same clock (dispatch starts count from the session start).
     let stalls: Vec<Value> = std::fs::read_to_string(&log)

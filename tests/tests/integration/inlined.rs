@@ -7,7 +7,10 @@ fn inlined_frames_and_file_line_from_dwarf() {
     require_root!();
     let exe = build_c("inlined.c", "inlined", &["-O2", "-g"]);
     let out = TempDir::new("inlined");
-    let mut fx = Fixture::spawn(&exe, &["3"]);
+    // Under emulation the sampler takes tens of seconds to attach: the
+    // fixture runs long enough for it (and is killed at the end).
+    let secs = if emulated() { "90" } else { "3" };
+    let mut fx = Fixture::spawn(&exe, &[secs]);
     fx.go();
     let fin = profiler(&[
         "sample",
