@@ -854,13 +854,17 @@ impl Probes {
         ]
         .into_iter()
         .try_for_each(|name| load_tp(&mut self.ebpf, name).map(|_| ()));
-        let events = std::path::Path::new("/sys/kernel/tracing/events/syscalls")
-            .join(format!("sys_enter_{}", profiler_common::WAIT_SYSCALLS[0]));
+        let event = format!(
+            "events/syscalls/sys_enter_{}",
+            profiler_common::WAIT_SYSCALLS[0]
+        );
+        let exists = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .iter()
+            .any(|root| std::path::Path::new(root).join(&event).exists());
         match loaded {
-            Ok(()) if events.exists() => Waits::SyscallTracepoints(why),
+            Ok(()) if exists => Waits::SyscallTracepoints(why),
             Ok(()) => Waits::Tracepoints(format!(
-                "{why}; syscall tracepoints: no {}",
-                events.display()
+                "{why}; syscall tracepoints: no tracefs {event} (CONFIG_FTRACE_SYSCALLS)"
             )),
             Err(e) => Waits::Tracepoints(format!("{why}; syscall tracepoints: {}", chain(&e))),
         }

@@ -241,10 +241,12 @@ fn frames_of_a_detached_function_close_at_the_detach() {
             "10",
             "--hang",
             "1500ms",
+            // The governor looks every 50 ms at first, so the det_hash
+            // dispatch may end at the detach a few milliseconds after it
+            // began: every dispatch over 1 ms is detailed (most det_tick
+            // ones too), as measured.
             "--threshold",
-            "100ms",
-            // The dispatch is slow because of the probes on the hot
-            // function (the point here): as measured.
+            "1ms",
             "--raw-durations",
         ],
     );
@@ -306,14 +308,18 @@ fn frames_of_a_detached_function_close_at_the_detach() {
     );
     assert_eq!(num(&d, "ended_by_detach"), 1);
     let slow = d["slow"].as_array().unwrap();
-    assert_eq!(
-        slow.len(),
-        1,
-        "the det_hash dispatch is the slow one: {slow:?}"
-    );
-    let s = &slow[0];
-    assert_eq!(num(s, "index"), ticks / 2);
+    let s = slow
+        .iter()
+        .find(|s| num(s, "index") == ticks / 2)
+        .unwrap_or_else(|| panic!("the det_hash dispatch is detailed: {slow:?}"));
     assert_eq!(num(s, "detached_frames"), closed);
+    assert_eq!(
+        slow.iter()
+            .filter(|s| num(s, "detached_frames") > 0)
+            .count(),
+        1,
+        "only the det_hash dispatch has frames closed at the detach"
+    );
     let marked: u64 = s["tree"]
         .as_array()
         .unwrap()
@@ -334,10 +340,9 @@ fn frames_of_a_detached_function_close_at_the_detach() {
     let worst = d["worst"].as_array().unwrap();
     assert_eq!(worst.len(), 10);
     let at = |w: &Value| num(w, "start_ns");
-    let anchor = worst
-        .iter()
-        .find(|w| num(w, "index") == ticks / 2)
-        .expect("the det_hash dispatch is among the worst");
+    // The det_hash dispatch, from the slow list: it may be shorter than
+    // the ten worst now that it ends at a detach within milliseconds.
+    let anchor = s;
     let mut seen = std::collections::BTreeSet::new();
     for w in worst {
         let i = num(w, "index") as usize;
