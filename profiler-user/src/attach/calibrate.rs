@@ -414,47 +414,6 @@ fn attach_per_probe(
     Ok(())
 }
 
-/// Attaches `waits`'s programs from the calibration's own copy (they do
-/// nothing there: no thread is watched) for as long as `ebpf` lives.
-fn attach_wait_tracepoints(
-    ebpf: &mut aya::Ebpf,
-    waits: WaitTracepoints,
-) -> std::result::Result<(), String> {
-    use profiler_common::{
-        PROG_SYSCALL_ENTER, PROG_SYSCALL_EXIT, PROG_SYS_ENTER, PROG_SYS_EXIT, WAIT_SYSCALLS,
-    };
-    match waits {
-        WaitTracepoints::None => Ok(()),
-        WaitTracepoints::Syscall => {
-            for (name, side) in [(PROG_SYSCALL_ENTER, "enter"), (PROG_SYSCALL_EXIT, "exit")] {
-                let p: &mut aya::programs::TracePoint = ebpf
-                    .program_mut(name)
-                    .ok_or("program missing")?
-                    .try_into()
-                    .map_err(|e: aya::programs::ProgramError| chain(&e))?;
-                p.load().map_err(|e| chain(&e))?;
-                for sys in WAIT_SYSCALLS {
-                    p.attach("syscalls", &format!("sys_{side}_{sys}"))
-                        .map_err(|e| chain(&e))?;
-                }
-            }
-            Ok(())
-        }
-        WaitTracepoints::Raw => {
-            for (name, tp) in [(PROG_SYS_ENTER, "sys_enter"), (PROG_SYS_EXIT, "sys_exit")] {
-                let p: &mut aya::programs::RawTracePoint = ebpf
-                    .program_mut(name)
-                    .ok_or("program missing")?
-                    .try_into()
-                    .map_err(|e: aya::programs::ProgramError| chain(&e))?;
-                p.load().map_err(|e| chain(&e))?;
-                p.attach(tp).map_err(|e| chain(&e))?;
-            }
-            Ok(())
-        }
-    }
-}
-
 /// Measures [`HitCost`] on this host (about 0.1–0.3 s, most of it loading
 /// the programs again), with the session's wait tracepoints, `waits`,
 /// attached as it will have them.
@@ -516,7 +475,9 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
         ),
         (PROG_ENTRY, entries, false),
     ];
-    attach_wait_tracepoints(&mut ebpf, waits)
+    // They do nothing here (no thread is watched), but make every syscall
+    // dearer, the return uprobes' included, as in the session.
+    super::probes::attach_wait_tracepoints(&mut ebpf, waits)
         .map_err(|e| fail("attaching the wait tracepoints", e))?;
     let exe = Path::new("/proc/self/exe");
     let multi = match kernel::at_least(kernel::UPROBE_MULTI) {

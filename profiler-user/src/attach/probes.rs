@@ -62,6 +62,56 @@ pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()>
     Ok(())
 }
 
+/// Attaches the programs that watch the loop's waits through tracepoints:
+/// each wait syscall's own (on a failure, what did attach is detached), or
+/// the raw `sys_enter`/`sys_exit`. The session's, and the calibration's
+/// from its own copy (`calibrate.rs`), which prices hits as they will be.
+pub(crate) fn attach_wait_tracepoints(
+    ebpf: &mut Ebpf,
+    waits: WaitTracepoints,
+) -> std::result::Result<(), String> {
+    use profiler_common::{
+        PROG_SYSCALL_ENTER, PROG_SYSCALL_EXIT, PROG_SYS_ENTER, PROG_SYS_EXIT, WAIT_SYSCALLS,
+    };
+    match waits {
+        WaitTracepoints::None => Ok(()),
+        WaitTracepoints::Raw => {
+            for (name, tp) in [(PROG_SYS_ENTER, "sys_enter"), (PROG_SYS_EXIT, "sys_exit")] {
+                attach_raw_tp(ebpf, name, tp).map_err(|e| chain(&e))?;
+            }
+            Ok(())
+        }
+        WaitTracepoints::Syscall => {
+            let mut links = Vec::new();
+            let mut attach = || -> std::result::Result<(), String> {
+                for (prog, side) in [(PROG_SYSCALL_ENTER, "enter"), (PROG_SYSCALL_EXIT, "exit")] {
+                    let p = load_tp(ebpf, prog).map_err(|e| chain(&e))?;
+                    for name in WAIT_SYSCALLS {
+                        let tp = format!("sys_{side}_{name}");
+                        let id = p
+                            .attach("syscalls", &tp)
+                            .map_err(|e| format!("syscalls:{tp}: {}", chain(&e)))?;
+                        links.push((prog, id));
+                    }
+                }
+                Ok(())
+            };
+            let result = attach();
+            if result.is_err() {
+                for (prog, id) in links {
+                    let p = ebpf
+                        .program_mut(prog)
+                        .map(<&mut aya::programs::TracePoint>::try_from);
+                    if let Some(Ok(p)) = p {
+                        let _ = p.detach(id);
+                    }
+                }
+            }
+            result
+        }
+    }
+}
+
 /// Attaches the `sched_process_exit` program: the one that reads the
 /// tracepoint's `group_dead`, else, where the kernel refuses it (the
 /// tracepoint has only the task: Linux 6.1), the one that reads the
@@ -870,41 +920,6 @@ impl Probes {
         }
     }
 
-    /// Attaches the wait syscalls' own tracepoints; on a failure, what did
-    /// attach is detached.
-    fn attach_syscall_tracepoints(&mut self) -> std::result::Result<(), String> {
-        let mut links = Vec::new();
-        let mut attach = || -> std::result::Result<(), String> {
-            for (prog, side) in [
-                (profiler_common::PROG_SYSCALL_ENTER, "enter"),
-                (profiler_common::PROG_SYSCALL_EXIT, "exit"),
-            ] {
-                let p = load_tp(&mut self.ebpf, prog).map_err(|e| chain(&e))?;
-                for name in profiler_common::WAIT_SYSCALLS {
-                    let tp = format!("sys_{side}_{name}");
-                    let id = p
-                        .attach("syscalls", &tp)
-                        .map_err(|e| format!("syscalls:{tp}: {}", chain(&e)))?;
-                    links.push((prog, id));
-                }
-            }
-            Ok(())
-        };
-        let result = attach();
-        if result.is_err() {
-            for (prog, id) in links {
-                if let Some(Ok(p)) = self
-                    .ebpf
-                    .program_mut(prog)
-                    .map(<&mut aya::programs::TracePoint>::try_from)
-                {
-                    let _ = p.detach(id);
-                }
-            }
-        }
-        result
-    }
-
     /// The watched thread's wait syscalls: an fentry and an fexit program
     /// on each wait syscall's kernel function (nothing runs for other
     /// syscalls), else, where the kernel cannot (no BTF, no trampolines),
@@ -940,30 +955,27 @@ impl Probes {
                         self.syscall_tracepoints_else_raw(format!("{why}; kprobes: {k}"))
                     }
                 },
-                Waits::SyscallTracepoints(why) => match self.attach_syscall_tracepoints() {
-                    Ok(()) => {
-                        eprintln!(
-                            "profiler: note: watching the loop's waits with their syscall \
+                Waits::SyscallTracepoints(why) => {
+                    match attach_wait_tracepoints(&mut self.ebpf, WaitTracepoints::Syscall) {
+                        Ok(()) => {
+                            eprintln!(
+                                "profiler: note: watching the loop's waits with their syscall \
                              tracepoints (meanwhile every syscall on the machine takes the \
                              kernel's slower tracing path): {why}"
-                        );
-                        return Ok(());
+                            );
+                            return Ok(());
+                        }
+                        Err(t) => Waits::Tracepoints(format!("{why}; syscall tracepoints: {t}")),
                     }
-                    Err(t) => Waits::Tracepoints(format!("{why}; syscall tracepoints: {t}")),
-                },
+                }
                 Waits::Tracepoints(why) => {
                     eprintln!(
                         "profiler: note: watching the loop's waits with the sys_enter and \
                          sys_exit tracepoints (meanwhile every syscall on the machine costs a \
                          little more): {why}"
                     );
-                    for (name, tp) in [
-                        (profiler_common::PROG_SYS_ENTER, "sys_enter"),
-                        (profiler_common::PROG_SYS_EXIT, "sys_exit"),
-                    ] {
-                        attach_raw_tp(&mut self.ebpf, name, tp)?;
-                    }
-                    return Ok(());
+                    return attach_wait_tracepoints(&mut self.ebpf, WaitTracepoints::Raw)
+                        .map_err(Error::Load);
                 }
             };
         }

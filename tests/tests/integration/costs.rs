@@ -38,15 +38,9 @@ fn record_exe(exe: &Path, extra: &[&str]) -> (Value, Value, Outputs, Value) {
     (base, traced, o, d)
 }
 
-fn f64_of(v: &Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
-}
-
-#[test]
-fn durations_leave_out_the_probes_cost() {
-    require_root!();
-    let (base, traced, o, d) = record(&[]);
-    eprintln!("untraced: {base}");
+/// Each function counted once, every call of it the fixture made, none
+/// closed by the stack-pointer rule.
+fn assert_exact(o: &Outputs, traced: &Value) {
     for (name, calls) in [
         ("cost_caller", "caller_calls"),
         ("cost_empty", "empty_calls"),
@@ -59,6 +53,22 @@ fn durations_leave_out_the_probes_cost() {
             traced[calls].as_u64().unwrap(),
             "{name}"
         );
+        assert_eq!(num(f[0], "unwound"), 0, "{name}");
+    }
+}
+
+fn f64_of(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+#[test]
+fn durations_leave_out_the_probes_cost() {
+    require_root!();
+    let (base, traced, o, d) = record(&[]);
+    eprintln!("untraced: {base}");
+    assert_exact(&o, &traced);
+    for name in ["cost_caller", "cost_empty", "cost_work"] {
+        let f = o.functions(name);
         eprintln!(
             "{name}: avg {} ns, measured {} ns, hits {} ns, inside {} ns",
             num(f[0], "avg_ns"),
@@ -197,19 +207,7 @@ fn entries_move_past_endbr64_onto_the_push() {
     );
     let (base, traced, o, _) = record_exe(&exe, &[]);
     eprintln!("untraced: {base}");
-    for (name, calls) in [
-        ("cost_caller", "caller_calls"),
-        ("cost_empty", "empty_calls"),
-        ("cost_work", "work_calls"),
-    ] {
-        let f = o.functions(name);
-        assert_eq!(
-            num(f[0], "calls"),
-            traced[calls].as_u64().unwrap(),
-            "{name}"
-        );
-        assert_eq!(num(f[0], "unwound"), 0, "{name}");
-    }
+    assert_exact(&o, &traced);
     let hits = |name: &str| num(o.functions(name)[0], "hits_ns") as f64;
     eprintln!(
         "hits: cost_empty {} ns, cost_work {} ns, cost_caller {} ns",
