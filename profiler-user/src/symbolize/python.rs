@@ -24,7 +24,7 @@ use aya::{
     maps::{HashMap as BpfHash, MapData, RingBuf},
     Ebpf,
 };
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSegment};
 use profiler_common::python::{
     self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
 };
@@ -188,15 +188,15 @@ fn read_binary(open: &str) -> Option<Binary> {
     let file = File::open(open).ok()?;
     let data = object::ReadCache::new(file);
     let obj = object::File::parse(&data).ok()?;
-    let (mut runtime, mut version, mut code_type) = (None, None, None);
-    for s in obj.dynamic_symbols() {
-        match s.name_bytes().ok()? {
-            b"_PyRuntime" => runtime = Some(s.address()),
-            b"Py_Version" => version = Some(s.address()),
-            b"PyCode_Type" => code_type = Some(s.address()),
-            _ => {}
-        }
-    }
+    let syms = crate::tracee::symbols::dynamic_values(&obj, |name| {
+        matches!(name, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type")
+    });
+    let value = |name: &[u8]| syms.get(name).copied();
+    let (runtime, version, code_type) = (
+        value(b"_PyRuntime"),
+        value(b"Py_Version"),
+        value(b"PyCode_Type"),
+    );
     let mut segments = [(0, 0, 0); 4];
     for (slot, s) in segments.iter_mut().zip(obj.segments()) {
         let (off, size) = s.file_range();

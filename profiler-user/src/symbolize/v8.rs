@@ -23,7 +23,7 @@
 use std::{collections::HashMap, fs::File, sync::Mutex};
 
 use aya::maps::{HashMap as BpfHash, MapData};
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection};
 use profiler_common::v8::{self as common, V8Proc};
 
 use super::proc_mem::Mem;
@@ -88,16 +88,11 @@ fn read_meta(open: &str) -> Result<Option<Meta>, String> {
     let file = File::open(open).map_err(|e| e.to_string())?;
     let data = object::ReadCache::new(file);
     let obj = object::File::parse(&data).map_err(|e| e.to_string())?;
-    let mut syms: HashMap<Vec<u8>, u64> = HashMap::new();
     // node exports its metadata; a binary without it in its dynamic
     // symbols (every library of a process) is not read further.
-    for s in obj.dynamic_symbols() {
-        if let Ok(name) = s.name_bytes() {
-            if name.starts_with(b"v8dbg_") || name.starts_with(b"_ZN2v88internal7Version6") {
-                syms.insert(name.to_vec(), s.address());
-            }
-        }
-    }
+    let syms = crate::tracee::symbols::dynamic_values(&obj, |name| {
+        name.starts_with(b"v8dbg_") || name.starts_with(b"_ZN2v88internal7Version6")
+    });
     if !syms.contains_key(&b"v8dbg_off_fp_function"[..]) {
         return Ok(None);
     }
