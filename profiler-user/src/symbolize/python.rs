@@ -192,20 +192,15 @@ fn read_binary(open: &str) -> Option<Binary> {
         matches!(name, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type")
     });
     let value = |name: &[u8]| syms.get(name).copied();
-    let (runtime, version, code_type) = (
-        value(b"_PyRuntime"),
-        value(b"Py_Version"),
-        value(b"PyCode_Type"),
-    );
     let mut segments = [(0, 0, 0); 4];
     for (slot, s) in segments.iter_mut().zip(obj.segments()) {
         let (off, size) = s.file_range();
         *slot = (off, size, s.address());
     }
     Some(Binary {
-        runtime: runtime?,
-        version,
-        code_type: code_type?,
+        runtime: value(b"_PyRuntime")?,
+        version: value(b"Py_Version"),
+        code_type: value(b"PyCode_Type")?,
         segments,
     })
 }

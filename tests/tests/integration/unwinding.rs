@@ -2,6 +2,11 @@
 //! issue 11 item 1): the target behaves as it does untraced, every call is
 //! counted, frames left without a return are marked unwound, and self time
 //! never exceeds total time.
+//!
+//! The overhead governor is off (`--max-overhead 0`) in the recordings that
+//! count every call: a throw's frames cost two single-stepped return-site
+//! hits, and on a slow host the governor detached `middle` halfway, as its
+//! rule says (`governor.rs` tests it).
 use profiler_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -75,11 +80,6 @@ fn assert_exception_counts(o: &Outputs, [outer, middle, thrower]: [&str; 3]) {
 
 /// With `--raw-durations`: the totals are compared with the fixture's own
 /// clock, which runs with the probes.
-///
-/// The overhead governor is off in the tests of this file: they count every
-/// call, and a throw's frames cost two return-site hits, single-stepped, so
-/// that the governor may detach `middle` halfway on a slow host (as it
-/// should: `governor.rs` tests it).
 const CPP_FUNCS: [&str; 9] = [
     "-f",
     "thrower*",
