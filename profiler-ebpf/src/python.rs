@@ -257,8 +257,9 @@ pub fn runs(pid: u32) -> bool {
 }
 
 /// Tells the agent of `code` of `pid` (a Python frame's code object, or a
-/// JavaScript frame's whole slot), the first time a stored stack holds it. A notice the ring has no room for is
-/// counted and forgotten, so the next new stack with it tells again.
+/// JavaScript frame's whole slot), the first time a walked stack holds it.
+/// A notice the ring has no room for is counted and forgotten, so the next
+/// new stack with it tells again.
 #[inline(always)]
 pub fn note_code(pid: u32, code: u64) {
     let key = PyCodeNotice { pid, pad: 0, code };

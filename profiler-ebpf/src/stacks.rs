@@ -43,7 +43,9 @@ pub(crate) unsafe fn fill_user<C: EbpfContext>(ctx: &C, user: *mut u64) -> (u32,
             }
             *user.add(i) = (*stack).frames[i];
         }
-        return (len as u32, (*stack).end);
+        let end = (*stack).end;
+        unwind::note_codes(pid);
+        return (len as u32, end);
     }
     let n = bpf_get_stack(
         ctx.as_ptr(),

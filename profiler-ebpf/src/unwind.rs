@@ -524,6 +524,16 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
         full();
         return 0;
     }
+    note_codes(pid);
+    key
+}
+
+/// Tells the agent of the language frames of the stack this CPU's last
+/// `walk` wrote (for a Python or node process), whatever keeps that stack:
+/// the agent names a frame's code while the target still runs, not only
+/// when a dispatch that holds it is reported.
+#[inline(always)]
+pub fn note_codes(pid: u32) {
     if crate::python::runs(pid) || crate::v8::proc(pid).is_some() {
         // SAFETY: `note_step` has the callback signature bpf_loop expects.
         unsafe {
@@ -535,10 +545,9 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
             );
         }
     }
-    key
 }
 
-/// One frame of the stack just stored: a Python frame's code object, or
+/// One frame of the stack just walked: a Python frame's code object, or
 /// a JavaScript frame's function, is told of (`python::note_code`) if it
 /// is new.
 #[inline(never)]
@@ -546,7 +555,7 @@ extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
     let (Some(stack), Some(w)) = (UNWIND_SCRATCH.get_ptr_mut(0), WALK.get_ptr_mut(0)) else {
         return 1;
     };
-    // SAFETY: per-CPU scratch, written by the walk that was just stored.
+    // SAFETY: per-CPU scratch, written by the walk just made.
     let (len, pid) = unsafe { ((*stack).len, (*w).pid) };
     if index >= len {
         return 1;

@@ -208,3 +208,54 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
         "the verdict names slowRoute: {txt}"
     );
 }
+
+/// A launched node script whose slow handler is its last: node exits 20 ms
+/// after it, before the agent reports it. The slow dispatch's JavaScript
+/// function is still named: the kernel tells the agent of each function
+/// when a stack first holds it, and the agent names it then, while node
+/// runs, not when the dispatch is reported.
+#[test]
+fn a_javascript_handler_is_named_after_node_exits() {
+    require_root!();
+    let Some(node) = node() else {
+        eprintln!("SKIP a_javascript_handler_is_named_after_node_exits: no node");
+        return;
+    };
+    let dir = TempDir::new("jsexit");
+    let script = dir.join("last.js");
+    std::fs::write(
+        &script,
+        concat!(
+            "function slowLast() {\n",
+            "  const end = Date.now() + 300;\n",
+            "  let s = 0;\n",
+            "  while (Date.now() < end) s += Math.sin(s);\n",
+            "  return s;\n",
+            "}\n",
+            "setTimeout(() => { slowLast(); setTimeout(() => process.exit(0), 20); }, 1000);\n",
+        ),
+    )
+    .expect("write last.js");
+    let out = dir.join("out");
+    let fin = profiler(&[
+        "record",
+        "--threshold",
+        "100ms",
+        "--out",
+        out.to_str().unwrap(),
+        "--",
+        node.to_str().unwrap(),
+        script.to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let d = read_json(&out, "dispatches.json");
+    let groups = d["groups"].as_array().expect("groups");
+    let want = format!("JS:slowLast {}:1:18", script.display());
+    assert_eq!(
+        d["slow"].as_array().expect("slow").len(),
+        1,
+        "one slow dispatch: {groups:?}"
+    );
+    let key = groups[0]["key"].as_str().unwrap_or_default();
+    assert!(key.starts_with(&want), "named {want:?}: {key:?}");
+}
