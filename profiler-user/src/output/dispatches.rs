@@ -156,6 +156,9 @@ struct DispatchesJson<'a> {
     /// stack pointer proved the frame gone): they end at their last traced
     /// event.
     ended_unseen: u64,
+    /// Dispatches that began after the session stopped, while its probes
+    /// were being detached: not counted or analysed.
+    started_after_stop: u64,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     probe_ns: u64,
     sampler: SamplerJson<'a>,
@@ -222,6 +225,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         hangs_not_listed: d.hangs_dropped,
         ended_by_detach: d.ended_by_detach,
         ended_unseen: d.ended_unseen,
+        started_after_stop: d.started_after_stop,
         probe_ns: d.probe_ns,
         sampler: SamplerJson {
             samples: d.quality.samples,
@@ -425,6 +429,14 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
             "{} dispatches ended without their return seen (a later call showed the frame gone): \
              they end at their last traced event",
             d.ended_unseen
+        );
+    }
+    if d.started_after_stop > 0 {
+        let _ = writeln!(
+            out,
+            "{} dispatches began after the session stopped, while its probes were being \
+             detached: not counted",
+            d.started_after_stop
         );
     }
     if d.slow_dropped > 0 {

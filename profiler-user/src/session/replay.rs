@@ -40,6 +40,9 @@ pub fn replay(
             sinks.detach_from(d.func, d.decided_ns);
         }
     }
+    if data.has_trailer && t.stop_ns > 0 {
+        sinks.stop_at(t.stop_ns);
+    }
     for entry in &data.entries {
         sinks.replay(entry);
     }

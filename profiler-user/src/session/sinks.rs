@@ -350,6 +350,14 @@ impl Sinks {
         self.on_record(rec);
     }
 
+    /// The session stopped at `ts_ns` (CLOCK_MONOTONIC): no dispatch begins
+    /// after it ([`Dispatcher::stop_at`]).
+    pub fn stop_at(&mut self, ts_ns: u64) {
+        if let Some(d) = &mut self.dispatch {
+            d.stop_at(ts_ns);
+        }
+    }
+
     /// The governor chose to detach `func` at `decided_ns`: its returns
     /// from then on without an entry are not orphans, and its frames
     /// proven gone are closed by the detach.

@@ -250,6 +250,11 @@ pub struct Dispatcher {
     costs: Vec<ProbeCost>,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     pub probe_ns: u64,
+    /// When the session stopped (`u64::MAX`: not yet).
+    stop_ns: u64,
+    /// Dispatches that began after the stop, while the probes were being
+    /// detached: not analysed, as what explains them was going away.
+    pub started_after_stop: u64,
 }
 
 impl Dispatcher {
@@ -299,7 +304,18 @@ impl Dispatcher {
             ended_unseen: 0,
             costs: Vec::new(),
             probe_ns: 0,
+            stop_ns: u64::MAX,
+            started_after_stop: 0,
         }
+    }
+
+    /// The session stopped at `ts_ns`: its probes, samplers and scheduler
+    /// watch are detached from then on, each at its own moment. The
+    /// dispatch open then runs to its end; none begins after it (an
+    /// iteration bounded by waits still watched would have lost its
+    /// frames, samples and blocked stacks, and be keyed `(loop iteration)`).
+    pub fn stop_at(&mut self, ts_ns: u64) {
+        self.stop_ns = ts_ns;
     }
 
     /// Sets what each function's probe hits cost (by index): a dispatch's
@@ -535,6 +551,10 @@ impl Dispatcher {
     }
 
     fn begin(&mut self, ts_ns: u64) {
+        if ts_ns >= self.stop_ns {
+            self.started_after_stop += 1;
+            return;
+        }
         self.open = Some(Open {
             index: self.next_index,
             start_ns: ts_ns,
@@ -856,6 +876,37 @@ mod tests {
         assert!(tree.iter().any(|n| n.name == "handler"), "{tree:?}");
         assert!(d.rule().contains("epoll_wait on fd 3"), "{}", d.rule());
         assert_eq!((d.loop_wait.loop_waits, d.loop_wait.inner_waits), (2, 1));
+    }
+
+    #[test]
+    fn the_iteration_open_at_the_stop_ends_and_none_begins_after_it() {
+        let cfg = Config {
+            tid: 1,
+            thread_name: "main".into(),
+            rule: "loop".into(),
+            threshold_ns: 50,
+            hang_ns: 1_000,
+            frame_interval_ns: 16,
+            full_tree: false,
+            sample_period_ns: 0,
+            wakers: true,
+            wait_loop: true,
+        };
+        let mut d = Dispatcher::new(cfg, 0, vec!["handler".into()], vec![false], 0);
+        d.on_wait(&wait(10, true, true, 0x2000));
+        d.stop_at(50);
+        d.on_wait(&wait(120, false, true, 0x2000));
+        assert_eq!(d.stats.count, 1, "the iteration open at the stop ends");
+        assert_eq!(d.take_notices().len(), 1, "and is slow (110 ns)");
+        // Probes detaching: the loop's waits are still seen, nothing else.
+        d.on_wait(&wait(130, true, true, 0x2000));
+        assert!(!d.is_open());
+        d.on_wait(&wait(400, false, true, 0x2000));
+        assert_eq!((d.stats.count, d.started_after_stop), (1, 1));
+        assert!(
+            d.take_notices().is_empty(),
+            "no slow iteration after the stop"
+        );
     }
 
     #[test]

@@ -261,6 +261,11 @@ pub struct Trailer {
     /// What the overhead governor did (None: it was off).
     #[serde(default)]
     pub governor: Option<crate::analyze::overhead::GovernorReport>,
+    /// CLOCK_MONOTONIC when the session decided to stop (0 in recordings
+    /// made before it was kept): no dispatch begins after it, as the probes
+    /// are being detached then (see `Dispatcher::stop_at`).
+    #[serde(default)]
+    pub stop_ns: u64,
 }
 
 /// One journal entry or record, in stream order.

@@ -236,6 +236,8 @@ impl<'a> Attached<'a> {
                 (StopReason::Failed, Some(e))
             }
         };
+        let stop_ns = crate::clock::monotonic_ns();
+        sinks.stop_at(stop_ns);
         let governed = steer.governed();
         let duration_ns = started.elapsed().as_nanos() as u64;
         // Detach first, so the target runs unprobed while we finish up; then
@@ -264,6 +266,7 @@ impl<'a> Attached<'a> {
             failure,
             governed,
             duration_ns,
+            stop_ns,
             probed,
             failed_probes,
         })

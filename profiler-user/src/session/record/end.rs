@@ -58,6 +58,7 @@ impl Collected<'_> {
         names.sort();
         let trailer = datafile::Trailer {
             duration_ns: self.duration_ns,
+            stop_ns: self.stop_ns,
             stop_reason: self.reason.as_str().to_string(),
             functions_probed: self.probed,
             lost_events: counters.lost,

@@ -163,6 +163,8 @@ pub struct Collected<'a> {
     failure: Option<Error>,
     governed: Option<crate::analyze::overhead::GovernorReport>,
     duration_ns: u64,
+    /// CLOCK_MONOTONIC when the session decided to stop.
+    stop_ns: u64,
     probed: usize,
     failed_probes: usize,
 }
