@@ -102,6 +102,24 @@ fn chain_below(names: &[String], traced: &str) -> Vec<String> {
     names[..end].iter().rev().cloned().collect()
 }
 
+/// How many sampled ticks the sampler may have missed and a sample still
+/// stand for them: at most this many periods of on-CPU time each.
+const MAX_SAMPLE_PERIODS: u64 = 4;
+
+/// The on-CPU time one in-dispatch sample stands for: the scheduler's exact
+/// on-CPU time of the dispatch shared among its samples, so that sampled
+/// frames add up to the time the thread ran. That is the sampling period
+/// where the sampler fires on time; where its ticks are lost (software
+/// emulation, a host that starves the timer), more, up to
+/// [`MAX_SAMPLE_PERIODS`] periods; never less than one period.
+fn sample_weight(period_ns: u64, recs: &[Rec], split: Split) -> u64 {
+    let samples = recs.iter().filter(|r| matches!(r, Rec::Sample(..))).count() as u64;
+    match split.on_cpu_ns.checked_div(samples) {
+        Some(share) => share.clamp(period_ns, period_ns.saturating_mul(MAX_SAMPLE_PERIODS)),
+        None => period_ns,
+    }
+}
+
 /// Builds the explanation of the dispatch `open`, made of `recs`.
 pub(super) fn explain(
     d: &mut Dispatcher,
@@ -112,6 +130,7 @@ pub(super) fn explain(
     probe_ns: u64,
     split: Split,
 ) -> Explained {
+    let sample_ns = sample_weight(d.cfg.sample_period_ns, recs, split);
     let mut tree: Option<Tree> = None;
     let mut stack: Vec<Frame> = Vec::new();
     let mut pending_block: Option<(usize, Vec<String>, Vec<String>, u64)> = None;
@@ -180,7 +199,7 @@ pub(super) fn explain(
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 if !chain.is_empty() {
-                    t.add_chain(top.node, &chain, Kind::Sampled, d.cfg.sample_period_ns);
+                    t.add_chain(top.node, &chain, Kind::Sampled, sample_ns);
                 }
             }
             Rec::Block(ts, user, kernel) => {
@@ -388,6 +407,38 @@ fn verdict(tree: &Tree, key: usize, split: Split, duration_ns: u64) -> (String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_share_the_dispatchs_on_cpu_time_within_four_periods() {
+        const MS: u64 = 1_000_000;
+        let samples = |n: usize| -> Vec<Rec> {
+            (0..n)
+                .map(|i| Rec::Sample(i as u64, vec![0x1000].into()))
+                .chain([Rec::Resume(0)])
+                .collect()
+        };
+        let on_cpu = |ns| Split {
+            on_cpu_ns: ns,
+            blocked_ns: 0,
+            runnable_ns: 0,
+        };
+        // The sampler kept time: one period each.
+        assert_eq!(
+            sample_weight(MS, &samples(100), on_cpu(101 * MS)),
+            1_010_000
+        );
+        // Under emulation 817 samples in 1.87 s on a CPU: 2.3 periods each.
+        assert_eq!(
+            sample_weight(MS, &samples(817), on_cpu(1_871 * MS)),
+            2_290_085
+        );
+        // Never more than four periods, never less than one.
+        assert_eq!(sample_weight(MS, &samples(2), on_cpu(500 * MS)), 4 * MS);
+        assert_eq!(sample_weight(MS, &samples(50), on_cpu(10 * MS)), MS);
+        // No sample, or no sampler: the period.
+        assert_eq!(sample_weight(MS, &samples(0), on_cpu(10 * MS)), MS);
+        assert_eq!(sample_weight(0, &samples(5), on_cpu(10 * MS)), 0);
+    }
 
     #[test]
     fn chain_below_the_traced_frame() {
