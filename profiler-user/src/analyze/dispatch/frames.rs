@@ -269,13 +269,14 @@ pub fn is_own(name: &str) -> bool {
     {
         return false;
     }
-    // JS of Node's own library: `JS:execSync node:child_process:866:18`.
+    // JS of Node's own library: `JS:execSync node:child_process:866:18`;
+    // and V8's builtins written in JavaScript or Torque, which have no
+    // script: `JS:sin` (Math.sin), `JS:push`.
     if let Some(rest) = V8_TAGS.iter().find_map(|t| name.strip_prefix(t)) {
-        if rest
-            .rsplit_once(' ')
-            .is_some_and(|(_, at)| at.starts_with("node:"))
-        {
-            return false;
+        match rest.rsplit_once(' ') {
+            Some((_, at)) if at.starts_with("node:") => return false,
+            None => return false,
+            Some(_) => {}
         }
     }
     // CPython.
@@ -409,6 +410,8 @@ mod tests {
             "non-virtual thunk to node::StreamBase::ReadStart()",
             "JS:~execSync node:child_process:866:18",
             "JS:*emit node:events:514:28",
+            "JS:sin",
+            "JS:*push",
             "_PyEval_EvalFrameDefault",
             "PyObject_Call",
             "[unknown] libc.so.6+0x10a409",
