@@ -77,17 +77,17 @@ fn durations_leave_out_the_probes_cost() {
             num(f[0], "inside_ns")
         );
     }
-    // Under software emulation a probe hit costs 10-50 µs and the guest's
+    // Under software emulation a probe hit costs 10-70 µs and the guest's
     // speed swings more from one second to the next: the bounds widen.
     // The calibration itself is then 2-3 times off at some sites (6.1:
     // 11.4 µs of hits taken out of a near-empty function's 27.9 µs): what
     // holds there is that the correction takes some of the excess out.
     let emulated = relaxed(
-        "costs: near-empty under 50 µs (not 0.5), the 2 µs function within 20x (not 25%), \
+        "costs: near-empty under 150 µs (not 0.5), the 2 µs function within 20x (not 25%), \
          the caller's excess reduced at all (not by half): the calibration is 2-3 times off",
     );
     let (empty_max, work_range, left_max) = if emulated {
-        (50_000.0, 0.5..=20.0, 1.0)
+        (150_000.0, 0.5..=20.0, 1.0)
     } else {
         (500.0, 0.75..=1.25, 0.5)
     };
