@@ -170,23 +170,17 @@ impl Outputs {
                 // fixture's clock does not run: each such wait may add up to
                 // one scheduler slice to the profiler's figure alone.
                 let preempted = t["preempted"].as_u64().unwrap_or(0);
-                let want = num(f, "total_ns");
-                let what = format!("total_ns of {name} in {tid}");
-                if preempted == 0 {
-                    assert_close_probed(&what, total, want, num(f, "calls"), self.own_probes_ns());
-                } else {
-                    let slack = preempted.saturating_mul(SCHED_SLICE_NS);
-                    assert_close_probed(
-                        &format!(
-                            "{what} (preempted {preempted} times, up to {SCHED_SLICE_NS} ns each \
-                             taken off the profiler's {total} ns)"
-                        ),
-                        total.saturating_sub(slack.min(total.saturating_sub(want))),
-                        want,
-                        num(f, "calls"),
-                        self.own_probes_ns(),
-                    );
-                }
+                let calls = num(f, "calls");
+                let waits = preempted
+                    .saturating_mul(SCHED_SLICE_NS)
+                    .div_ceil(calls.max(1));
+                assert_close_probed(
+                    &format!("total_ns of {name} in {tid} (preempted {preempted} times)"),
+                    total,
+                    num(f, "total_ns"),
+                    calls,
+                    self.own_probes_ns() + waits,
+                );
             }
         }
     }

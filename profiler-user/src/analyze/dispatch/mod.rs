@@ -826,9 +826,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn loop_iterations_are_bounded_by_the_loops_own_wait() {
-        let cfg = Config {
+    /// An event loop's dispatcher: iterations bounded by its waits, slow
+    /// from 50 ns.
+    fn loop_config() -> Config {
+        Config {
             tid: 1,
             thread_name: "main".into(),
             rule: "loop".into(),
@@ -839,7 +840,12 @@ mod tests {
             sample_period_ns: 0,
             wakers: true,
             wait_loop: true,
-        };
+        }
+    }
+
+    #[test]
+    fn loop_iterations_are_bounded_by_the_loops_own_wait() {
+        let cfg = loop_config();
         let names = vec!["startup".to_string(), "handler".to_string()];
         let mut d = Dispatcher::new(cfg, 0, names, vec![true, true], 0);
         // Before any wait: outermost calls are dispatches.
@@ -880,18 +886,7 @@ mod tests {
 
     #[test]
     fn the_iteration_open_at_the_stop_ends_and_none_begins_after_it() {
-        let cfg = Config {
-            tid: 1,
-            thread_name: "main".into(),
-            rule: "loop".into(),
-            threshold_ns: 50,
-            hang_ns: 1_000,
-            frame_interval_ns: 16,
-            full_tree: false,
-            sample_period_ns: 0,
-            wakers: true,
-            wait_loop: true,
-        };
+        let cfg = loop_config();
         let mut d = Dispatcher::new(cfg, 0, vec!["handler".into()], vec![false], 0);
         d.on_wait(&wait(10, true, true, 0x2000));
         d.stop_at(50);
