@@ -84,6 +84,9 @@ pub struct LoopWait {
     /// Idle nanoseconds per second of the session.
     idle_per_s: Vec<u64>,
     session_start_ns: u64,
+    /// When the session stopped: idle time after it is not the session's
+    /// (the waits are still seen while the probes detach).
+    stop_ns: Option<u64>,
     /// Loop waits seen (returns).
     pub loop_waits: u64,
     /// Other waits seen (returns): inside iterations.
@@ -97,6 +100,11 @@ impl LoopWait {
             session_start_ns,
             ..LoopWait::default()
         }
+    }
+
+    /// The session stopped at `ts_ns`: idle time is counted up to it.
+    pub fn stop_at(&mut self, ts_ns: u64) {
+        self.stop_ns = Some(ts_ns);
     }
 
     /// The thread was in wait syscall `nr` at stack pointer `sp` when the
@@ -178,7 +186,7 @@ impl LoopWait {
         let horizon = self
             .session_start_ns
             .saturating_add(MAX_IDLE_SECONDS * 1_000_000_000);
-        let to = to.min(horizon);
+        let to = to.min(horizon).min(self.stop_ns.unwrap_or(u64::MAX));
         let mut t = from.max(self.session_start_ns);
         while t < to {
             let sec = ((t - self.session_start_ns) / 1_000_000_000) as usize;
@@ -199,6 +207,7 @@ impl LoopWait {
         let mut me = LoopWait {
             idle_per_s: self.idle_per_s.clone(),
             session_start_ns: self.session_start_ns,
+            stop_ns: self.stop_ns,
             ..LoopWait::default()
         };
         if let (Some(since), Some(now)) = (self.idle_since, now_ns) {

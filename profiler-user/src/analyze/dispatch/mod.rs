@@ -316,6 +316,7 @@ impl Dispatcher {
     /// frames, samples and blocked stacks, and be keyed `(loop iteration)`).
     pub fn stop_at(&mut self, ts_ns: u64) {
         self.stop_ns = ts_ns;
+        self.loop_wait.stop_at(ts_ns);
     }
 
     /// Sets what each function's probe hits cost (by index): a dispatch's
@@ -888,6 +889,7 @@ mod tests {
     fn the_iteration_open_at_the_stop_ends_and_none_begins_after_it() {
         let cfg = loop_config();
         let mut d = Dispatcher::new(cfg, 0, vec!["handler".into()], vec![false], 0);
+        d.on_wait(&wait(2, false, true, 0x2000));
         d.on_wait(&wait(10, true, true, 0x2000));
         d.stop_at(50);
         d.on_wait(&wait(120, false, true, 0x2000));
@@ -898,6 +900,11 @@ mod tests {
         assert!(!d.is_open());
         d.on_wait(&wait(400, false, true, 0x2000));
         assert_eq!((d.stats.count, d.started_after_stop), (1, 1));
+        // Idle in the loop's wait before the stop only (2 to 10): not the
+        // waits after it, nor the one still in progress at the end.
+        d.on_wait(&wait(500, true, true, 0x2000));
+        d.on_wait(&wait(510, false, true, 0x2000));
+        assert_eq!(d.loop_wait.idle_per_second(Some(900)), [8]);
         assert!(
             d.take_notices().is_empty(),
             "no slow iteration after the stop"
