@@ -76,6 +76,12 @@ pub struct Args {
     /// instead of running its tests again.
     #[arg(long)]
     pub reuse: bool,
+    /// Run again, on each kernel, only the tests that failed in its last
+    /// run (`target/kernels/KERNEL.log`, kept as it was), e.g. after
+    /// fixing them. The matrix takes each test's last result and lists
+    /// the reruns with their commit: passed on rerun, or failed again.
+    #[arg(long, conflicts_with_all = ["reuse", "smoke"])]
+    pub rerun_failed: bool,
     /// Only the tests whose names contain one of these (libtest filters).
     pub filters: Vec<String>,
 }
@@ -105,6 +111,37 @@ struct Run {
     /// The test binary's exit status, or why it gave none.
     exit: String,
     secs: u64,
+    /// The commit the tree was at when it ran.
+    commit: String,
+    /// `--rerun-failed`: the failed tests run again.
+    rerun: Option<Box<Run>>,
+}
+
+impl Run {
+    /// Each test's last result: the rerun's where it ran again.
+    fn results(&self) -> BTreeMap<String, Status> {
+        let mut r = self.parser.results.clone();
+        if let Some(again) = &self.rerun {
+            r.extend(again.parser.results.clone());
+        }
+        r
+    }
+
+    /// Each `RELAXED` line of the tests' last runs.
+    fn relaxed(&self) -> Vec<(String, String)> {
+        let Some(again) = &self.rerun else {
+            return self.parser.relaxed.clone();
+        };
+        let mut r: Vec<_> = self
+            .parser
+            .relaxed
+            .iter()
+            .filter(|(t, _)| !again.parser.results.contains_key(t))
+            .cloned()
+            .collect();
+        r.extend(again.parser.relaxed.iter().cloned());
+        r
+    }
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -158,6 +195,22 @@ pub fn run(args: &Args) -> Result<()> {
             run.parser.relaxed.len(),
             run.secs
         );
+        if let Some(again) = &run.rerun {
+            let failed = again
+                .parser
+                .results
+                .values()
+                .filter(|s| **s == Status::Failed)
+                .count();
+            eprintln!(
+                "kernels: {}: rerun of {} failed tests: {} passed, {} failed again, in {} s",
+                run.asked,
+                again.parser.results.len(),
+                again.parser.results.len() - failed,
+                failed,
+                again.secs
+            );
+        }
         runs.push(run);
     }
     let out = args.out.clone().unwrap_or_else(|| {
@@ -172,7 +225,9 @@ pub fn run(args: &Args) -> Result<()> {
     eprintln!("kernels: wrote {}", out.display());
     let failed: Vec<String> = runs
         .iter()
-        .filter(|r| r.parser.counts.failed > 0 || r.parser.results.is_empty())
+        .filter(|r| {
+            r.results().values().any(|s| *s == Status::Failed) || r.parser.results.is_empty()
+        })
         .map(|r| format!("{} ({})", r.asked, r.release))
         .collect();
     if !failed.is_empty() {
@@ -316,6 +371,69 @@ fn test_binary() -> Result<PathBuf> {
     bail!("cargo built no `integration` test binary")
 }
 
+/// One run's files in `target/kernels/`: `{tag}{suffix}.log` and its
+/// neighbours.
+struct Files {
+    log: PathBuf,
+    check: PathBuf,
+    release: PathBuf,
+    rc: PathBuf,
+    commit: PathBuf,
+    script: PathBuf,
+    console: PathBuf,
+    /// The outputs the failed tests left in the guest's `/tmp` (a
+    /// passing test removes its own), copied out.
+    kept: PathBuf,
+}
+
+impl Files {
+    fn new(dir: &Path, tag: &str, suffix: &str) -> Files {
+        let f = |ext: &str| dir.join(format!("{tag}{suffix}.{ext}"));
+        Files {
+            log: f("log"),
+            check: f("check"),
+            release: f("release"),
+            rc: f("rc"),
+            commit: f("commit"),
+            script: f("sh"),
+            console: f("console"),
+            kept: dir.join(format!("{tag}{suffix}.kept")),
+        }
+    }
+
+    fn clear(&self) {
+        for f in [
+            &self.log,
+            &self.check,
+            &self.release,
+            &self.rc,
+            &self.commit,
+        ] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+fn parse(log: &Path) -> Parser {
+    let mut parser = Parser::default();
+    for line in read(log).lines() {
+        parser.feed(line);
+    }
+    parser
+}
+
+/// The commit the tree is at, `-dirty` when it has changes.
+fn commit() -> String {
+    let head = stdout_of("git", ["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let dirty = stdout_of("git", ["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.trim().is_empty());
+    format!("{}{}", head.trim(), if dirty { "-dirty" } else { "" })
+}
+
 fn run_one(
     k: &Kernel,
     (tests, profiler): (&Path, &Path),
@@ -324,25 +442,78 @@ fn run_one(
     args: &Args,
 ) -> Result<Run> {
     let tag = k.asked.replace('/', "_");
-    let log = dir.join(format!("{tag}.log"));
-    let check = dir.join(format!("{tag}.check"));
-    let release_file = dir.join(format!("{tag}.release"));
-    let rc_file = dir.join(format!("{tag}.rc"));
-    let fresh = |p: &Path| {
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        matches!((modified(p), modified(tests)), (Some(a), Some(b)) if a > b)
-    };
-    let reused = args.reuse && fresh(&log);
-    if !reused {
-        for f in [&log, &check, &release_file, &rc_file] {
-            let _ = std::fs::remove_file(f);
-        }
-    }
+    let files = Files::new(dir, &tag, "");
     let (machine, emulated) = match &k.image {
         None => ("none (host)", false),
         Some(_) if args.kvm => ("KVM", false),
         Some(_) => ("software emulation (one TCG thread)", true),
     };
+    if args.rerun_failed {
+        // The earlier run stays as it was; its failures run again.
+        if !files.log.exists() {
+            bail!(
+                "--rerun-failed: {} has no earlier run ({}): run `cargo xtask kernels --kernel {}` first",
+                k.asked,
+                files.log.display(),
+                k.asked
+            );
+        }
+        let mut run = finish(k, &files, machine, filters, 0, "reused".into(), true);
+        let failed: Vec<String> = run
+            .parser
+            .results
+            .iter()
+            .filter(|(_, st)| **st == Status::Failed)
+            .map(|(t, _)| t.clone())
+            .collect();
+        if failed.is_empty() {
+            eprintln!(
+                "kernels: {}: nothing failed in {}",
+                k.asked,
+                files.log.display()
+            );
+            return Ok(run);
+        }
+        eprintln!(
+            "kernels: {}: running again the {} tests that failed",
+            k.asked,
+            failed.len()
+        );
+        let again = Files::new(dir, &tag, ".rerun");
+        let (status, secs) = execute(k, (tests, profiler), &again, &failed, true, args, emulated)?;
+        run.rerun = Some(Box::new(finish(
+            k, &again, machine, &failed, secs, status, false,
+        )));
+        return Ok(run);
+    }
+    let fresh = |p: &Path| {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        matches!((modified(p), modified(tests)), (Some(a), Some(b)) if a > b)
+    };
+    let reused = args.reuse && fresh(&files.log);
+    let (status, secs) = if reused {
+        eprintln!("kernels: {}: reusing {}", k.asked, files.log.display());
+        (String::new(), 0)
+    } else {
+        files.clear();
+        execute(k, (tests, profiler), &files, filters, false, args, emulated)?
+    };
+    Ok(finish(k, &files, machine, filters, secs, status, reused))
+}
+
+/// Runs the tests (`filters`, `exact` names or libtest filters) on `k`,
+/// into `files`. Returns how the machine ended and the seconds it took.
+fn execute(
+    k: &Kernel,
+    (tests, profiler): (&Path, &Path),
+    files: &Files,
+    filters: &[String],
+    exact: bool,
+    args: &Args,
+    emulated: bool,
+) -> Result<(String, u64)> {
+    files.clear();
+    std::fs::write(&files.commit, format!("{}\n", commit()))?;
     let filter_args: String = filters
         .iter()
         .map(|f| format!(" '{}'", f.replace('\'', "")))
@@ -351,31 +522,36 @@ fn run_one(
     // guest's default one.
     let script = format!(
         "export PATH='{path}'; uname -r > {release}; {profiler} check > {check} 2>&1; \
-         PROFILER_BIN={profiler} {emu} {tests} --test-threads=1 --show-output{filter_args} \
-         > {log} 2>&1; echo $? > {rc}",
+         PROFILER_BIN={profiler} {emu} {tests} --test-threads=1 --show-output{exact}{filter_args} \
+         > {log} 2>&1; echo $? > {rc}{keep}",
         path = std::env::var("PATH").unwrap_or_default().replace('\'', ""),
-        release = release_file.display(),
+        release = files.release.display(),
         profiler = profiler.display(),
-        check = check.display(),
+        check = files.check.display(),
         emu = if emulated {
             "PROFILER_TEST_EMULATED=1"
         } else {
             ""
         },
         tests = tests.display(),
-        log = log.display(),
-        rc = rc_file.display(),
+        exact = if exact { " --exact" } else { "" },
+        log = files.log.display(),
+        rc = files.rc.display(),
+        // The guest's /tmp goes with it: what failed tests left there
+        // (each passing test removes its own) is copied out.
+        keep = match &k.image {
+            Some(_) => format!(
+                "; rm -rf {kept}; mkdir -p {kept}; cp -r /tmp/profiler-tests-[0-9]* {kept}/ 2>/dev/null; true",
+                kept = files.kept.display()
+            ),
+            None => String::new(),
+        },
     );
     // The guest runs it from a file: vng passes its command on the
     // kernel's command line, and one over 2 KiB panics Linux at boot.
-    let script_file = dir.join(format!("{tag}.sh"));
-    std::fs::write(&script_file, format!("{script}\n"))?;
+    std::fs::write(&files.script, format!("{script}\n"))?;
     let started = Instant::now();
     let status = match &k.image {
-        _ if reused => {
-            eprintln!("kernels: {}: reusing {}", k.asked, log.display());
-            Command::new("true").status()
-        }
         None => Command::new("sh")
             .args(["-c", &script])
             .current_dir(workspace_root().join("tests"))
@@ -406,11 +582,11 @@ fn run_one(
                 .arg("--cwd")
                 .arg(workspace_root().join("tests"))
                 .arg("--")
-                .arg(format!("sh {}", script_file.display()));
+                .arg(format!("sh {}", files.script.display()));
             eprintln!("$ {}", crate::util::display(&cmd));
             // The guest's console goes to a file: vng's QEMU takes over (and
             // truncates) a redirected stdout otherwise.
-            let console = std::fs::File::create(dir.join(format!("{tag}.console")))?;
+            let console = std::fs::File::create(&files.console)?;
             cmd.stdin(std::process::Stdio::null())
                 .stdout(console.try_clone()?)
                 .stderr(console);
@@ -419,26 +595,39 @@ fn run_one(
     };
     let secs = started.elapsed().as_secs();
     let status = status.context("starting the tests")?;
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-    let mut parser = Parser::default();
-    for line in read(&log).lines() {
-        parser.feed(line);
-    }
-    let exit = match read(&rc_file).trim() {
+    Ok((status.to_string(), secs))
+}
+
+/// The results in `files`.
+fn finish(
+    k: &Kernel,
+    files: &Files,
+    machine: &'static str,
+    filters: &[String],
+    secs: u64,
+    status: String,
+    reused: bool,
+) -> Run {
+    let exit = match read(&files.rc).trim() {
         "" if reused => "no exit status: that run was cut short".to_string(),
         "" => format!("no exit status: the machine stopped first ({status})"),
         rc => format!("exit status {rc}"),
     };
-    Ok(Run {
+    Run {
         asked: k.asked.clone(),
         subset: !filters.is_empty(),
-        release: read(&release_file).trim().to_string(),
+        release: read(&files.release).trim().to_string(),
         machine,
-        check: read(&check),
-        parser,
+        check: read(&files.check),
+        parser: parse(&files.log),
         exit,
         secs,
-    })
+        commit: match read(&files.commit).trim() {
+            "" => "not recorded".to_string(),
+            c => c.to_string(),
+        },
+        rerun: None,
+    }
 }
 
 /// The feature a test belongs to: its module (`tracing`, `reliability`).
@@ -492,7 +681,8 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
     let _ = writeln!(s, "| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for r in runs {
         // From each test's result, so that a run cut short still counts.
-        let n = |want: fn(&Status) -> bool| r.parser.results.values().filter(|s| want(s)).count();
+        let results = r.results();
+        let n = |want: fn(&Status) -> bool| results.values().filter(|s| want(s)).count();
         let _ = writeln!(
             s,
             "| {} ({}{}) | {} | {} | {} | {} | {} | {} |",
@@ -503,15 +693,17 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             // libtest's totals where the run ended (a child's output can
             // split a `test … ok` line), else each result seen.
             match r.parser.counts {
-                ref c if c.passed + c.failed > 0 => (c.passed - c.skipped) as usize,
+                ref c if c.passed + c.failed > 0 && r.rerun.is_none() => {
+                    (c.passed - c.skipped) as usize
+                }
                 _ => n(|s| *s == Status::Ok),
             },
             match r.parser.counts {
-                ref c if c.passed + c.failed > 0 => c.failed as usize,
+                ref c if c.passed + c.failed > 0 && r.rerun.is_none() => c.failed as usize,
                 _ => n(|s| *s == Status::Failed),
             },
             n(|s| matches!(s, Status::Skipped(_))),
-            r.parser.relaxed.len(),
+            r.relaxed().len(),
             // Reused: the time the tests said they ran.
             match r.secs {
                 0 => r.parser.counts.secs.div_ceil(60),
@@ -543,7 +735,7 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
         let _ = write!(s, "| {f} |");
         for r in runs {
             let mut n = [0u32; 4];
-            for (t, st) in &r.parser.results {
+            for (t, st) in &r.results() {
                 if feature(t) != *f {
                     continue;
                 }
@@ -575,10 +767,37 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
     }
     for r in runs {
         let _ = writeln!(s, "\n## {} ({})\n", r.release, r.machine);
-        let _ = writeln!(s, "The test binary ended with {}.\n", r.exit);
-        let failed: Vec<&String> = r
-            .parser
-            .results
+        let _ = writeln!(
+            s,
+            "Ran at commit {}; the test binary ended with {}.\n",
+            r.commit, r.exit
+        );
+        if let Some(again) = &r.rerun {
+            let (passed, failed): (Vec<_>, Vec<_>) = again
+                .parser
+                .results
+                .iter()
+                .partition(|(_, st)| **st != Status::Failed);
+            let _ = writeln!(
+                s,
+                "The {} tests that failed there ran again at commit {} \
+                 (`--rerun-failed`, {}): {} passed, {} failed again.\n",
+                again.parser.results.len(),
+                again.commit,
+                again.exit,
+                passed.len(),
+                failed.len()
+            );
+            for (t, _) in passed {
+                let _ = writeln!(s, "- passed on rerun: `{t}`");
+            }
+            for (t, _) in failed {
+                let _ = writeln!(s, "- failed again: `{t}`");
+            }
+            s.push('\n');
+        }
+        let results = r.results();
+        let failed: Vec<&String> = results
             .iter()
             .filter(|(_, st)| **st == Status::Failed)
             .map(|(t, _)| t)
@@ -590,9 +809,7 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             }
             s.push('\n');
         }
-        let skipped: Vec<(&String, &String)> = r
-            .parser
-            .results
+        let skipped: Vec<(&String, &String)> = results
             .iter()
             .filter_map(|(t, st)| match st {
                 Status::Skipped(why) => Some((t, why)),
@@ -606,13 +823,14 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             }
             s.push('\n');
         }
-        if !r.parser.relaxed.is_empty() {
+        let relaxed = r.relaxed();
+        if !relaxed.is_empty() {
             let _ = writeln!(
                 s,
                 "Timing assertions relaxed under software emulation (the behaviour \
                  assertions of these tests ran as written):\n"
             );
-            for (t, line) in &r.parser.relaxed {
+            for (t, line) in &relaxed {
                 let _ = writeln!(s, "- `{t}`: {line}");
             }
             s.push('\n');
