@@ -457,17 +457,19 @@ impl Tables {
         if self.per_pid.get(&pid).is_some_and(|e| e.exec == exec) {
             return;
         }
-        let py_exec = (self.python.is_some() || self.v8.is_some()).then(|| exec.clone());
-        self.apply(pid, exec, &HashSet::new());
-        // After the tables: the native walk matters first.
-        if let Some(exec) = py_exec {
-            if let Some(py) = &mut self.python {
-                py.add_process(pid, &exec);
-            }
-            if let Some(v8) = &mut self.v8 {
-                v8.add_process(pid, &exec);
-            }
+        // Before the tables: telling the kernel how an interpreter's
+        // frames look takes a symbol lookup, while building a large
+        // binary's tables (node's) can take seconds under load, and a
+        // short script can be over by then. JIT-compiled and
+        // interpreted frames are walked by their frame pointers, so
+        // they are named before the native tables are in.
+        if let Some(py) = &mut self.python {
+            py.add_process(pid, &exec);
         }
+        if let Some(v8) = &mut self.v8 {
+            v8.add_process(pid, &exec);
+        }
+        self.apply(pid, exec, &HashSet::new());
     }
 
     /// Writes `pid`'s entry for its executable mappings `exec`, uploading
