@@ -113,8 +113,11 @@ struct Run {
     secs: u64,
     /// The commit the tree was at when it ran.
     commit: String,
-    /// `--rerun-failed`: the failed tests run again.
+    /// `--rerun-failed`: the failed tests run again, and those the run
+    /// did not reach.
     rerun: Option<Box<Run>>,
+    /// In a rerun: the tests that had no result before.
+    not_run_before: Vec<String>,
 }
 
 impl Run {
@@ -466,24 +469,32 @@ fn run_one(
             .filter(|(_, st)| **st == Status::Failed)
             .map(|(t, _)| t.clone())
             .collect();
-        if failed.is_empty() {
+        // A run cut short (the machine stopped, or it was killed) is
+        // finished too: the tests it did not reach.
+        let not_run: Vec<String> = listed(tests, filters)?
+            .into_iter()
+            .filter(|t| !run.parser.results.contains_key(t))
+            .collect();
+        if failed.is_empty() && not_run.is_empty() {
             eprintln!(
-                "kernels: {}: nothing failed in {}",
+                "kernels: {}: nothing failed or was left in {}",
                 k.asked,
                 files.log.display()
             );
             return Ok(run);
         }
         eprintln!(
-            "kernels: {}: running again the {} tests that failed",
+            "kernels: {}: running the {} tests that failed and the {} that did not run",
             k.asked,
-            failed.len()
+            failed.len(),
+            not_run.len()
         );
         let again = Files::new(dir, &tag, ".rerun");
-        let (status, secs) = execute(k, (tests, profiler), &again, &failed, true, args, emulated)?;
-        run.rerun = Some(Box::new(finish(
-            k, &again, machine, &failed, secs, status, false,
-        )));
+        let names: Vec<String> = failed.iter().chain(&not_run).cloned().collect();
+        let (status, secs) = execute(k, (tests, profiler), &again, &names, true, args, emulated)?;
+        let mut rerun = finish(k, &again, machine, &names, secs, status, false);
+        rerun.not_run_before = not_run;
+        run.rerun = Some(Box::new(rerun));
         return Ok(run);
     }
     let fresh = |p: &Path| {
@@ -499,6 +510,23 @@ fn run_one(
         execute(k, (tests, profiler), &files, filters, false, args, emulated)?
     };
     Ok(finish(k, &files, machine, filters, secs, status, reused))
+}
+
+/// The names of the tests `filters` select (all without filters).
+fn listed(tests: &Path, filters: &[String]) -> Result<Vec<String>> {
+    let out = Command::new(tests)
+        .args(["--list", "--format", "terse"])
+        .args(filters)
+        .output()
+        .with_context(|| format!("listing the tests of {}", tests.display()))?;
+    if !out.status.success() {
+        bail!("{} --list failed", tests.display());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect())
 }
 
 /// Runs the tests (`filters`, `exact` names or libtest filters) on `k`,
@@ -627,6 +655,7 @@ fn finish(
             c => c.to_string(),
         },
         rerun: None,
+        not_run_before: Vec::new(),
     }
 }
 
@@ -773,28 +802,38 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             r.commit, r.exit
         );
         if let Some(again) = &r.rerun {
-            let (passed, failed): (Vec<_>, Vec<_>) = again
-                .parser
-                .results
-                .iter()
-                .partition(|(_, st)| **st != Status::Failed);
+            let first = |t: &String| again.not_run_before.contains(t);
+            let ran = again.parser.results.len();
             let _ = writeln!(
                 s,
-                "The {} tests that failed there ran again at commit {} \
-                 (`--rerun-failed`, {}): {} passed, {} failed again.\n",
-                again.parser.results.len(),
+                "`--rerun-failed` ran at commit {} ({}) the {} tests that failed \
+                 there and the {} it did not reach:\n",
                 again.commit,
                 again.exit,
-                passed.len(),
-                failed.len()
+                again.parser.results.keys().filter(|t| !first(t)).count(),
+                again.not_run_before.len(),
             );
-            for (t, _) in passed {
-                let _ = writeln!(s, "- passed on rerun: `{t}`");
+            for (t, st) in &again.parser.results {
+                let what = match (first(t), *st == Status::Failed) {
+                    (false, false) => "passed on rerun",
+                    (false, true) => "failed again",
+                    (true, false) => continue,
+                    (true, true) => "failed (first run)",
+                };
+                let _ = writeln!(s, "- {what}: `{t}`");
             }
-            for (t, _) in failed {
-                let _ = writeln!(s, "- failed again: `{t}`");
+            let missing = again
+                .not_run_before
+                .iter()
+                .filter(|t| !again.parser.results.contains_key(*t))
+                .count();
+            if missing > 0 {
+                let _ = writeln!(s, "- did not run again either: {missing} tests");
             }
-            s.push('\n');
+            let _ = writeln!(
+                s,
+                "\n({ran} results; the tests not listed ran for the first time and passed.)\n"
+            );
         }
         let results = r.results();
         let failed: Vec<&String> = results
