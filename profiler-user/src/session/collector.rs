@@ -132,6 +132,7 @@ pub async fn collect(
     let mut tick = tokio::time::interval(DRAIN_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let start = Instant::now();
+    let debug = std::env::var_os("PROFILER_DEBUG").is_some();
     let reason = loop {
         tokio::select! {
             biased;
@@ -141,7 +142,11 @@ pub async fn collect(
             _ = exit_fd.readable(), if one_target => break StopReason::TargetExited,
             guard = ring_fd.readable() => {
                 let mut guard = guard.map_err(|e| io("polling the ring buffer", e))?;
+                let began = Instant::now();
                 sinks.drain(rings);
+                if debug && began.elapsed() >= Duration::from_millis(50) {
+                    eprintln!("profiler: debug: a woken drain took {} ms", began.elapsed().as_millis());
+                }
                 // Records left behind (the drain's budget ran out): back
                 // here after the stop conditions are checked again.
                 if !rings.more() {
@@ -149,7 +154,11 @@ pub async fn collect(
                 }
             }
             _ = tick.tick() => {
+                let began = Instant::now();
                 sinks.drain(rings);
+                if debug && began.elapsed() >= Duration::from_millis(50) {
+                    eprintln!("profiler: debug: a tick's drain took {} ms", began.elapsed().as_millis());
+                }
                 sinks.tick();
                 if sinks.ticks % 100 == 1 {
                     // Journaled, so a recording cut short still tells its losses.
