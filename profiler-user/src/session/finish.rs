@@ -108,6 +108,7 @@ impl<'a> Finish<'a> {
 /// launch mode.
 pub fn write(f: Finish, mut sinks: Sinks) -> Result<Option<StartupReport>> {
     sinks.flush_tail_calls();
+    sinks.finish_dispatches();
     let Sinks {
         stacks,
         dispatch,

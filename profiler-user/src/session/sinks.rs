@@ -551,6 +551,15 @@ impl Sinks {
         }
     }
 
+    /// Explains the slow dispatches still waiting for names (waiting for
+    /// them), and tells them.
+    pub fn finish_dispatches(&mut self) {
+        if let Some(d) = &mut self.dispatch {
+            d.finish();
+        }
+        self.tell_notices();
+    }
+
     /// True when the session should end: every scenario has its runs.
     pub fn finished(&self) -> bool {
         self.stop_when_runs_done && !self.stages.is_empty() && self.stages.iter().all(|s| s.done())
@@ -600,6 +609,18 @@ impl Sinks {
     /// Periodic work: hang detection, and once a second the CPU profile's
     /// snapshot of the target's mappings.
     pub(super) fn tick(&mut self) {
+        let began = std::time::Instant::now();
+        self.tick_inner();
+        if std::env::var_os("PROFILER_DEBUG").is_some() && began.elapsed().as_millis() >= 50 {
+            eprintln!(
+                "profiler: debug: tick {} took {} ms",
+                self.ticks,
+                began.elapsed().as_millis()
+            );
+        }
+    }
+
+    fn tick_inner(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
         if let Some(t) = &mut self.tables {
             // Python code objects met since the last tick, read while the
@@ -645,7 +666,17 @@ impl Sinks {
                 // Children that exited since: their entries and table uses
                 // go (a target forking all day would fill the map).
                 t.forget(|_| false);
+                let began = std::time::Instant::now();
                 t.add_process(self.pid);
+                if std::env::var_os("PROFILER_DEBUG").is_some() && began.elapsed().as_millis() >= 50
+                {
+                    eprintln!(
+                        "profiler: debug: tick {}: tables of {} in {} ms",
+                        self.ticks,
+                        self.pid,
+                        began.elapsed().as_millis()
+                    );
+                }
                 if self.dispatch.is_some() {
                     for child in crate::tracee::process::children(self.pid)
                         .into_iter()
@@ -677,6 +708,8 @@ impl Sinks {
             }
         }
         if let Some(d) = &mut self.dispatch {
+            // Slow dispatches whose names were not read in time.
+            d.explain_waiting();
             if d.is_open() {
                 // Per-CPU rings: no later than the records handed out.
                 let now = monotonic_ns();

@@ -207,6 +207,22 @@ pub struct Symbolizer {
     normalized: HashMap<(PathBuf, u64, u64, Kind), u64>,
     /// Each Python frame name of the normalized space, and its index.
     python_names: HashMap<String, u64>,
+    /// How long a caller that must not stall (the collector's thread)
+    /// waits for an answer; None: until it comes ([`STALL`]).
+    patience: Option<Duration>,
+    /// A request that ran out of patience, whose answer is still to come.
+    pending: Option<Pending>,
+    /// An answer was not waited for since the last [`Self::take_missed`]:
+    /// what was asked for was left unnamed, and is not remembered so.
+    missed: bool,
+}
+
+/// A request the caller stopped waiting for.
+struct Pending {
+    /// The frames it asks for (pid, addresses), to keep when the answer
+    /// comes; None: a location, dropped.
+    frames: Option<(u32, Vec<u64>)>,
+    since: Instant,
 }
 
 /// Pseudo-pid under which kernel addresses are cached.
@@ -245,6 +261,9 @@ impl Symbolizer {
             worker: Worker::start(),
             normalized: HashMap::new(),
             python_names: HashMap::new(),
+            patience: None,
+            pending: None,
+            missed: false,
         };
         s.remember_maps(pid);
         s
@@ -292,6 +311,14 @@ impl Symbolizer {
         Some(text)
     }
 
+    /// A symbolizer whose every answer takes `delay` (tests).
+    #[cfg(test)]
+    pub fn slowed(pid: u32, delay: Duration) -> Self {
+        let mut s = Symbolizer::new(pid);
+        s.worker = Worker::start_slowed(delay);
+        s
+    }
+
     /// A symbolizer that only answers from a journal (offline replay).
     pub fn offline(pid: u32, journal: impl IntoIterator<Item = (u32, u64, Frames)>) -> Self {
         let journal = journal.into_iter().map(|(p, a, f)| ((p, a), f)).collect();
@@ -306,6 +333,9 @@ impl Symbolizer {
             worker: None,
             normalized: HashMap::new(),
             python_names: HashMap::new(),
+            patience: None,
+            pending: None,
+            missed: false,
         }
     }
 
@@ -326,9 +356,13 @@ impl Symbolizer {
         if self.offline || pid == KERNEL {
             return None;
         }
+        if !self.settle() {
+            self.missed = true;
+            return None;
+        }
         self.refresh_if_outside(pid, &[addr]);
         let maps = self.maps.get(&pid).cloned().unwrap_or_default();
-        match self.ask(Req::Location { pid, addr, maps })? {
+        match self.ask(Req::Location { pid, addr, maps }, None)? {
             Resp::Location(loc) => loc,
             Resp::Frames(_) => None,
         }
@@ -484,6 +518,7 @@ impl Symbolizer {
                 self.journal.insert((pid, a), vec![runtime_name(pid, a)]);
             }
         }
+        let settled = self.settle();
         let mut missing: Vec<u64> = lookup
             .iter()
             .copied()
@@ -491,7 +526,11 @@ impl Symbolizer {
             .collect();
         missing.sort_unstable();
         missing.dedup();
-        if !missing.is_empty() {
+        if !missing.is_empty() && !settled {
+            // An earlier answer is still to come: these wait for a later
+            // call, unnamed now and not remembered so.
+            self.missed = true;
+        } else if !missing.is_empty() {
             if self.cache.len() + missing.len() > CACHE_CAP {
                 self.cache.clear();
             }
@@ -505,29 +544,11 @@ impl Symbolizer {
                     maps: self.maps.get(&pid).cloned().unwrap_or_default(),
                 }
             };
-            let resolved = match self.ask(req) {
-                Some(Resp::Frames(f)) if f.len() == missing.len() => f,
-                _ => missing.iter().map(|a| unknown(*a)).collect(),
-            };
-            let resolved: Vec<Frames> = resolved
-                .into_iter()
-                .zip(&missing)
-                .map(|(f, &a)| {
-                    if f[0].starts_with("[unknown]") {
-                        self.unknown_in_binary(pid, a).unwrap_or(f)
-                    } else {
-                        f
-                    }
-                })
-                .collect();
-            // One copy each: in the journal while it has room (it is
-            // also the cache), else in the cache.
-            for (a, f) in missing.into_iter().zip(resolved) {
-                if self.journal.len() < CACHE_CAP {
-                    self.journal.insert((pid, a), f);
-                } else {
-                    self.cache.insert((pid, a), f);
-                }
+            match self.ask(req, Some((pid, missing.clone()))) {
+                Some(Resp::Frames(f)) => self.keep(pid, missing, f),
+                // Not waited for: kept when the answer comes.
+                None if self.pending.is_some() => {}
+                _ => self.keep(pid, missing, Vec::new()),
             }
         }
         let frames = lookup
@@ -535,6 +556,100 @@ impl Symbolizer {
             .map(|a| self.named(pid, *a).cloned().unwrap_or_else(|| unknown(*a)))
             .collect();
         python::splice(addrs, frames, is_eval)
+    }
+
+    /// Remembers the frames `resolved` for the addresses `missing` of
+    /// `pid` (each unknown where the answer does not fit).
+    fn keep(&mut self, pid: u32, missing: Vec<u64>, resolved: Vec<Frames>) {
+        let resolved = match resolved.len() == missing.len() {
+            true => resolved,
+            false => missing.iter().map(|a| unknown(*a)).collect(),
+        };
+        let resolved: Vec<Frames> = resolved
+            .into_iter()
+            .zip(&missing)
+            .map(|(f, &a)| {
+                if f[0].starts_with("[unknown]") {
+                    self.unknown_in_binary(pid, a).unwrap_or(f)
+                } else {
+                    f
+                }
+            })
+            .collect();
+        // One copy each: in the journal while it has room (it is
+        // also the cache), else in the cache.
+        for (a, f) in missing.into_iter().zip(resolved) {
+            if self.journal.len() < CACHE_CAP {
+                self.journal.insert((pid, a), f);
+            } else {
+                self.cache.insert((pid, a), f);
+            }
+        }
+    }
+
+    /// Sets how long a request may take before the caller moves on
+    /// (`None`: it waits, as the end of a session does). A request that
+    /// runs out of patience is answered later: its frames are kept then,
+    /// and until then frames asked for are left unnamed
+    /// ([`Self::take_missed`] says so).
+    pub fn set_patience(&mut self, patience: Option<Duration>) {
+        self.patience = patience;
+    }
+
+    /// True when a request was not waited for since the last call: what
+    /// was asked for was left unnamed (ask again later).
+    pub fn take_missed(&mut self) -> bool {
+        std::mem::take(&mut self.missed)
+    }
+
+    /// True while an answer not waited for is still to come (after
+    /// taking it in, if it came), and the caller is not to wait for it
+    /// (it has patience).
+    pub fn is_busy(&mut self) -> bool {
+        if self.patience.is_none() {
+            return false;
+        }
+        let patient = self.patience.take();
+        self.patience = Some(Duration::ZERO);
+        let settled = self.settle();
+        self.patience = patient;
+        !settled
+    }
+
+    /// Takes in the answer of the request not waited for, waiting for it
+    /// when there is no patience. False while it is still to come.
+    fn settle(&mut self) -> bool {
+        let Some(p) = self.pending.take() else {
+            return true;
+        };
+        let Some(w) = self.worker.as_ref() else {
+            return true;
+        };
+        let answer = match self.patience {
+            Some(_) => match w.rx.try_recv() {
+                Ok(resp) => Some(resp),
+                Err(mpsc::TryRecvError::Empty) if p.since.elapsed() < STALL => {
+                    self.pending = Some(p);
+                    return false;
+                }
+                Err(mpsc::TryRecvError::Empty) => {
+                    self.give_up(&format!(
+                        "no answer for {} s: a file the target maps may block reads",
+                        STALL.as_secs()
+                    ));
+                    None
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.give_up("it failed");
+                    None
+                }
+            },
+            None => self.wait(p.since),
+        };
+        if let (Some((pid, addrs)), Some(Resp::Frames(f))) = (p.frames, answer) {
+            self.keep(pid, addrs, f);
+        }
+        true
     }
 
     /// The normalized slot of Python or JavaScript frame `slot` of `pid`:
@@ -612,15 +727,41 @@ impl Symbolizer {
     /// [`INTERRUPT_GRACE`] once SIGINT/SIGTERM arrived during the wait and
     /// it was not the one that ended the collection ([`collection_ended`]:
     /// the session had ended already, or it is the second signal).
-    fn ask(&mut self, req: Req) -> Option<Resp> {
+    /// With patience ([`Self::set_patience`]), a request unanswered then
+    /// is left pending (`frames`: what it asks for, kept when it comes)
+    /// and None returned.
+    fn ask(&mut self, req: Req, frames: Option<(u32, Vec<u64>)>) -> Option<Resp> {
         let w = self.worker.as_ref()?;
         count_signals();
-        let signals = SIGNALS.load(Ordering::Relaxed);
         if w.tx.send(req).is_err() {
             self.give_up("its thread is gone");
             return None;
         }
         let started = Instant::now();
+        if let Some(patience) = self.patience {
+            match w.rx.recv_timeout(patience) {
+                Ok(resp) => return Some(resp),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    self.give_up("it failed");
+                    return None;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.pending = Some(Pending {
+                        frames,
+                        since: started,
+                    });
+                    self.missed = true;
+                    return None;
+                }
+            }
+        }
+        self.wait(started)
+    }
+
+    /// Waits for the answer to the request sent at `started`.
+    fn wait(&mut self, started: Instant) -> Option<Resp> {
+        let w = self.worker.as_ref()?;
+        let signals = SIGNALS.load(Ordering::Relaxed);
         loop {
             match w.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(resp) => return Some(resp),
@@ -735,6 +876,12 @@ struct Worker {
 
 impl Worker {
     fn start() -> Option<Worker> {
+        Self::start_slowed(Duration::ZERO)
+    }
+
+    /// A worker that takes `delay` before each answer (tests: a binary
+    /// whose symbols take long to read).
+    fn start_slowed(delay: Duration) -> Option<Worker> {
         let (tx, requests) = mpsc::channel::<Req>();
         let (answers, rx) = mpsc::channel::<Resp>();
         std::thread::Builder::new()
@@ -742,6 +889,7 @@ impl Worker {
             .spawn(move || {
                 let mut core = Core::new();
                 for req in requests {
+                    std::thread::sleep(delay);
                     let resp = match req {
                         Req::Frames { pid, addrs, maps } => {
                             Resp::Frames(core.frames(pid, &addrs, &maps))

@@ -21,7 +21,8 @@ pub mod stats;
 pub mod tree;
 pub mod wakers;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use profiler_common::{Event, KIND_ENTRY};
 
@@ -255,6 +256,37 @@ pub struct Dispatcher {
     /// Dispatches that began after the stop, while the probes were being
     /// detached: not analysed, as what explains them was going away.
     pub started_after_stop: u64,
+    /// Slow dispatches waiting for their frames' names (the symbolizer
+    /// was still reading a binary when they ended), oldest first.
+    deferred: VecDeque<Deferred>,
+    /// Samples whose outermost frame waits for its name (as `deferred`):
+    /// (frames, the walk's end, that frame's address).
+    quality_deferred: Vec<(usize, u32, u64)>,
+}
+
+/// How long the collector's thread waits for a name while recording. A
+/// binary's symbols read for the first time can take seconds (a large
+/// one, or a slow machine: 10 s in an emulated VM), and the thread that
+/// reads the rings must not stop meanwhile: a hang that began then would
+/// be told only after it ended. What is not named in time is explained
+/// on a later tick, in order.
+const LIVE_PATIENCE: Duration = Duration::from_millis(20);
+
+/// Slow dispatches kept waiting for names at most: past this, the oldest
+/// is explained waiting (memory stays bounded if the symbolizer stalls).
+const MAX_DEFERRED: usize = 64;
+
+/// A slow dispatch that ended, to be explained.
+struct Deferred {
+    open: Open,
+    recs: Vec<Rec>,
+    start_ns: u64,
+    duration_ns: u64,
+    probe_ns: u64,
+    split: sched::Split,
+    /// Other processes that woke it: their mappings are forgotten once
+    /// it is explained.
+    wakers: Vec<u32>,
 }
 
 impl Dispatcher {
@@ -306,6 +338,68 @@ impl Dispatcher {
             probe_ns: 0,
             stop_ns: u64::MAX,
             started_after_stop: 0,
+            deferred: VecDeque::new(),
+            quality_deferred: Vec::new(),
+        }
+    }
+
+    /// Recording: names that take long to read do not stop the caller
+    /// ([`LIVE_PATIENCE`]); what they hold up is done on a later tick, or
+    /// by [`Self::finish`].
+    pub fn live(&mut self) {
+        self.symbolizer.set_patience(Some(LIVE_PATIENCE));
+    }
+
+    /// Explains what still waits for names, waiting for them: at the end
+    /// of a recording, before the outputs and the symbols' journal.
+    pub fn finish(&mut self) {
+        self.symbolizer.set_patience(None);
+        self.explain_deferred();
+    }
+
+    /// Explains the slow dispatches that waited for names, if they are
+    /// read now (on each tick while recording).
+    pub fn explain_waiting(&mut self) {
+        self.explain_deferred();
+    }
+
+    /// Explains the slow dispatches (and names the samples' outermost
+    /// frames) that wait for names, in order, until one is still not
+    /// named.
+    fn explain_deferred(&mut self) {
+        while !self.quality_deferred.is_empty() || !self.deferred.is_empty() {
+            if self.symbolizer.is_busy() {
+                return;
+            }
+            if let Some((len, end, pc)) = self.quality_deferred.pop() {
+                let _ = self.symbolizer.take_missed();
+                let name = self.symbolizer.user_stack(&[pc]).pop();
+                if self.symbolizer.take_missed() {
+                    self.quality_deferred.push((len, end, pc));
+                    return;
+                }
+                self.quality.add(len, end, name.as_deref());
+                continue;
+            }
+            let Some(x) = self.deferred.pop_front() else {
+                return;
+            };
+            let _ = self.symbolizer.take_missed();
+            let slow = explain::explain(
+                self,
+                &x.open,
+                &x.recs,
+                x.start_ns,
+                x.duration_ns,
+                x.probe_ns,
+                x.split,
+            );
+            if self.symbolizer.take_missed() && self.deferred.len() < MAX_DEFERRED {
+                self.deferred.push_front(x);
+                return;
+            }
+            self.add_slow(slow);
+            self.symbolizer.forget_mappings(&x.wakers);
         }
     }
 
@@ -613,16 +707,19 @@ impl Dispatcher {
             .iter()
             .rev()
             .find(|&&a| !profiler_common::is_runtime_frame(a));
-        let outermost = match native_outermost {
+        match native_outermost {
             Some(&pc)
                 if profiler_common::unwind_end::reason(end)
                     != profiler_common::unwind_end::ROOT =>
             {
-                self.symbolizer.user_stack(&[pc]).pop()
+                let name = self.symbolizer.user_stack(&[pc]).pop();
+                match self.symbolizer.take_missed() {
+                    true => self.quality_deferred.push((user.len(), end, pc)),
+                    false => self.quality.add(user.len(), end, name.as_deref()),
+                }
             }
-            _ => None,
-        };
-        self.quality.add(user.len(), end, outermost.as_deref());
+            _ => self.quality.add(user.len(), end, None),
+        }
         if user.iter().any(|&a| profiler_common::python::is_frame(a)) {
             self.quality.python += 1;
         }
@@ -672,7 +769,12 @@ impl Dispatcher {
         }
         let mut stack: Vec<String> = Vec::new();
         if let Some(sample) = open.last_sample.take() {
-            let names = self.symbolizer.user_stack(&sample);
+            let mut names = self.symbolizer.user_stack(&sample);
+            if self.symbolizer.take_missed() {
+                // Not named yet: the hang is told now, with its traced
+                // calls only.
+                names.clear();
+            }
             let traced = open
                 .calls
                 .last()
@@ -741,20 +843,29 @@ impl Dispatcher {
         if let Some(h) = open.hang {
             self.hangs[h].duration_ns = Some(duration_ns);
         }
+        // Other processes that woke it: named (or not needed) once it is
+        // explained; their mappings would otherwise pile up, one set per
+        // waker process.
+        let wakers = std::mem::take(&mut self.waker_pids);
         if duration_ns >= self.cfg.threshold_ns {
             let recs = std::mem::take(&mut self.recs);
-            let slow = explain::explain(self, &open, &recs, start_ns, duration_ns, probe_ns, split);
-            self.recs = recs;
-            self.add_slow(slow);
+            self.deferred.push_back(Deferred {
+                open,
+                recs,
+                start_ns,
+                duration_ns,
+                probe_ns,
+                split,
+                wakers,
+            });
+            self.explain_deferred();
+        } else {
+            self.recs.clear();
+            if self.recs.capacity() > 1 << 16 {
+                self.recs = Vec::new();
+            }
+            self.symbolizer.forget_mappings(&wakers);
         }
-        self.recs.clear();
-        if self.recs.capacity() > 1 << 16 {
-            self.recs = Vec::new();
-        }
-        // Other processes that woke it: named (or not needed) now; their
-        // mappings would otherwise pile up, one set per waker process.
-        let wakers = std::mem::take(&mut self.waker_pids);
-        self.symbolizer.forget_mappings(&wakers);
     }
 
     /// The notices queued since the last call, oldest first.
@@ -955,6 +1066,81 @@ mod tests {
         d.on_call(&call(210, KIND_EXIT, 0, 0x1008));
         assert!(d.take_notices().is_empty(), "a fast dispatch is not told");
         assert_eq!(d.stats.count, 2);
+    }
+
+    #[test]
+    fn a_hang_is_told_while_a_slow_dispatchs_names_are_still_being_read() {
+        let mut d = Dispatcher::new(
+            config(50, 1_000),
+            std::process::id(),
+            vec!["run".to_string()],
+            vec![true],
+            0,
+        );
+        // Every name takes 300 ms to read, as a large binary's symbols do
+        // the first time (seconds on a slow machine).
+        d.set_symbolizer(Symbolizer::slowed(
+            std::process::id(),
+            Duration::from_millis(300),
+        ));
+        d.live();
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
+        let began = std::time::Instant::now();
+        d.on_call(&call(100, KIND_EXIT, 0, 0x1008));
+        // The next dispatch hangs while the slow one's sampled frames are
+        // still being named.
+        d.on_call(&call(200, KIND_ENTRY, 0, 0x1000));
+        d.tick(1_300);
+        assert!(
+            began.elapsed() < Duration::from_millis(200),
+            "the thread that reads the rings waited {:?} for names",
+            began.elapsed()
+        );
+        let notices = d.take_notices();
+        assert!(
+            matches!(notices.as_slice(), [Notice::Hang { index: 1, .. }]),
+            "the hang is told at once, the slow dispatch once named: {notices:?}"
+        );
+        // Named later, on a tick.
+        let waited = std::time::Instant::now();
+        while !d.deferred.is_empty() && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+            d.explain_waiting();
+        }
+        assert!(d.deferred.is_empty(), "explained within 5 s");
+        assert_eq!((d.slow.len(), d.slow[0].index), (1, 0));
+        let notices = d.take_notices();
+        assert!(
+            matches!(notices.as_slice(), [Notice::Slow { .. }]),
+            "{notices:?}"
+        );
+        d.on_call(&call(2_000, KIND_EXIT, 0, 0x1008));
+        d.finish();
+        assert_eq!(d.slow.len(), 2, "the hang, slow too, explained at the end");
+    }
+
+    #[test]
+    fn the_end_of_a_recording_waits_for_the_names_still_being_read() {
+        let pid = std::process::id();
+        let mut d = Dispatcher::new(config(50, 1_000), pid, vec!["run".into()], vec![true], 0);
+        d.set_symbolizer(Symbolizer::slowed(pid, Duration::from_millis(200)));
+        d.live();
+        for (i, t) in [0u64, 1_000].into_iter().enumerate() {
+            d.on_call(&call(t, KIND_ENTRY, 0, 0x1000));
+            d.on_sample(
+                t + 50,
+                &[0x1234 + i as u64],
+                profiler_common::unwind_end::ROOT,
+            );
+            d.on_call(&call(t + 100, KIND_EXIT, 0, 0x1008));
+        }
+        assert_eq!(d.deferred.len(), 2, "both wait for names");
+        d.finish();
+        assert_eq!(d.deferred.len(), 0);
+        let indexes: Vec<u64> = d.slow.iter().map(|s| s.index).collect();
+        assert_eq!(indexes, [0, 1], "explained, in order");
+        assert_eq!(d.take_notices().len(), 2);
     }
 
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {

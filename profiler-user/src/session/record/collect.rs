@@ -81,6 +81,11 @@ impl<'a> Attached<'a> {
         ))?;
         sinks.cpu = self.cpu_maps.take().map(|m| (m, Symbolizer::new(pid)));
         sinks.tables = self.tables.take();
+        if let Some(d) = &mut sinks.dispatch {
+            // The thread that reads the rings does not wait for a binary's
+            // symbols to be read: hangs are told while they run.
+            d.live();
+        }
         if rec.wait_loop {
             sinks.loop_sp = Some(self.probes.loop_sp()?);
             // Blocked in a wait now: most likely idle in its loop, the first

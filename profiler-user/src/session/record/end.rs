@@ -31,6 +31,9 @@ impl Collected<'_> {
             ),
             _ => {}
         }
+        // Slow dispatches still waiting for names are explained now,
+        // before the symbols' journal goes into the trailer.
+        self.sinks.finish_dispatches();
         let left = self.stop_child()?;
         // Everything is drained: fold the threads that have exited.
         self.sinks.reap(true);
