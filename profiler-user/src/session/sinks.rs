@@ -556,6 +556,11 @@ impl Sinks {
     pub fn finish_dispatches(&mut self) {
         if let Some(d) = &mut self.dispatch {
             d.finish();
+            for s in d.take_evicted() {
+                if let Some(tl) = &mut self.timeline {
+                    tl.slow_dispatch(&d.cfg, &s, &[]);
+                }
+            }
         }
         self.tell_notices();
     }
@@ -710,6 +715,11 @@ impl Sinks {
         if let Some(d) = &mut self.dispatch {
             // Slow dispatches whose names were not read in time.
             d.explain_waiting();
+            for s in d.take_evicted() {
+                if let Some(tl) = &mut self.timeline {
+                    tl.slow_dispatch(&d.cfg, &s, &[]);
+                }
+            }
             if d.is_open() {
                 // Per-CPU rings: no later than the records handed out.
                 let now = monotonic_ns();
