@@ -77,9 +77,11 @@ pub struct Args {
     #[arg(long)]
     pub reuse: bool,
     /// Run again, on each kernel, only the tests that failed in its last
-    /// run (`target/kernels/KERNEL.log`, kept as it was), e.g. after
-    /// fixing them. The matrix takes each test's last result and lists
-    /// the reruns with their commit: passed on rerun, or failed again.
+    /// run and its reruns, and those none reached (a run cut short):
+    /// `target/kernels/KERNEL.log` and `KERNEL.rerunN.log`, kept as they
+    /// were; a kernel with no earlier run runs every test. The matrix
+    /// takes each test's last result and lists the reruns with their
+    /// commit: passed on rerun, or failed again.
     #[arg(long, conflicts_with_all = ["reuse", "smoke"])]
     pub rerun_failed: bool,
     /// Only the tests whose names contain one of these (libtest filters).
@@ -113,18 +115,18 @@ struct Run {
     secs: u64,
     /// The commit the tree was at when it ran.
     commit: String,
-    /// `--rerun-failed`: the failed tests run again, and those the run
-    /// did not reach.
-    rerun: Option<Box<Run>>,
+    /// `--rerun-failed`, each time: the failed tests run again, and those
+    /// no run had reached, in order.
+    reruns: Vec<Run>,
     /// In a rerun: the tests that had no result before.
     not_run_before: Vec<String>,
 }
 
 impl Run {
-    /// Each test's last result: the rerun's where it ran again.
+    /// Each test's last result: the last rerun's where it ran again.
     fn results(&self) -> BTreeMap<String, Status> {
         let mut r = self.parser.results.clone();
-        if let Some(again) = &self.rerun {
+        for again in &self.reruns {
             r.extend(again.parser.results.clone());
         }
         r
@@ -132,17 +134,11 @@ impl Run {
 
     /// Each `RELAXED` line of the tests' last runs.
     fn relaxed(&self) -> Vec<(String, String)> {
-        let Some(again) = &self.rerun else {
-            return self.parser.relaxed.clone();
-        };
-        let mut r: Vec<_> = self
-            .parser
-            .relaxed
-            .iter()
-            .filter(|(t, _)| !again.parser.results.contains_key(t))
-            .cloned()
-            .collect();
-        r.extend(again.parser.relaxed.iter().cloned());
+        let mut r = self.parser.relaxed.clone();
+        for again in &self.reruns {
+            r.retain(|(t, _)| !again.parser.results.contains_key(t));
+            r.extend(again.parser.relaxed.iter().cloned());
+        }
         r
     }
 }
@@ -198,7 +194,7 @@ pub fn run(args: &Args) -> Result<()> {
             run.parser.relaxed.len(),
             run.secs
         );
-        if let Some(again) = &run.rerun {
+        if let Some(again) = run.reruns.last() {
             let failed = again
                 .parser
                 .results
@@ -206,7 +202,7 @@ pub fn run(args: &Args) -> Result<()> {
                 .filter(|s| **s == Status::Failed)
                 .count();
             eprintln!(
-                "kernels: {}: rerun of {} failed tests: {} passed, {} failed again, in {} s",
+                "kernels: {}: rerun of {} tests: {} passed, {} failed, in {} s",
                 run.asked,
                 again.parser.results.len(),
                 again.parser.results.len() - failed,
@@ -451,20 +447,12 @@ fn run_one(
         Some(_) if args.kvm => ("KVM", false),
         Some(_) => ("software emulation (one TCG thread)", true),
     };
-    if args.rerun_failed {
-        // The earlier run stays as it was; its failures run again.
-        if !files.log.exists() {
-            bail!(
-                "--rerun-failed: {} has no earlier run ({}): run `cargo xtask kernels --kernel {}` first",
-                k.asked,
-                files.log.display(),
-                k.asked
-            );
-        }
-        let mut run = finish(k, &files, machine, filters, 0, "reused".into(), true);
-        let failed: Vec<String> = run
-            .parser
-            .results
+    // `--rerun-failed` with an earlier run: it stays as it was, and so do
+    // the reruns after it; what failed last, or was never reached, runs.
+    if args.rerun_failed && files.log.exists() {
+        let mut run = with_reruns(k, dir, &tag, machine, filters);
+        let results = run.results();
+        let failed: Vec<String> = results
             .iter()
             .filter(|(_, st)| **st == Status::Failed)
             .map(|(t, _)| t.clone())
@@ -473,7 +461,7 @@ fn run_one(
         // finished too: the tests it did not reach.
         let not_run: Vec<String> = listed(tests, filters)?
             .into_iter()
-            .filter(|t| !run.parser.results.contains_key(t))
+            .filter(|t| !results.contains_key(t))
             .collect();
         if failed.is_empty() && not_run.is_empty() {
             eprintln!(
@@ -489,12 +477,12 @@ fn run_one(
             failed.len(),
             not_run.len()
         );
-        let again = Files::new(dir, &tag, ".rerun");
+        let again = Files::new(dir, &tag, &format!(".rerun{}", run.reruns.len() + 1));
         let names: Vec<String> = failed.iter().chain(&not_run).cloned().collect();
         let (status, secs) = execute(k, (tests, profiler), &again, &names, true, args, emulated)?;
         let mut rerun = finish(k, &again, machine, &names, secs, status, false);
         rerun.not_run_before = not_run;
-        run.rerun = Some(Box::new(rerun));
+        run.reruns.push(rerun);
         return Ok(run);
     }
     let fresh = |p: &Path| {
@@ -502,14 +490,50 @@ fn run_one(
         matches!((modified(p), modified(tests)), (Some(a), Some(b)) if a > b)
     };
     let reused = args.reuse && fresh(&files.log);
-    let (status, secs) = if reused {
+    if reused {
         eprintln!("kernels: {}: reusing {}", k.asked, files.log.display());
-        (String::new(), 0)
-    } else {
-        files.clear();
-        execute(k, (tests, profiler), &files, filters, false, args, emulated)?
-    };
-    Ok(finish(k, &files, machine, filters, secs, status, reused))
+        return Ok(with_reruns(k, dir, &tag, machine, filters));
+    }
+    // A new run: the reruns of the last one go with it.
+    for n in 1.. {
+        let f = Files::new(dir, &tag, &format!(".rerun{n}"));
+        if !f.log.exists() {
+            break;
+        }
+        f.clear();
+    }
+    let (status, secs) = execute(k, (tests, profiler), &files, filters, false, args, emulated)?;
+    Ok(finish(k, &files, machine, filters, secs, status, false))
+}
+
+/// The last run on `tag`, with the reruns after it (`KERNEL.rerunN.log`).
+fn with_reruns(
+    k: &Kernel,
+    dir: &Path,
+    tag: &str,
+    machine: &'static str,
+    filters: &[String],
+) -> Run {
+    let files = Files::new(dir, tag, "");
+    let mut run = finish(k, &files, machine, filters, 0, "reused".into(), true);
+    for n in 1.. {
+        let f = Files::new(dir, tag, &format!(".rerun{n}"));
+        if !f.log.exists() {
+            break;
+        }
+        let mut again = finish(k, &f, machine, filters, 0, "reused".into(), true);
+        // The tests it ran that no run before it had a result for.
+        let before = run.results();
+        again.not_run_before = again
+            .parser
+            .results
+            .keys()
+            .filter(|t| !before.contains_key(*t))
+            .cloned()
+            .collect();
+        run.reruns.push(again);
+    }
+    run
 }
 
 /// The names of the tests `filters` select (all without filters).
@@ -654,7 +678,7 @@ fn finish(
             "" => "not recorded".to_string(),
             c => c.to_string(),
         },
-        rerun: None,
+        reruns: Vec::new(),
         not_run_before: Vec::new(),
     }
 }
@@ -722,13 +746,13 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             // libtest's totals where the run ended (a child's output can
             // split a `test … ok` line), else each result seen.
             match r.parser.counts {
-                ref c if c.passed + c.failed > 0 && r.rerun.is_none() => {
+                ref c if c.passed + c.failed > 0 && r.reruns.is_empty() => {
                     (c.passed - c.skipped) as usize
                 }
                 _ => n(|s| *s == Status::Ok),
             },
             match r.parser.counts {
-                ref c if c.passed + c.failed > 0 && r.rerun.is_none() => c.failed as usize,
+                ref c if c.passed + c.failed > 0 && r.reruns.is_empty() => c.failed as usize,
                 _ => n(|s| *s == Status::Failed),
             },
             n(|s| matches!(s, Status::Skipped(_))),
@@ -801,7 +825,7 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             "Ran at commit {}; the test binary ended with {}.\n",
             r.commit, r.exit
         );
-        if let Some(again) = &r.rerun {
+        for again in &r.reruns {
             let first = |t: &String| again.not_run_before.contains(t);
             let ran = again.parser.results.len();
             let _ = writeln!(
