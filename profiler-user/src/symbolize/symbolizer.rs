@@ -596,6 +596,11 @@ impl Symbolizer {
         self.patience = patience;
     }
 
+    /// The patience set ([`Self::set_patience`]).
+    pub fn patience(&self) -> Option<Duration> {
+        self.patience
+    }
+
     /// True when a request was not waited for since the last call: what
     /// was asked for was left unnamed (ask again later).
     pub fn take_missed(&mut self) -> bool {

@@ -394,10 +394,29 @@ impl Dispatcher {
                 x.probe_ns,
                 x.split,
             );
-            if self.symbolizer.take_missed() && self.deferred.len() < MAX_DEFERRED {
-                self.deferred.push_front(x);
-                return;
-            }
+            let slow = match self.symbolizer.take_missed() {
+                false => slow,
+                true if self.deferred.len() < MAX_DEFERRED => {
+                    self.deferred.push_front(x);
+                    return;
+                }
+                // Too many waiting: this one waits for its names.
+                true => {
+                    let patience = self.symbolizer.patience();
+                    self.symbolizer.set_patience(None);
+                    let slow = explain::explain(
+                        self,
+                        &x.open,
+                        &x.recs,
+                        x.start_ns,
+                        x.duration_ns,
+                        x.probe_ns,
+                        x.split,
+                    );
+                    self.symbolizer.set_patience(patience);
+                    slow
+                }
+            };
             self.add_slow(slow);
             self.symbolizer.forget_mappings(&x.wakers);
         }
