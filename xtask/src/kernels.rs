@@ -533,6 +533,12 @@ fn with_reruns(
             .collect();
         run.reruns.push(again);
     }
+    if run.release.is_empty() {
+        // A run stopped before it wrote `uname -r`.
+        if let Some(r) = run.reruns.iter().rev().find(|r| !r.release.is_empty()) {
+            run.release = r.release.clone();
+        }
+    }
     run
 }
 
