@@ -305,7 +305,9 @@ impl Python {
 
     /// Looks for CPython in `pid`'s executable mappings (`exec`, lines of
     /// `/proc/PID/maps`), and tells the kernel where its frames are.
-    pub fn add_process(&mut self, pid: u32, exec: &str) {
+    /// False when it runs one whose version could not be read yet (to be
+    /// tried again).
+    pub fn add_process(&mut self, pid: u32, exec: &str) -> bool {
         for m in exec.lines().filter_map(crate::tracee::process::parse_line) {
             let (start, end, offset) = (m.start, m.end, m.offset);
             let open = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
@@ -323,19 +325,20 @@ impl Python {
                 continue;
             };
             let bias = start.wrapping_sub(vaddr + (offset - seg_off));
-            self.register(pid, &m.path, bias, &bin);
-            return;
+            return self.register(pid, &m.path, bias, &bin);
         }
         // No CPython (any more: it exec'd another program).
         self.remove_process(pid);
+        true
     }
 
-    fn register(&mut self, pid: u32, path: &str, bias: u64, bin: &Binary) {
+    /// False when the version could not be read from `pid`'s memory.
+    fn register(&mut self, pid: u32, path: &str, bias: u64, bin: &Binary) -> bool {
         // Before 3.11 there is no `Py_Version`: the file names the version.
         let (major, minor) = match bin.version {
             Some(v) => match Mem::open(pid).and_then(|m| m.u32(bias.wrapping_add(v))) {
                 Some(hex) => (hex >> 24, (hex >> 16) & 0xff),
-                None => return,
+                None => return false,
             },
             None => version_in_name(path).unwrap_or((3, 0)),
         };
@@ -351,7 +354,7 @@ impl Python {
                      (supported: {SUPPORTED}); its stacks show the interpreter's native frames only"
                 );
             }
-            return;
+            return true;
         };
         let entry = proc_entry(layout, bias.wrapping_add(bin.runtime));
         if self.procs.insert(pid, entry, 0).is_ok() {
@@ -365,6 +368,7 @@ impl Python {
                 );
             }
         }
+        true
     }
 
     /// Forgets `pid` in the kernel (its names stay, for its samples).

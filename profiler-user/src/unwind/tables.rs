@@ -172,6 +172,9 @@ pub struct Tables {
     /// have no Python walker).
     python: Option<crate::symbolize::python::Python>,
     v8: Option<crate::symbolize::v8::V8>,
+    /// Processes whose CPython could not be read yet (its version, read
+    /// from its memory, just after an exec): tried again on each call.
+    python_retry: HashSet<u32>,
     /// Statistics.
     pub stats: TablesStats,
 }
@@ -239,6 +242,7 @@ impl Tables {
             stacks_seen: HashSet::new(),
             python: crate::symbolize::python::Python::take(ebpf).ok(),
             v8: crate::symbolize::v8::V8::take(ebpf).ok(),
+            python_retry: HashSet::new(),
             stats: TablesStats {
                 capacity: u64::from(capacity),
                 ..Default::default()
@@ -455,6 +459,9 @@ impl Tables {
             .collect::<Vec<_>>()
             .join("\n");
         if self.per_pid.get(&pid).is_some_and(|e| e.exec == exec) {
+            if self.python_retry.contains(&pid) {
+                self.add_python(pid, &exec);
+            }
             return;
         }
         // Before the tables: telling the kernel how an interpreter's
@@ -463,13 +470,21 @@ impl Tables {
         // short script can be over by then. JIT-compiled and
         // interpreted frames are walked by their frame pointers, so
         // they are named before the native tables are in.
-        if let Some(py) = &mut self.python {
-            py.add_process(pid, &exec);
-        }
+        self.add_python(pid, &exec);
         if let Some(v8) = &mut self.v8 {
             v8.add_process(pid, &exec);
         }
         self.apply(pid, exec, &HashSet::new());
+    }
+
+    /// Tells the kernel of `pid`'s CPython, if it runs one; to be tried
+    /// again when it could not be read yet.
+    fn add_python(&mut self, pid: u32, exec: &str) {
+        let Some(py) = &mut self.python else { return };
+        match py.add_process(pid, exec) {
+            true => self.python_retry.remove(&pid),
+            false => self.python_retry.insert(pid),
+        };
     }
 
     /// Writes `pid`'s entry for its executable mappings `exec`, uploading
