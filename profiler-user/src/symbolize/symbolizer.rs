@@ -356,7 +356,7 @@ impl Symbolizer {
         if self.offline || pid == KERNEL {
             return None;
         }
-        if !self.settle() {
+        if !self.settle(self.patience.is_none()) {
             self.missed = true;
             return None;
         }
@@ -518,7 +518,7 @@ impl Symbolizer {
                 self.journal.insert((pid, a), vec![runtime_name(pid, a)]);
             }
         }
-        let settled = self.settle();
+        let settled = self.settle(self.patience.is_none());
         let mut missing: Vec<u64> = lookup
             .iter()
             .copied()
@@ -611,37 +611,27 @@ impl Symbolizer {
     /// taking it in, if it came), and the caller is not to wait for it
     /// (it has patience).
     pub fn is_busy(&mut self) -> bool {
-        if self.patience.is_none() {
-            return false;
-        }
-        let patient = self.patience.take();
-        self.patience = Some(Duration::ZERO);
-        let settled = self.settle();
-        self.patience = patient;
-        !settled
+        self.patience.is_some() && !self.settle(false)
     }
 
-    /// Takes in the answer of the request not waited for, waiting for it
-    /// when there is no patience. False while it is still to come.
-    fn settle(&mut self) -> bool {
+    /// Takes in the answer of the request not waited for, if it came;
+    /// with `wait`, waits for it. False while it is still to come.
+    fn settle(&mut self, wait: bool) -> bool {
         let Some(p) = self.pending.take() else {
             return true;
         };
         let Some(w) = self.worker.as_ref() else {
             return true;
         };
-        let answer = match self.patience {
-            Some(_) => match w.rx.try_recv() {
+        let answer = match wait {
+            false => match w.rx.try_recv() {
                 Ok(resp) => Some(resp),
                 Err(mpsc::TryRecvError::Empty) if p.since.elapsed() < STALL => {
                     self.pending = Some(p);
                     return false;
                 }
                 Err(mpsc::TryRecvError::Empty) => {
-                    self.give_up(&format!(
-                        "no answer for {} s: a file the target maps may block reads",
-                        STALL.as_secs()
-                    ));
+                    self.give_up_stalled();
                     None
                 }
                 Err(mpsc::TryRecvError::Disconnected) => {
@@ -649,7 +639,7 @@ impl Symbolizer {
                     None
                 }
             },
-            None => self.wait(p.since),
+            true => self.wait(p.since),
         };
         if let (Some((pid, addrs)), Some(Resp::Frames(f))) = (p.frames, answer) {
             self.keep(pid, addrs, f);
@@ -784,15 +774,19 @@ impl Symbolizer {
                         return None;
                     }
                     if waited >= STALL {
-                        self.give_up(&format!(
-                            "no answer for {} s: a file the target maps may block reads",
-                            STALL.as_secs()
-                        ));
+                        self.give_up_stalled();
                         return None;
                     }
                 }
             }
         }
+    }
+
+    fn give_up_stalled(&mut self) {
+        self.give_up(&format!(
+            "no answer for {} s: a file the target maps may block reads",
+            STALL.as_secs()
+        ));
     }
 
     fn give_up(&mut self, why: &str) {

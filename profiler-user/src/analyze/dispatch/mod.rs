@@ -385,15 +385,7 @@ impl Dispatcher {
                 return;
             };
             let _ = self.symbolizer.take_missed();
-            let slow = explain::explain(
-                self,
-                &x.open,
-                &x.recs,
-                x.start_ns,
-                x.duration_ns,
-                x.probe_ns,
-                x.split,
-            );
+            let slow = self.explain_one(&x);
             let slow = match self.symbolizer.take_missed() {
                 false => slow,
                 true if self.deferred.len() < MAX_DEFERRED => {
@@ -404,15 +396,7 @@ impl Dispatcher {
                 true => {
                     let patience = self.symbolizer.patience();
                     self.symbolizer.set_patience(None);
-                    let slow = explain::explain(
-                        self,
-                        &x.open,
-                        &x.recs,
-                        x.start_ns,
-                        x.duration_ns,
-                        x.probe_ns,
-                        x.split,
-                    );
+                    let slow = self.explain_one(&x);
                     self.symbolizer.set_patience(patience);
                     slow
                 }
@@ -420,6 +404,18 @@ impl Dispatcher {
             self.add_slow(slow);
             self.symbolizer.forget_mappings(&x.wakers);
         }
+    }
+
+    fn explain_one(&mut self, x: &Deferred) -> explain::Explained {
+        explain::explain(
+            self,
+            &x.open,
+            &x.recs,
+            x.start_ns,
+            x.duration_ns,
+            x.probe_ns,
+            x.split,
+        )
     }
 
     /// The session stopped at `ts_ns`: its probes, samplers and scheduler
