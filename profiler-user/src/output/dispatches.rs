@@ -4,6 +4,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::analyze::dispatch::{
+    hang_stack_text,
     quality::SampleQuality,
     retain::{KEEP_RECENT, KEEP_WORST},
     stats::Frames,
@@ -311,11 +312,28 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
 /// Writes a pre-order tree as `<dots for depth>name Nx total (self s)` lines.
 pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
     for n in tree {
-        let marker = match n.kind {
-            Kind::Traced => "",
-            Kind::Sampled => "  [sampled]",
-            Kind::Blocked => "  [blocked]",
-            Kind::Waker => "  [waker]",
+        // A traced node counts its calls; the others are not calls: a
+        // sampled leaf counts its samples, a blocked leaf its waits.
+        let plural = |n: u64, one: &str| {
+            if n == 1 {
+                format!("1 {one}")
+            } else {
+                format!("{n} {one}s")
+            }
+        };
+        let (count, marker) = match n.kind {
+            Kind::Traced => (format!(" {}x", n.calls), String::new()),
+            Kind::Sampled if n.calls > 0 => (
+                String::new(),
+                format!("  [sampled: {}]", plural(n.calls, "sample")),
+            ),
+            Kind::Sampled => (String::new(), "  [sampled]".into()),
+            Kind::Blocked if n.calls > 0 => (
+                String::new(),
+                format!("  [blocked: {}]", plural(n.calls, "wait")),
+            ),
+            Kind::Blocked => (String::new(), "  [blocked]".into()),
+            Kind::Waker => (String::new(), "  [waker]".into()),
         };
         let approx = if n.kind == Kind::Sampled { "~" } else { "" };
         let detached = match n.detached {
@@ -330,15 +348,13 @@ pub fn tree_lines(out: &mut String, tree: &[FlatNode]) {
         };
         let _ = writeln!(
             out,
-            "    {}{} {}x {}{} (self {}{}){}{detached}{tail}",
+            "    {}{}{count} {}{} (self {}{}){marker}{detached}{tail}",
             ".".repeat(n.depth as usize),
             n.name,
-            n.calls,
             approx,
             fmt_ns(n.total_ns),
             approx,
             fmt_ns(n.self_ns),
-            marker
         );
     }
 }
@@ -498,7 +514,7 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
                     "lasted {}",
                     fmt_ns(ns)
                 )),
-            h.stack.join(" <- ")
+            hang_stack_text(&h.stack)
         );
     }
     if d.hangs_dropped > 0 {

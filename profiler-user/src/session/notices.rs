@@ -3,7 +3,10 @@
 //! too, so that a hang is on disk while the target is still stuck in it.
 use std::{io::Write, os::unix::fs::OpenOptionsExt, path::Path};
 
-use crate::{analyze::dispatch::Notice, text::fmt_ns};
+use crate::{
+    analyze::dispatch::{hang_stack_text, Notice},
+    text::fmt_ns,
+};
 
 /// The line a notice is told with.
 pub fn line(notice: &Notice) -> String {
@@ -24,7 +27,7 @@ pub fn line(notice: &Notice) -> String {
         } => format!(
             "profiler: HANG: dispatch #{index} on thread {tid} running for {} and not finished: {}",
             fmt_ns(*running_ns),
-            stack.join(" <- ")
+            hang_stack_text(stack)
         ),
     }
 }

@@ -112,7 +112,10 @@ struct Open {
     /// split then: where it ends if its outermost return is never seen.
     last: (u64, sched::Split),
     samples: u32,
-    last_sample: Option<Box<[u64]>>,
+    /// The last on-CPU sample's user stack, and when.
+    last_sample: Option<(u64, Box<[u64]>)>,
+    /// The user stack where it last blocked, and when.
+    last_block: Option<(u64, Box<[u64]>)>,
     /// The probe hits inside it so far, in ns (see [`Dispatcher::set_costs`]).
     probe_ns: u64,
 }
@@ -165,6 +168,15 @@ pub struct Hang {
     pub duration_ns: Option<u64>,
     /// Stack when reported, innermost first.
     pub stack: Vec<String>,
+}
+
+/// A hang's stack as told, innermost first; one that has none says why.
+pub fn hang_stack_text(stack: &[String]) -> String {
+    if stack.is_empty() {
+        "no traced call open, and no sample or blocked stack of it yet".into()
+    } else {
+        stack.join(" <- ")
+    }
 }
 
 /// What the dispatcher noticed that the user should hear of at once.
@@ -676,6 +688,7 @@ impl Dispatcher {
             last: (ts_ns, sched::Split::default()),
             samples: 0,
             last_sample: None,
+            last_block: None,
             probe_ns: 0,
         });
         self.next_index += 1;
@@ -688,6 +701,9 @@ impl Dispatcher {
     pub fn on_switch_out(&mut self, ts_ns: u64, blocked: bool, stacks: Option<(&[u64], &[u64])>) {
         self.sched.switched_out(ts_ns, blocked);
         if let Some((user, kernel)) = stacks {
+            if let Some(open) = &mut self.open {
+                open.last_block = Some((ts_ns, user.into()));
+            }
             self.record(Rec::Block(ts_ns, user.into(), kernel.into()));
         }
     }
@@ -743,7 +759,7 @@ impl Dispatcher {
         }
         let Some(open) = &mut self.open else { return };
         open.samples += 1;
-        open.last_sample = Some(user.into());
+        open.last_sample = Some((ts_ns, user.into()));
         self.record(Rec::Sample(ts_ns, user.into()));
     }
 
@@ -783,8 +799,17 @@ impl Dispatcher {
             return;
         }
         let mut stack: Vec<String> = Vec::new();
-        if let Some(sample) = open.last_sample.take() {
-            let mut names = self.symbolizer.user_stack(&sample);
+        // Where it is now, past its innermost traced call: where it last
+        // blocked, if that came after its last sample (a thread stuck in a
+        // sleep or a lock is never sampled), else the last sample.
+        let newest = match (open.last_sample.take(), open.last_block.take()) {
+            (Some(s), Some(b)) if b.0 > s.0 => Some((b.1, "blocked")),
+            (Some(s), _) => Some((s.1, "sampled")),
+            (None, Some(b)) => Some((b.1, "blocked")),
+            (None, None) => None,
+        };
+        if let Some((user, how)) = newest {
+            let mut names = self.symbolizer.user_stack(&user);
             if self.symbolizer.take_missed() {
                 // Not named yet: the hang is told now, with its traced
                 // calls only.
@@ -798,7 +823,7 @@ impl Dispatcher {
                 if Some(&n) == traced.as_ref() {
                     break;
                 }
-                stack.push(format!("{} (sampled)", frames::display(&n)));
+                stack.push(format!("{} ({how})", frames::display(&n)));
             }
         }
         stack.extend(
@@ -1156,6 +1181,44 @@ mod tests {
         let indexes: Vec<u64> = d.slow.iter().map(|s| s.index).collect();
         assert_eq!(indexes, [0, 1], "explained, in order");
         assert_eq!(d.take_notices().len(), 2);
+    }
+
+    #[test]
+    fn a_hang_blocked_in_a_sleep_is_told_where_it_blocked() {
+        // run { sleeps in clock_nanosleep <- debug_command }, past --hang:
+        // never sampled, as a blocked thread is not; its line names where
+        // it blocked. A sample taken before the block is older, so not it.
+        let n = |s: &str| vec![s.to_string()];
+        let journal = vec![
+            (7, 0x1000, n("clock_nanosleep")),
+            (7, 0x1fff, n("debug_command")),
+            (7, 0x2fff, n("run")),
+            (7, 0x3000, n("parse")),
+        ];
+        let mut d = Dispatcher::new(config(50, 1_000), 7, vec!["run".to_string()], vec![true], 0);
+        d.set_symbolizer(Symbolizer::offline(7, journal));
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_sample(10, &[0x3000, 0x3000], profiler_common::unwind_end::ROOT);
+        d.on_switch_out(20, true, Some((&[0x1000, 0x2000, 0x3000], &[])));
+        d.tick(1_100);
+        let notices = d.take_notices();
+        let [Notice::Hang { stack, .. }] = notices.as_slice() else {
+            panic!("one hang: {notices:?}");
+        };
+        assert_eq!(
+            stack,
+            &[
+                "clock_nanosleep (blocked)",
+                "debug_command (blocked)",
+                "run"
+            ],
+            "where it blocked, down to its innermost traced call"
+        );
+        // A dispatch with nothing known past its start says so.
+        assert_eq!(
+            hang_stack_text(&[]),
+            "no traced call open, and no sample or blocked stack of it yet"
+        );
     }
 
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {

@@ -166,6 +166,14 @@ function showInstance(g, s, worst) {
 
 // A time-ordered flame chart: children laid out in call order from their
 // parent's start, width = inclusive time.
+// A traced node counts calls; a sampled leaf samples, a blocked one waits.
+function count(n) {
+  if (n.kind === 'traced') return n.calls + 'x, ';
+  if (!n.calls || n.kind === 'waker') return '';
+  const one = n.kind === 'sampled' ? 'sample' : 'wait';
+  return n.calls + ' ' + one + (n.calls === 1 ? '' : 's') + ', ';
+}
+
 function flameChart(tree) {
   if (!tree.length) return '<p>no tree</p>';
   const total = Math.max(tree[0].total_ns, 1);
@@ -183,7 +191,7 @@ function flameChart(tree) {
     const cls = n.kind === 'traced' ? 'oncpu' : n.kind;
     const hue = n.kind === 'blocked' ? '' : ';background-color:hsl(' + (20 + (hash(n.name) % 30)) + ',85%,' + (58 + (hash(n.name) % 12)) + '%)';
     parts.push('<div class="fc ' + cls + '" data-kind="' + n.kind + '" style="left:' + pct(x, total).toFixed(3) + '%;width:' + w.toFixed(3) +
-      '%;top:' + n.depth * 18 + 'px' + (n.kind === 'traced' ? hue : '') + '" title="' + esc(n.name + ' (' + n.kind + '): ' + n.calls + 'x, total ' +
+      '%;top:' + n.depth * 18 + 'px' + (n.kind === 'traced' ? hue : '') + '" title="' + esc(n.name + ' (' + n.kind + '): ' + count(n) + 'total ' +
       ns(n.total_ns) + ', self ' + ns(n.self_ns)) + '">' + esc(n.name) + '</div>');
   }
   return '<div class="fchart" style="height:' + (maxDepth + 1) * 18 + 'px">' + parts.join('') + '</div>';
