@@ -72,8 +72,9 @@ pub struct Args {
     #[arg(long)]
     pub kvm: bool,
     /// Reuse a kernel's results from an earlier run (its
-    /// `target/kernels/KERNEL.log`, when newer than the test binary)
-    /// instead of running its tests again.
+    /// `target/kernels/KERNEL.log` and reruns, whatever commit they ran
+    /// at: the matrix says which) instead of running its tests again; a
+    /// kernel with no log runs.
     #[arg(long)]
     pub reuse: bool,
     /// Run again, on each kernel, only the tests that failed in its last
@@ -485,13 +486,19 @@ fn run_one(
         run.reruns.push(rerun);
         return Ok(run);
     }
-    let fresh = |p: &Path| {
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        matches!((modified(p), modified(tests)), (Some(a), Some(b)) if a > b)
-    };
-    let reused = args.reuse && fresh(&files.log);
-    if reused {
-        eprintln!("kernels: {}: reusing {}", k.asked, files.log.display());
+    // Reused whatever the tree is now: a full run takes hours, and the
+    // matrix says at which commit each run and rerun was.
+    if args.reuse && files.log.exists() {
+        let at = std::fs::read_to_string(&files.commit).unwrap_or_default();
+        eprintln!(
+            "kernels: {}: reusing {} (commit {}) and its reruns",
+            k.asked,
+            files.log.display(),
+            match at.trim() {
+                "" => "not recorded",
+                c => c,
+            }
+        );
         return Ok(with_reruns(k, dir, &tag, machine, filters));
     }
     // A new run: the reruns of the last one go with it.
@@ -572,16 +579,31 @@ fn execute(
 ) -> Result<(String, u64)> {
     files.clear();
     std::fs::write(&files.commit, format!("{}\n", commit()))?;
-    let filter_args: String = filters
+    // One test binary run per test, each appending to the log: a run cut
+    // short (a session's end, the machine stopped) keeps the messages of
+    // the tests that failed before, and their recordings, which libtest
+    // would only print at the end.
+    let names = if exact {
+        filters.to_vec()
+    } else {
+        listed(tests, filters)?
+    };
+    let quoted: String = names
         .iter()
-        .map(|f| format!(" '{}'", f.replace('\'', "")))
+        .map(|t| format!(" '{}'", t.replace('\'', "")))
         .collect();
+    let in_vm = k.image.is_some();
     // The host's PATH: rustc and go (fixtures) may live outside the
     // guest's default one.
     let script = format!(
         "export PATH='{path}'; uname -r > {release}; {profiler} check > {check} 2>&1; \
-         PROFILER_BIN={profiler} {emu} {tests} --test-threads=1 --show-output{exact}{filter_args} \
-         > {log} 2>&1; echo $? > {rc}{keep}",
+         : > {log}; rc=0;{clear_kept}\n\
+         for t in{quoted}; do\n\
+         {clear_tmp}\
+         PROFILER_BIN={profiler} {emu} {tests} --test-threads=1 --show-output --exact \"$t\" \
+         >> {log} 2>&1 || {{ rc=101;{keep} }}\n\
+         done\n\
+         echo $rc > {rc}",
         path = std::env::var("PATH").unwrap_or_default().replace('\'', ""),
         release = files.release.display(),
         profiler = profiler.display(),
@@ -592,17 +614,31 @@ fn execute(
             ""
         },
         tests = tests.display(),
-        exact = if exact { " --exact" } else { "" },
         log = files.log.display(),
         rc = files.rc.display(),
-        // The guest's /tmp goes with it: what failed tests left there
-        // (each passing test removes its own) is copied out.
-        keep = match &k.image {
-            Some(_) => format!(
-                "; rm -rf {kept}; mkdir -p {kept}; cp -r /tmp/profiler-tests-[0-9]* {kept}/ 2>/dev/null; true",
+        // The guest's /tmp goes with it: what a failed test left there
+        // (each passing test removes its own) is copied out, under the
+        // test's name. Not on the host, whose /tmp other runs share.
+        clear_kept = if in_vm {
+            format!(
+                " rm -rf {kept}; mkdir -p {kept};",
                 kept = files.kept.display()
-            ),
-            None => String::new(),
+            )
+        } else {
+            String::new()
+        },
+        clear_tmp = if in_vm {
+            "rm -rf /tmp/profiler-tests-[0-9]*; "
+        } else {
+            ""
+        },
+        keep = if in_vm {
+            format!(
+                " mkdir -p \"{kept}/$t\"; cp -r /tmp/profiler-tests-[0-9]* \"{kept}/$t/\" 2>/dev/null;",
+                kept = files.kept.display()
+            )
+        } else {
+            String::new()
         },
     );
     // The guest runs it from a file: vng passes its command on the
