@@ -60,7 +60,10 @@ impl Fixture {
             lines,
             exe: exe.to_path_buf(),
         };
-        let ready = fx.line(Duration::from_secs(10));
+        // Under emulation a runtime's first start reads its files through
+        // the guest's shared folders and translates its code: Debian's
+        // python3 importing asyncio took over 10 s there.
+        let ready = fx.line(Duration::from_secs(if crate::emulated() { 90 } else { 10 }));
         let printed: u32 = ready
             .strip_prefix("ready ")
             .and_then(|p| p.parse().ok())

@@ -75,6 +75,14 @@ pub fn kernel_version() -> (u32, u32) {
     (major, minor)
 }
 
+/// Under software emulation QEMU's one TCG thread runs the vCPUs in turn,
+/// and may leave one stalled for up to its kick period (100 ms) while the
+/// other runs: the task there is on-CPU by the guest's clock all along. A
+/// fixture's fast message holding such a stall, inside its own clock or
+/// outside it (in a probe hit, a third of a fast dispatch's time there),
+/// may pass a dispatch threshold.
+pub const TCG_STALL_NS: u64 = 100_000_000;
+
 /// The longest a fixture's "fast" message may take for the fixture to
 /// have run as designed, with a dispatch threshold of `threshold_ns`: a
 /// fifth of it, or half of it under emulation (a 1-ms handler there

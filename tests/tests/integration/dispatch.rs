@@ -37,6 +37,72 @@ const HANG_NS: u64 = 1_000_000_000;
 /// Messages the fixture dispatches (NMSG in eventloop.c).
 const MESSAGES: usize = 300;
 
+/// Under emulation the session's first dispatch also holds the first
+/// return probe's hit, which maps the process's out-of-line page (see
+/// `fast_dispatches_leave_no_detail_but_a_worst_summary`): 19-32 ms past
+/// the fixture's clock in the 6.1 VM.
+const FIRST_HIT_NS: u64 = 50_000_000;
+
+/// Under emulation, the fast messages that emulation stretched (see
+/// [`TCG_STALL_NS`]): longer than designed by their own clock, or reported
+/// longer than it. Each one reported (`slow` or `worst`) must be no shorter
+/// than the fixture's clock and no longer than a stall past it (and, for
+/// the first dispatch, the page's mapping). Empty outside emulation.
+fn stretched(msgs: &[Msg], d: &Value) -> BTreeSet<u64> {
+    if !emulated() {
+        return BTreeSet::new();
+    }
+    let reported: BTreeMap<u64, u64> = arr(d, "slow")
+        .iter()
+        .chain(arr(d, "worst"))
+        .map(|e| (num(e, "index"), num(e, "duration_ns")))
+        .collect();
+    let mut set = BTreeSet::new();
+    for m in msgs.iter().filter(|m| m.kind == "fast") {
+        let tol = (m.duration_ns / 20).max(500_000);
+        let got = reported.get(&m.index).copied();
+        if m.duration_ns < THRESHOLD_NS / 5 && got.is_none_or(|g| g <= m.duration_ns + tol) {
+            continue;
+        }
+        if let Some(g) = got {
+            let extra = TCG_STALL_NS + if m.index == 0 { FIRST_HIT_NS } else { 0 };
+            assert!(
+                g + tol >= m.duration_ns && g <= m.duration_ns + tol + extra,
+                "fast message {}: profiler says {g} ns, the fixture {} ns: more than emulation stretches",
+                m.index,
+                m.duration_ns
+            );
+        }
+        set.insert(m.index);
+    }
+    let fast = msgs.iter().filter(|m| m.kind == "fast").count();
+    assert!(
+        set.len() * 10 <= fast,
+        "fixture ran off its design (machine overloaded?): {} of {fast} fast messages stretched: {set:?}",
+        set.len()
+    );
+    if !set.is_empty() {
+        relaxed(&format!(
+            "fast messages {set:?} stretched by the emulation (a vCPU stalled up to 100 ms; the first \
+             dispatch maps the out-of-line page) may be reported slow, within that of the fixture's clock"
+        ));
+    }
+    set
+}
+
+/// The indexes `d` must report slow: the fixture's slow messages, and
+/// under emulation the [`stretched`] fast ones it did report slow.
+fn want_slow_in(msgs: &[Msg], d: &Value) -> BTreeSet<u64> {
+    let stretched = stretched(msgs, d);
+    let reported: BTreeSet<u64> = arr(d, "slow").iter().map(|s| num(s, "index")).collect();
+    msgs.iter()
+        .filter(|m| {
+            m.kind != "fast" || (stretched.contains(&m.index) && reported.contains(&m.index))
+        })
+        .map(|m| m.index)
+        .collect()
+}
+
 /// `target/fixtures/eventloop`, built once per test process from
 /// `fixtures/eventloop.c`.
 fn eventloop_exe() -> &'static Path {
@@ -102,7 +168,12 @@ fn messages(truth: &Value) -> Vec<Msg> {
     assert_eq!(msgs.len(), MESSAGES, "fixture message count");
     // The schedule only means something if the fixture ran as designed: a
     // heavily loaded machine could stretch a fast message past the threshold.
-    let fast_bound = fast_message_bound(THRESHOLD_NS);
+    // Under emulation a fast one may hold a vCPU stall ([`stretched`]).
+    let fast_bound = if emulated() {
+        THRESHOLD_NS / 5 + TCG_STALL_NS
+    } else {
+        fast_message_bound(THRESHOLD_NS)
+    };
     for m in &msgs {
         let fast = m.kind == "fast";
         assert!(
@@ -208,6 +279,8 @@ fn record(tag: &str, extra: &[&str]) -> (Value, Finished, Value, TempDir) {
 struct Main {
     truth: Value,
     msgs: Vec<Msg>,
+    /// Under emulation, the fast messages emulation stretched ([`stretched`]).
+    stretched: BTreeSet<u64>,
     fin: Finished,
     /// dispatches.json.
     d: Value,
@@ -235,6 +308,7 @@ fn main_recording() -> &'static Main {
             .map(|name| (name.to_string(), read(name)))
             .collect();
         Main {
+            stretched: stretched(&msgs, &d),
             truth,
             msgs,
             fin,
@@ -250,13 +324,10 @@ impl Main {
         self.msgs.iter().map(|m| (m.index, m)).collect()
     }
 
-    /// Indexes of the fixture's slow messages.
+    /// Indexes of the fixture's slow messages (and under emulation the
+    /// [`stretched`] fast ones reported slow).
     fn want_slow(&self) -> BTreeSet<u64> {
-        self.msgs
-            .iter()
-            .filter(|m| m.kind != "fast")
-            .map(|m| m.index)
-            .collect()
+        want_slow_in(&self.msgs, &self.d)
     }
 
     /// The `slow` entries by index.
@@ -347,6 +418,9 @@ fn exactly_the_slow_messages_with_their_durations_splits_and_trees() {
     let mut last_start = 0;
     for (&i, s) in &slow_of {
         let m = by_index[&i];
+        if r.stretched.contains(&i) {
+            continue;
+        }
         assert_close(
             &format!("duration_ns of dispatch {i} ({})", m.kind),
             num(s, "duration_ns"),
@@ -718,7 +792,10 @@ fn frame_buckets_match_the_fixture_durations() {
         .into_iter()
         .map(|b| (b, 0))
         .collect();
-    for m in &r.msgs {
+    // A stretched message (under emulation) may fall in any bucket: the
+    // others must be where the fixture's clock puts them, and the
+    // stretched ones make up the rest.
+    for m in r.msgs.iter().filter(|m| !r.stretched.contains(&m.index)) {
         assert!(
             borders
                 .iter()
@@ -729,14 +806,23 @@ fn frame_buckets_match_the_fixture_durations() {
             .get_mut(bucket(m.duration_ns, frame_ns))
             .unwrap() += 1;
     }
+    let mut extra = 0;
     for (b, want) in &want_frames {
-        assert_eq!(
-            num(&r.d["frames"], b),
-            *want,
-            "frames.{b}: {} (fixture durations give {want_frames:?})",
-            r.d["frames"]
+        let got = num(&r.d["frames"], b);
+        assert!(
+            got >= *want && got - want <= r.stretched.len() as u64,
+            "frames.{b}: {} (fixture durations give {want_frames:?}, stretched {:?})",
+            r.d["frames"],
+            r.stretched
         );
+        extra += got - want;
     }
+    assert_eq!(
+        extra,
+        r.stretched.len() as u64,
+        "every dispatch is in one bucket: {}",
+        r.d["frames"]
+    );
 }
 
 /// Bounded memory: no fast dispatch left any detail behind. `worst` is the
@@ -790,7 +876,9 @@ fn fast_dispatches_leave_no_detail_but_a_worst_summary() {
         // trampoline's code is then translated for the first time:
         // microseconds on hardware, outside the fixture's clock. In the 6.1
         // VM, 19 ms against the fixture's 9 ms; later dispatches match.
-        if i == 0
+        if r.stretched.contains(&i) {
+            // Checked by `stretched`.
+        } else if i == 0
             && got > m.duration_ns
             && relaxed(
                 "the first dispatch may exceed the fixture's clock by 30 ms: its first \
@@ -889,11 +977,7 @@ fn without_dispatch_every_outermost_call_counts() {
         MESSAGES as u64,
         "every message is one outermost call of dispatch_message (rule {rule:?})"
     );
-    let want_slow: BTreeSet<u64> = msgs
-        .iter()
-        .filter(|m| m.kind != "fast")
-        .map(|m| m.index)
-        .collect();
+    let want_slow = want_slow_in(&msgs, &d);
     let got_slow: BTreeSet<u64> = arr(&d, "slow").iter().map(|s| num(s, "index")).collect();
     assert_eq!(got_slow, want_slow, "slow dispatch indexes");
 }

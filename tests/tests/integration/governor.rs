@@ -40,10 +40,20 @@ fn record_and_check() -> (f64, f64) {
     let mut fx = Fixture::spawn(&governor_exe(), &["1.5", "4"]);
     let baseline = fx.truth();
     let before = prof_prog_ids();
+    // Under emulation a probe hit costs 15-70 µs, not about 1: the cold
+    // function's 700 calls a second then cost 7% of its thread (the 6.1
+    // VM), over 5%, while the hot one's cost 35%.
+    let max: f64 = if relaxed(
+        "--max-overhead 20, not 5: a probe hit costs 15-70 µs, and the cold function 7%",
+    ) {
+        20.0
+    } else {
+        5.0
+    };
     let rec = Recording::start(
         fx.pid,
         out.path(),
-        &["--func", "gov_*", "--max-overhead", "5"],
+        &["--func", "gov_*", "--max-overhead", &max.to_string()],
     );
     let traced = fx.run();
     let ours = rec.pid();
@@ -55,7 +65,7 @@ fn record_and_check() -> (f64, f64) {
 
     let o = Outputs::load(out.path());
     let gov = &o.json["governor"];
-    assert_eq!(gov["max_overhead_pct"].as_f64(), Some(5.0), "{gov}");
+    assert_eq!(gov["max_overhead_pct"].as_f64(), Some(max), "{gov}");
     let detached = gov["detached"].as_array().expect("detached list");
     assert_eq!(detached.len(), 1, "only the hot function goes: {gov}");
     assert_eq!(detached[0]["name"], "gov_hot", "{gov}");
@@ -63,7 +73,7 @@ fn record_and_check() -> (f64, f64) {
         detached[0]["calls_per_s"].as_f64().unwrap() > 1000.0,
         "{gov}"
     );
-    assert!(detached[0]["overhead_pct"].as_f64().unwrap() > 5.0, "{gov}");
+    assert!(detached[0]["overhead_pct"].as_f64().unwrap() > max, "{gov}");
     let hot = o.functions("gov_hot");
     assert_eq!(hot.len(), 1);
     assert_eq!(hot[0]["partial"], true, "{}", hot[0]);
@@ -72,7 +82,13 @@ fn record_and_check() -> (f64, f64) {
     // 0.18 s here on a loaded host, 0.35 s when it looked every 250 ms);
     // the probes are then linked again without it. A busy machine slows
     // the second part.
-    assert!(at < 1_000_000_000, "gov_hot detached after {at} ns");
+    // Under emulation the agent's looks and the relinking take seconds
+    // (1.29 s in the 6.12 VM, 2.76 s in the 6.1 one).
+    let within = match relaxed("gov_hot detached within 5 s, not 1 s") {
+        true => 5_000_000_000,
+        false => 1_000_000_000,
+    };
+    assert!(at < within, "gov_hot detached after {at} ns");
     assert!(
         num(hot[0], "calls") < traced["hot_calls"].as_u64().unwrap(),
         "its counts stop at the detach"
@@ -344,6 +360,14 @@ fn frames_of_a_detached_function_close_at_the_detach() {
     // the ten worst now that it ends at a detach within milliseconds.
     let anchor = s;
     let mut seen = std::collections::BTreeSet::new();
+    // Under emulation a vCPU stall (QEMU's one TCG thread runs the vCPUs
+    // in turn, up to 100 ms each) between the fixture's clock and the
+    // probe shifts a start by more than the ticks' 10-ms spacing (9.6 ms
+    // in the 6.1 VM): only distinct starts are asserted there.
+    let spacing = !relaxed(
+        "dispatch starts are distinct, not within 2 ms of the fixture's clock: a vCPU stall \
+         between its clock and the probe outweighs the 10-ms spacing",
+    );
     for w in worst {
         let i = num(w, "index") as usize;
         assert!(
@@ -354,7 +378,7 @@ fn frames_of_a_detached_function_close_at_the_detach() {
         let ours = at(w) as i64 - at(anchor) as i64;
         let real = starts[i] as i64 - starts[ticks as usize / 2] as i64;
         assert!(
-            (ours - real).abs() < 2_000_000,
+            !spacing || (ours - real).abs() < 2_000_000,
             "dispatch #{i} starts {ours} ns after the det_hash one, the fixture says {real}"
         );
     }
