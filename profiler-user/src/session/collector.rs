@@ -132,6 +132,7 @@ pub async fn collect(
     let mut tick = tokio::time::interval(DRAIN_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let start = Instant::now();
+    let mut last_tick = start;
     let debug = std::env::var_os("PROFILER_DEBUG").is_some();
     let reason = loop {
         tokio::select! {
@@ -152,6 +153,14 @@ pub async fn collect(
                 if !rings.more() {
                     guard.clear_ready();
                 }
+                // The ring comes first above, and a ring that never runs
+                // dry (a flood of events, a slow machine) would starve the
+                // ticks: hangs, the tables of a program just exec'd, the
+                // governor. A tick that is due runs here then.
+                if last_tick.elapsed() >= DRAIN_TICK {
+                    last_tick = Instant::now();
+                    on_tick(sinks, counters, status, start, steer)?;
+                }
             }
             _ = tick.tick() => {
                 let began = Instant::now();
@@ -159,16 +168,8 @@ pub async fn collect(
                 if debug && began.elapsed() >= Duration::from_millis(50) {
                     eprintln!("profiler: debug: a tick's drain took {} ms", began.elapsed().as_millis());
                 }
-                sinks.tick();
-                if sinks.ticks % 100 == 1 {
-                    // Journaled, so a recording cut short still tells its losses.
-                    if let Some(w) = &mut sinks.data {
-                        let c = counters.read();
-                        w.lost(c.lost, c.lost_sched, c.lost_comm);
-                    }
-                }
-                steer.on_tick(sinks)?;
-                status.update(start.elapsed(), &sinks.stacks, counters);
+                last_tick = Instant::now();
+                on_tick(sinks, counters, status, start, steer)?;
             }
         }
         for pid in std::mem::take(&mut sinks.execs) {
@@ -186,6 +187,29 @@ pub async fn collect(
     };
     sinks.drain(rings);
     Ok(reason)
+}
+
+/// A drain tick's work, after the drain: hangs and the once-a-second
+/// passes ([`Sinks::tick`]), the losses journaled, the steering, the
+/// status line.
+fn on_tick(
+    sinks: &mut Sinks,
+    counters: &CounterMap,
+    status: &mut Status,
+    start: Instant,
+    steer: &mut dyn Steer,
+) -> Result<()> {
+    sinks.tick();
+    if sinks.second {
+        // Journaled, so a recording cut short still tells its losses.
+        if let Some(w) = &mut sinks.data {
+            let c = counters.read();
+            w.lost(c.lost, c.lost_sched, c.lost_comm);
+        }
+    }
+    steer.on_tick(sinks)?;
+    status.update(start.elapsed(), &sinks.stacks, counters);
+    Ok(())
 }
 
 /// Waits for a stop condition without reading any ring: for `sample`.

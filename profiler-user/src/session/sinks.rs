@@ -87,6 +87,16 @@ pub struct Sinks {
     /// (None: live time).
     horizon: Option<u64>,
     pub(super) ticks: u32,
+    /// When the ticks began, and the once-a-second passes made since:
+    /// timed by the clock, not by counting ticks, which a busy loop
+    /// spaces out.
+    began: Option<std::time::Instant>,
+    /// The second since `began` at which the next pass is due.
+    next_second: u64,
+    /// Passes made.
+    passes: u32,
+    /// This tick made a once-a-second pass.
+    pub(super) second: bool,
     goroutines: Goroutines,
     /// The kernel's unwind tables (`--unwind tables`), refreshed once a
     /// second (dlopen, and the exec of a launched command).
@@ -594,6 +604,10 @@ impl Sinks {
             all_gone: false,
             horizon: None,
             ticks: 0,
+            began: None,
+            next_second: 0,
+            passes: 0,
+            second: false,
             goroutines: Goroutines::default(),
             tables: None,
             hot_stacks: false,
@@ -627,6 +641,15 @@ impl Sinks {
 
     fn tick_inner(&mut self) {
         self.ticks = self.ticks.wrapping_add(1);
+        let began = *self.began.get_or_insert_with(std::time::Instant::now);
+        let elapsed = began.elapsed();
+        // The first pass at the first tick, then one a second (a late
+        // tick makes one pass, not one for each second it missed).
+        self.second = elapsed.as_secs() >= self.next_second;
+        if self.second {
+            self.next_second = elapsed.as_secs() + 1;
+            self.passes = self.passes.wrapping_add(1);
+        }
         if let Some(t) = &mut self.tables {
             // Python code objects met since the last tick, read while the
             // target runs.
@@ -634,7 +657,7 @@ impl Sinks {
         }
         // Every 10 ms for the first second (a launched command maps its
         // libraries at once), then every 0.1 s.
-        if (self.ticks < 100 || self.ticks % 10 == 1) && self.libs.waiting() {
+        if (elapsed.as_secs() < 1 || self.ticks % 10 == 1) && self.libs.waiting() {
             for l in self.libs.poll() {
                 eprintln!(
                     "profiler: PID {} mapped {}: its probes are live",
@@ -643,10 +666,12 @@ impl Sinks {
                 );
             }
         }
-        if self.ticks % 100 == 1 {
+        if self.second {
+            // Every 10 s, from the first pass.
+            let tenth = self.passes % 10 == 1;
             if let Some((maps, sym)) = &mut self.cpu {
                 crate::analyze::cpu_profile::remember_maps(maps, sym, Some(self.pid));
-                if self.ticks % 1000 == 1 {
+                if tenth {
                     // Every 10 s: exited threads' samples out of the
                     // kernel's map, which would fill up with them.
                     maps.fold_exited(thread_alive);
@@ -655,7 +680,7 @@ impl Sinks {
             if let Some(d) = &mut self.dispatch {
                 d.remember_maps();
             }
-            if self.ticks % 1000 == 1 {
+            if tenth {
                 // Every 10 s: the heap's free pages back to the kernel.
                 crate::heap::release_free();
             }
