@@ -167,10 +167,12 @@ pub struct Selection {
     /// Functions that matched but were left out by `--max-funcs`.
     pub capped: usize,
     /// Functions of the main executable chosen from where the watched
-    /// thread was sampled ([`select_among`]), when that chose them.
+    /// thread was sampled ([`select_among`]), when that chose them: how
+    /// many of those on its stacks are probed.
     pub presampled: Option<usize>,
-    /// Of those, functions that tail-call one sampled (not on the stacks
-    /// themselves: the jump took their frame off).
+    /// Probed beside those, in the room `--max-funcs` left: functions that
+    /// tail-call one sampled (not on the stacks themselves: the jump took
+    /// their frame off).
     pub tail_callers: usize,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
@@ -391,10 +393,15 @@ pub fn select_among(
                 .into_iter()
                 .filter(|c| !exclude.matches(c) && !taken.contains(&(bi as u32, c.offset)))
                 .collect();
-            sel.tail_callers = callers.len();
+            // The stack's functions first: their tail callers get the
+            // room --max-funcs leaves (the callers left out are capped).
+            let stack = candidates.len();
+            let room = args.max_funcs().saturating_sub(sel.funcs.len());
             candidates.extend(callers.into_iter().map(|c| (0, c)));
+            let probed = candidates.len().min(room);
             sel.capped += matching.saturating_sub(candidates.len());
-            sel.presampled = Some(candidates.len().min(args.max_funcs()));
+            sel.presampled = Some(stack.min(probed));
+            sel.tail_callers = probed.saturating_sub(stack);
         }
         for (_, sym) in candidates {
             if sel.funcs.len() >= args.max_funcs() {

@@ -90,7 +90,7 @@ impl<'a> Recorder<'a> {
                         "profiler: probing the {} functions of {} on the watched thread's stacks{callers} \
                          ({stacks} stacks in a {} ms sample; {of} match the default selection); \
                          --func names others, --max-funcs {} caps them{}",
-                        chosen.presampled.unwrap_or(0) - chosen.tail_callers,
+                        chosen.presampled.unwrap_or(0),
                         self.target.exe.display(),
                         crate::session::presample::SPAN.as_millis(),
                         args.select.max_funcs(),
