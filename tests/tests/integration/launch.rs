@@ -103,13 +103,22 @@ fn first_call_counted_exit_status_and_startup() {
         "exec_to_ready {total} != pre_main {pre} + main_to_ready {main_ready_ns}"
     );
     let want = num(&truth, "main_to_ready_ns");
-    for (what, w) in [
-        ("fixture's own measurement", want),
-        ("the 20 ms sleep", 20_000_000),
-    ] {
+    // Under emulation the first probe hits map the out-of-line page and
+    // translate code (18-46 ms in the VMs), and the fixture's own work
+    // takes longer than its 20 ms sleep.
+    let (tol, sleep) = match relaxed(
+        "main to ready within 60 ms of the fixture's clock, not 5 ms, and not compared with the 20-ms sleep",
+    ) {
+        true => (60_000_000, None),
+        false => (5_000_000, Some(("the 20 ms sleep", 20_000_000))),
+    };
+    for (what, w) in [Some(("fixture's own measurement", want)), sleep]
+        .into_iter()
+        .flatten()
+    {
         assert!(
-            main_ready_ns.abs_diff(w) <= 5_000_000,
-            "main to ready {main_ready_ns} ns vs {what} {w} ns (tolerance 5 ms)"
+            main_ready_ns.abs_diff(w) <= tol,
+            "main to ready {main_ready_ns} ns vs {what} {w} ns (tolerance {tol} ns)"
         );
     }
     // The startup window's flame graph holds the calls completed before ready.
@@ -202,6 +211,22 @@ fn missing_command_is_one_error() {
 /// How long the profiler gives a command to exit after SIGTERM (launch.rs's
 /// `STOP_GRACE`).
 const GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Under emulation, more time for a session's outputs (symbols read and
+/// files written: 3-8 s more in the 6.1 and 6.12 VMs); none on the host.
+fn outputs_slack() -> std::time::Duration {
+    match relaxed("a session's outputs may take 15 s more after its stop") {
+        true => std::time::Duration::from_secs(15),
+        false => std::time::Duration::ZERO,
+    }
+}
+
+/// How long a launched profiler may take to attach, or to exit: 30 s, or
+/// 120 s under emulation (its programs verified and its calibration run
+/// ten times slower, beside a second VM).
+fn patience() -> std::time::Duration {
+    std::time::Duration::from_secs(if emulated() { 120 } else { 30 })
+}
 
 /// Writes an executable script `name` with `text` into `dir`.
 fn script(dir: &TempDir, name: &str, text: &str) -> std::path::PathBuf {
@@ -333,7 +358,7 @@ fn duration_stops_a_command_that_would_keep_running() {
     // the outputs; never the grace period on top.
     assert!(
         took >= std::time::Duration::from_secs(2)
-            && took < std::time::Duration::from_secs(2) + GRACE,
+            && took < std::time::Duration::from_secs(2) + GRACE + outputs_slack(),
         "the session took {took:?} after attaching"
     );
     let o = Outputs::load(out.path());
@@ -383,7 +408,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     assert!(!alive(pid), "PID {pid} still runs");
     let secs = std::time::Duration::from_secs;
     assert!(
-        took >= secs(1) + GRACE && took < secs(1) + GRACE + secs(2),
+        took >= secs(1) + GRACE && took < secs(1) + GRACE + secs(2) + outputs_slack(),
         "the session took {took:?} after attaching: 1 s, the 3 s grace, the outputs"
     );
     let o = Outputs::load(out.path());
@@ -412,7 +437,7 @@ fn keep_running_leaves_the_command_running_with_nothing_attached() {
         .stdout(std::fs::File::create(&so).unwrap())
         .stderr(std::fs::File::create(&se).unwrap());
     let mut prof = cmd.spawn().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + patience();
     let status = loop {
         if let Some(s) = prof.try_wait().unwrap() {
             break s;
@@ -632,7 +657,7 @@ fn ctrl_c_on_a_terminal(mut cmd: std::process::Command) -> (std::process::ExitSt
         }
     });
     let text = || String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + patience();
     while !text().contains("attached") {
         assert!(
             std::time::Instant::now() < deadline,
