@@ -170,6 +170,12 @@ pub struct Hang {
     pub stack: Vec<String>,
 }
 
+/// How long past `--hang` a hang's notice may wait for the names of the
+/// frames past its traced calls.
+const HANG_NAMES_WAIT_NS: u64 = 400_000_000;
+/// In a hang's stack, in place of frames whose names were not read in time.
+const NAMES_PENDING: &str = "[frames whose names were still being read]";
+
 /// A hang's stack as told, innermost first; one that has none says why.
 pub fn hang_stack_text(stack: &[String]) -> String {
     if stack.is_empty() {
@@ -245,9 +251,11 @@ pub struct Dispatcher {
     pub loop_wait: loop_wait::LoopWait,
     /// The thread has waited in its loop: iterations are bounded by waits.
     waits_seen: bool,
-    /// Per function, true once the governor detached it: a frame of it can
-    /// never see its return.
-    gone: Vec<bool>,
+    /// Per function, when the governor's detach of it was done (`u64::MAX`:
+    /// not): a frame of it can never see its return after that. A time, not
+    /// a flag, so that a dispatch explained late (its names read meanwhile)
+    /// is explained as at its end, as a replay does.
+    gone: Vec<u64>,
     /// Per function, when the governor chose to detach it (`u64::MAX`:
     /// never): a frame of it proven gone after that closed unprobed.
     detaching: Vec<u64>,
@@ -466,7 +474,7 @@ impl Dispatcher {
     /// the function was being detached.
     fn closed_by_detach(&self, func: u32, ts_ns: u64) -> bool {
         let i = func as usize;
-        self.gone.get(i).copied().unwrap_or(false)
+        self.gone.get(i).is_some_and(|&at| ts_ns >= at)
             || self.detaching.get(i).is_some_and(|&from| ts_ns >= from)
     }
 
@@ -475,10 +483,10 @@ impl Dispatcher {
     /// (those under a traced call still open, when it returns). If that
     /// closes its outermost frame, the dispatch ends at `ts_ns`.
     pub fn on_detached(&mut self, funcs: &[u32], ts_ns: u64) {
-        self.gone.resize(self.names.len(), false);
+        self.gone.resize(self.names.len(), u64::MAX);
         for &f in funcs {
             if let Some(g) = self.gone.get_mut(f as usize) {
-                *g = true;
+                *g = (*g).min(ts_ns);
             }
         }
         self.close_detached(ts_ns);
@@ -490,7 +498,11 @@ impl Dispatcher {
         let Some(open) = &mut self.open else { return };
         let mut closed = Vec::new();
         while let Some(&(func, sp)) = open.calls.last() {
-            if !self.gone.get(func as usize).copied().unwrap_or(false) {
+            if self
+                .gone
+                .get(func as usize)
+                .is_none_or(|&at| at == u64::MAX)
+            {
                 break;
             }
             open.calls.pop();
@@ -802,18 +814,23 @@ impl Dispatcher {
         // Where it is now, past its innermost traced call: where it last
         // blocked, if that came after its last sample (a thread stuck in a
         // sleep or a lock is never sampled), else the last sample.
-        let newest = match (open.last_sample.take(), open.last_block.take()) {
-            (Some(s), Some(b)) if b.0 > s.0 => Some((b.1, "blocked")),
-            (Some(s), _) => Some((s.1, "sampled")),
-            (None, Some(b)) => Some((b.1, "blocked")),
+        let newest = match (&open.last_sample, &open.last_block) {
+            (Some(s), Some(b)) if b.0 > s.0 => Some((&b.1, "blocked")),
+            (Some(s), _) => Some((&s.1, "sampled")),
+            (None, Some(b)) => Some((&b.1, "blocked")),
             (None, None) => None,
         };
         if let Some((user, how)) = newest {
-            let mut names = self.symbolizer.user_stack(&user);
+            let mut names = self.symbolizer.user_stack(user);
             if self.symbolizer.take_missed() {
-                // Not named yet: the hang is told now, with its traced
-                // calls only.
+                // Not named yet (a library's symbols read for the first
+                // time): asked again on the next ticks, for a while; then
+                // the hang is told with its traced calls only.
+                if running < self.cfg.hang_ns.saturating_add(HANG_NAMES_WAIT_NS) {
+                    return;
+                }
                 names.clear();
+                stack.push(NAMES_PENDING.to_string());
             }
             let traced = open
                 .calls
@@ -1219,6 +1236,36 @@ mod tests {
             hang_stack_text(&[]),
             "no traced call open, and no sample or blocked stack of it yet"
         );
+    }
+
+    #[test]
+    fn a_hang_waits_a_moment_for_its_frames_names_then_says_they_are_pending() {
+        let mut d = Dispatcher::new(
+            config(50, 1_000),
+            std::process::id(),
+            vec!["run".to_string()],
+            vec![true],
+            0,
+        );
+        // Every name takes 300 ms to read.
+        d.set_symbolizer(Symbolizer::slowed(
+            std::process::id(),
+            Duration::from_millis(300),
+        ));
+        d.live();
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
+        d.tick(1_100);
+        assert!(
+            d.take_notices().is_empty(),
+            "past --hang, its sampled frames' names are waited for"
+        );
+        d.tick(1_000 + HANG_NAMES_WAIT_NS);
+        let notices = d.take_notices();
+        let [Notice::Hang { stack, .. }] = notices.as_slice() else {
+            panic!("told once the wait is over: {notices:?}");
+        };
+        assert_eq!(stack, &[NAMES_PENDING, "run"], "with its traced calls");
     }
 
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {
