@@ -443,6 +443,12 @@ impl Tables {
     /// Gives `pid` tables for its executable mappings, or refreshes them if
     /// they changed (dlopen). Does nothing for a process that is gone.
     pub fn add_process(&mut self, pid: u32) {
+        // A launched command not yet exec'd is still the agent's own fork:
+        // its tables would be the agent's (seconds to build on a slow
+        // machine, before the program's own are).
+        if is_own_fork(pid) {
+            return;
+        }
         let Ok(text) = crate::tracee::process::read_maps(pid) else {
             // Gone: its tables may go too.
             self.remove_process(pid);
@@ -688,9 +694,57 @@ impl Tables {
     }
 }
 
+/// True when `pid` runs the agent's own executable: a child forked to
+/// launch a command, before its exec.
+fn is_own_fork(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let meta = |p: String| {
+        std::fs::metadata(p).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        })
+    };
+    matches!(
+        (meta(format!("/proc/{pid}/exe")), meta("/proc/self/exe".into())),
+        (Some(a), Some(b)) if a == b
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_of_the_agent_is_told_apart() {
+        assert!(!is_own_fork(std::process::id()), "the agent itself");
+        // A fork, before it would exec.
+        // SAFETY: the child only sleeps and exits (async-signal-safe).
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::sleep(5);
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0, "fork failed");
+        let same = is_own_fork(child as u32);
+        // SAFETY: our own child, reaped here.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        let mut other = std::process::Command::new("sleep")
+            .arg("1")
+            .spawn()
+            .unwrap();
+        let differs = is_own_fork(other.id());
+        let _ = other.kill();
+        let _ = other.wait();
+        assert!(same && !differs, "same executable {same}, sleep {differs}");
+    }
 
     #[test]
     fn parses_executable_file_mappings() {
