@@ -116,9 +116,16 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
     );
     for (g, w) in got.iter().zip(&want) {
         let (gd, wd) = (num(g, "duration_ns"), num(w, "duration_ns"));
+        // Under emulation a vCPU stall outside the loop's own clock (see
+        // TCG_STALL_NS) adds to the profiler's figure: 3.6% in the 6.12 VM.
+        let within = match relaxed("a slow iteration within 10% of the loop's own clock, not 2%") {
+            true => 10,
+            false => 50,
+        };
         assert!(
-            gd.abs_diff(wd) * 50 <= wd,
-            "duration within 2% of the loop's own clock: {gd} vs {wd} ({w})"
+            gd.abs_diff(wd) * within <= wd,
+            "duration within {}% of the loop's own clock: {gd} vs {wd} ({w})",
+            100 / within
         );
         let blocked = num(g, "blocked_ns");
         match w["type"].as_str() {
@@ -227,11 +234,17 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
         .as_array()
         .map(|h| h.iter().collect())
         .unwrap_or_default();
+    // Under emulation the interpreter runs 10-30 times slower: an
+    // iteration seen running (sampled, or inside traced calls: the
+    // default selection by PID probes the interpreter's functions) may
+    // pass the 2-s hang threshold for real.
     let genuine = |h: &&Value| {
         h["stack"].as_array().is_some_and(|s| {
-            s.iter()
-                .any(|f| f.as_str().is_some_and(|f| f.contains("(sampled)")))
-        }) && relaxed("an iteration sampled running may pass the 2-s hang threshold for real")
+            s.iter().any(|f| {
+                f.as_str()
+                    .is_some_and(|f| f.contains("(sampled)") || !f.starts_with('['))
+            })
+        }) && relaxed("an iteration seen running may pass the 2-s hang threshold for real")
     };
     let false_hangs = hangs.iter().filter(|h| !genuine(h)).count();
     assert_eq!(false_hangs, 0, "no HANG: {}", d["hangs"]);

@@ -37,7 +37,13 @@ fn p75(mut v: Vec<f64>) -> f64 {
 /// hold every time and returns (untraced rate, rate after the detach).
 fn record_and_check() -> (f64, f64) {
     let out = TempDir::new("governor");
-    let mut fx = Fixture::spawn(&governor_exe(), &["1.5", "4"]);
+    // Under emulation the detach comes 2-4 s in: the traced phase runs
+    // 10 s there, so that throughput after it is measured.
+    let run_s = match relaxed("the governor fixture's traced phase runs 10 s, not 4") {
+        true => "10",
+        false => "4",
+    };
+    let mut fx = Fixture::spawn(&governor_exe(), &["1.5", run_s]);
     let baseline = fx.truth();
     let before = prof_prog_ids();
     // Under emulation a probe hit costs 15-70 µs, not about 1: the cold
