@@ -592,7 +592,20 @@ fn execute(
         .iter()
         .map(|t| format!(" '{}'", t.replace('\'', "")))
         .collect();
-    let in_vm = k.image.is_some();
+    // The guest's /tmp goes with it: what a failed test left there (each
+    // passing test removes its own) is copied out, under the test's name.
+    // Not on the host, whose /tmp other runs share.
+    let (clear_kept, clear_tmp, keep) = match &k.image {
+        Some(_) => (
+            format!(" rm -rf {kept}; mkdir -p {kept};", kept = files.kept.display()),
+            "rm -rf /tmp/profiler-tests-[0-9]*; ",
+            format!(
+                " mkdir -p \"{kept}/$t\"; cp -r /tmp/profiler-tests-[0-9]* \"{kept}/$t/\" 2>/dev/null;",
+                kept = files.kept.display()
+            ),
+        ),
+        None => (String::new(), "", String::new()),
+    };
     // The host's PATH: rustc and go (fixtures) may live outside the
     // guest's default one.
     let script = format!(
@@ -616,30 +629,6 @@ fn execute(
         tests = tests.display(),
         log = files.log.display(),
         rc = files.rc.display(),
-        // The guest's /tmp goes with it: what a failed test left there
-        // (each passing test removes its own) is copied out, under the
-        // test's name. Not on the host, whose /tmp other runs share.
-        clear_kept = if in_vm {
-            format!(
-                " rm -rf {kept}; mkdir -p {kept};",
-                kept = files.kept.display()
-            )
-        } else {
-            String::new()
-        },
-        clear_tmp = if in_vm {
-            "rm -rf /tmp/profiler-tests-[0-9]*; "
-        } else {
-            ""
-        },
-        keep = if in_vm {
-            format!(
-                " mkdir -p \"{kept}/$t\"; cp -r /tmp/profiler-tests-[0-9]* \"{kept}/$t/\" 2>/dev/null;",
-                kept = files.kept.display()
-            )
-        } else {
-            String::new()
-        },
     );
     // The guest runs it from a file: vng passes its command on the
     // kernel's command line, and one over 2 KiB panics Linux at boot.

@@ -190,12 +190,7 @@ impl Sinks {
         if let Some(d) = &mut self.dispatch {
             if ev.tid == d.cfg.tid {
                 d.on_call(ev);
-                // Slow dispatches let go from detail go to trace.json now.
-                for s in d.take_evicted() {
-                    if let Some(tl) = &mut self.timeline {
-                        tl.slow_dispatch(&d.cfg, &s, &[]);
-                    }
-                }
+                evicted_to_timeline(d, &mut self.timeline);
             }
         }
         for st in &mut self.stages {
@@ -340,11 +335,7 @@ impl Sinks {
                 // The trampolines see every wait from here.
                 self.catch_up = None;
                 d.on_wait(&ev);
-                for s in d.take_evicted() {
-                    if let Some(tl) = &mut self.timeline {
-                        tl.slow_dispatch(&d.cfg, &s, &[]);
-                    }
-                }
+                evicted_to_timeline(d, &mut self.timeline);
             }
             // Only `sample` makes these.
             RecordKind::Dwarf | RecordKind::NewProcess => self.stacks.invalid_events += 1,
@@ -415,11 +406,7 @@ impl Sinks {
         }
         if let Some(disp) = &mut self.dispatch {
             disp.on_detached(&d.funcs, d.ts_ns);
-            for s in disp.take_evicted() {
-                if let Some(tl) = &mut self.timeline {
-                    tl.slow_dispatch(&disp.cfg, &s, &[]);
-                }
-            }
+            evicted_to_timeline(disp, &mut self.timeline);
         }
     }
 
@@ -566,11 +553,7 @@ impl Sinks {
     pub fn finish_dispatches(&mut self) {
         if let Some(d) = &mut self.dispatch {
             d.finish();
-            for s in d.take_evicted() {
-                if let Some(tl) = &mut self.timeline {
-                    tl.slow_dispatch(&d.cfg, &s, &[]);
-                }
-            }
+            evicted_to_timeline(d, &mut self.timeline);
         }
         self.tell_notices();
     }
@@ -740,11 +723,7 @@ impl Sinks {
         if let Some(d) = &mut self.dispatch {
             // Slow dispatches whose names were not read in time.
             d.explain_waiting();
-            for s in d.take_evicted() {
-                if let Some(tl) = &mut self.timeline {
-                    tl.slow_dispatch(&d.cfg, &s, &[]);
-                }
-            }
+            evicted_to_timeline(d, &mut self.timeline);
             if d.is_open() {
                 // Per-CPU rings: no later than the records handed out.
                 let now = monotonic_ns();
@@ -756,5 +735,15 @@ impl Sinks {
             }
         }
         self.tell_notices();
+    }
+}
+
+/// Slow dispatches let go from detail (or explained late) go to trace.json
+/// now.
+fn evicted_to_timeline(d: &mut Dispatcher, timeline: &mut Option<Timeline>) {
+    for s in d.take_evicted() {
+        if let Some(tl) = timeline {
+            tl.slow_dispatch(&d.cfg, &s, &[]);
+        }
     }
 }

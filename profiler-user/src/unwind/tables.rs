@@ -700,16 +700,14 @@ fn is_own_fork(pid: u32) -> bool {
     if pid == std::process::id() {
         return false;
     }
-    let meta = |p: String| {
-        std::fs::metadata(p).ok().map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            (m.dev(), m.ino())
-        })
-    };
-    matches!(
-        (meta(format!("/proc/{pid}/exe")), meta("/proc/self/exe".into())),
-        (Some(a), Some(b)) if a == b
-    )
+    fn id(path: &str) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    // Read once: this runs for every process on every pass.
+    static OWN: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let own = *OWN.get_or_init(|| id("/proc/self/exe"));
+    own.is_some() && id(&format!("/proc/{pid}/exe")) == own
 }
 
 #[cfg(test)]

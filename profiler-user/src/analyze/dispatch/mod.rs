@@ -1127,20 +1127,7 @@ mod tests {
 
     #[test]
     fn a_hang_is_told_while_a_slow_dispatchs_names_are_still_being_read() {
-        let mut d = Dispatcher::new(
-            config(50, 1_000),
-            std::process::id(),
-            vec!["run".to_string()],
-            vec![true],
-            0,
-        );
-        // Every name takes 300 ms to read, as a large binary's symbols do
-        // the first time (seconds on a slow machine).
-        d.set_symbolizer(Symbolizer::slowed(
-            std::process::id(),
-            Duration::from_millis(300),
-        ));
-        d.live();
+        let mut d = slow_to_name();
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
         d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
         let began = std::time::Instant::now();
@@ -1240,19 +1227,7 @@ mod tests {
 
     #[test]
     fn a_hang_waits_a_moment_for_its_frames_names_then_says_they_are_pending() {
-        let mut d = Dispatcher::new(
-            config(50, 1_000),
-            std::process::id(),
-            vec!["run".to_string()],
-            vec![true],
-            0,
-        );
-        // Every name takes 300 ms to read.
-        d.set_symbolizer(Symbolizer::slowed(
-            std::process::id(),
-            Duration::from_millis(300),
-        ));
-        d.live();
+        let mut d = slow_to_name();
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
         d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
         d.tick(1_100);
@@ -1266,6 +1241,25 @@ mod tests {
             panic!("told once the wait is over: {notices:?}");
         };
         assert_eq!(stack, &[NAMES_PENDING, "run"], "with its traced calls");
+    }
+
+    /// A live dispatcher (`run` its dispatch function, --hang 1000 ns)
+    /// whose every name takes 300 ms to read, as a large binary's symbols
+    /// do the first time (seconds on a slow machine).
+    fn slow_to_name() -> Dispatcher {
+        let mut d = Dispatcher::new(
+            config(50, 1_000),
+            std::process::id(),
+            vec!["run".to_string()],
+            vec![true],
+            0,
+        );
+        d.set_symbolizer(Symbolizer::slowed(
+            std::process::id(),
+            Duration::from_millis(300),
+        ));
+        d.live();
+        d
     }
 
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {
