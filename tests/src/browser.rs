@@ -45,9 +45,23 @@ fn headless(extra: &[&str], url: &str) -> std::process::Output {
     // Under emulation chromium's GPU process (software rendering) crashes
     // now and then (SIGSEGV, then "GPU process isn't usable"; once in the
     // 6.12 VM, not in the 6.1 one): the browser is tried three times there.
+    // The retries run the GPU work another way: without SwiftShader, then
+    // inside the browser's own process.
+    const RETRY_FLAGS: [&[&str]; 3] = [
+        &[],
+        &["--disable-software-rasterizer"],
+        &["--disable-software-rasterizer", "--in-process-gpu"],
+    ];
     let tries = if crate::emulated() { 3 } else { 1 };
+    let with = |attempt: usize| -> Vec<&str> {
+        extra
+            .iter()
+            .chain(RETRY_FLAGS[attempt - 1])
+            .copied()
+            .collect()
+    };
     for attempt in 1..tries {
-        let out = headless_once(extra, url);
+        let out = headless_once(&with(attempt), url);
         if out.status.success() {
             return out;
         }
@@ -60,7 +74,7 @@ fn headless(extra: &[&str], url: &str) -> std::process::Output {
                 .unwrap_or("")
         );
     }
-    let out = headless_once(extra, url);
+    let out = headless_once(&with(tries), url);
     assert!(
         out.status.success(),
         "chromium failed on {url}: {}",

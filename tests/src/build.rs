@@ -28,9 +28,34 @@ fn out_dir() -> PathBuf {
     dir.canonicalize().expect("canonicalize target/fixtures")
 }
 
+/// What a build of `out` by `cmd` depends on: the command line and every
+/// source in `fixtures/` (headers included), by content.
+fn build_key(cmd: &Command) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{cmd:?}").hash(&mut h);
+    let mut srcs: Vec<PathBuf> = std::fs::read_dir(fixtures_src())
+        .expect("read fixtures/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    srcs.sort();
+    for src in srcs {
+        std::fs::read(&src).unwrap_or_default().hash(&mut h);
+    }
+    format!("{:016x}", h.finish())
+}
+
 /// Runs `cmd` writing to a temporary name, then renames it to `out` so that a
-/// running copy is never overwritten in place.
+/// running copy is never overwritten in place. A build whose command and
+/// sources match the last one's (`OUT.key`) is kept: each test of
+/// `cargo xtask kernels` is its own process, and compiling under emulation
+/// takes most of a test's time there.
 fn build(out: &Path, mut cmd: Command, tmp_flag: &str) -> PathBuf {
+    let key = build_key(&cmd);
+    let key_file = PathBuf::from(format!("{}.key", out.display()));
+    if out.exists() && std::fs::read_to_string(&key_file).is_ok_and(|k| k == key) {
+        return out.to_path_buf();
+    }
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     cmd.arg(tmp_flag).arg(&tmp);
     let res = cmd
@@ -43,6 +68,7 @@ fn build(out: &Path, mut cmd: Command, tmp_flag: &str) -> PathBuf {
         String::from_utf8_lossy(&res.stderr)
     );
     std::fs::rename(&tmp, out).expect("rename fixture into place");
+    let _ = std::fs::write(&key_file, key);
     out.to_path_buf()
 }
 

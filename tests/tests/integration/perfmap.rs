@@ -345,8 +345,24 @@ fn sigterm_ends_a_stalled_symbolization_with_outputs() {
     // binary in a root-owned directory (so blazesym is allowed to look
     // there): symbolization blocks. SIGTERM must still end the session,
     // with every output written, within a few seconds.
-    let fixtures = workspace().join("target/fixtures");
-    let dir = fixtures.join(format!("stall-{}", std::process::id()));
+    // /run where it is root's alone and allows programs: the kernels' VMs
+    // share target/ over 9p, which refuses FIFOs.
+    let executable = |d: &Path| {
+        let c = std::ffi::CString::new(d.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a zeroed statvfs is a valid out-parameter.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a valid out-pointer.
+        unsafe { libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_NOEXEC == 0 }
+    };
+    let base = [PathBuf::from("/run")]
+        .into_iter()
+        .find(|d| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+                && executable(d)
+        })
+        .unwrap_or_else(|| workspace().join("target/fixtures"));
+    let dir = base.join(format!("profiler-tests-stall-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     struct Cleanup(PathBuf);
