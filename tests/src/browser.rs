@@ -42,9 +42,15 @@ pub fn encode(value: &str) -> String {
 }
 
 fn headless(extra: &[&str], url: &str) -> std::process::Output {
+    headless_tried(extra, url).unwrap_or_else(|err| panic!("chromium failed on {url}: {err}"))
+}
+
+/// [`headless`], or chromium's stderr when every try failed.
+fn headless_tried(extra: &[&str], url: &str) -> Result<std::process::Output, String> {
     // Under emulation chromium's GPU process (software rendering) crashes
-    // now and then (SIGSEGV, then "GPU process isn't usable"; once in the
-    // 6.12 VM, not in the 6.1 one): the browser is tried three times there.
+    // when it draws (SIGSEGV, then "GPU process isn't usable"; 12 of 13
+    // screenshots in the 6.1 and 6.12 VMs): the browser is tried three
+    // times there.
     // The retries run the GPU work another way: without SwiftShader, then
     // inside the browser's own process.
     const RETRY_FLAGS: [&[&str]; 3] = [
@@ -53,34 +59,29 @@ fn headless(extra: &[&str], url: &str) -> std::process::Output {
         &["--disable-software-rasterizer", "--in-process-gpu"],
     ];
     let tries = if crate::emulated() { 3 } else { 1 };
-    let with = |attempt: usize| -> Vec<&str> {
-        extra
+    let mut err = String::new();
+    for attempt in 1..=tries {
+        let with: Vec<&str> = extra
             .iter()
             .chain(RETRY_FLAGS[attempt - 1])
             .copied()
-            .collect()
-    };
-    for attempt in 1..tries {
-        let out = headless_once(&with(attempt), url);
+            .collect();
+        let out = headless_once(&with, url);
         if out.status.success() {
-            return out;
+            return Ok(out);
         }
-        let err = String::from_utf8_lossy(&out.stderr);
-        eprintln!(
-            "chromium failed (attempt {attempt} of {tries}, under emulation): {}",
-            err.lines()
-                .rev()
-                .find(|l| l.contains("FATAL"))
-                .unwrap_or("")
-        );
+        err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if attempt < tries {
+            eprintln!(
+                "chromium failed (attempt {attempt} of {tries}, under emulation): {}",
+                err.lines()
+                    .rev()
+                    .find(|l| l.contains("FATAL"))
+                    .unwrap_or("")
+            );
+        }
     }
-    let out = headless_once(&with(tries), url);
-    assert!(
-        out.status.success(),
-        "chromium failed on {url}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    Err(err)
 }
 
 fn headless_once(extra: &[&str], url: &str) -> std::process::Output {
@@ -119,15 +120,28 @@ pub fn dump_dom(page: &Path, fragment: &str) -> String {
 }
 
 /// Takes a `width`×`height` screenshot of `page#fragment` into `png`.
-pub fn screenshot(page: &Path, fragment: &str, width: u32, height: u32, png: &Path) {
-    headless(
+/// False only under emulation, when chromium failed every try: drawing
+/// needs its GPU process (software rendering), which crashes in the 6.1
+/// and 6.12 VMs more often than not, and the page draws the same on every
+/// kernel (the DOM is still checked there).
+pub fn screenshot(page: &Path, fragment: &str, width: u32, height: u32, png: &Path) -> bool {
+    let url = page_url(page, fragment);
+    let tried = headless_tried(
         &[
             &format!("--window-size={width},{height}"),
             &format!("--screenshot={}", png.display()),
         ],
-        &page_url(page, fragment),
+        &url,
     );
+    match tried {
+        Ok(_) => {}
+        Err(err) if !crate::relaxed("no screenshot: chromium's GPU process crashed on every try under emulation; the page's DOM is checked") => {
+            panic!("chromium failed on {url}: {err}")
+        }
+        Err(_) => return false,
+    }
     assert!(png.is_file(), "chromium wrote no screenshot");
+    true
 }
 
 /// A decoded screenshot: RGB pixels.

@@ -286,9 +286,9 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
             .iter()
             .find(|st| num(st, "start_ns") >= s && num(st, "end_ns") <= e);
         // Under emulation the interpreter runs 10-30 times slower, and an
-        // iteration without a stall can pass the threshold by itself.
+        // iteration without a stall can pass the threshold by itself, keyed
+        // by what ran in it (the first one by the module's own code).
         if found.is_none()
-            && g["key"] == "(loop iteration)"
             && relaxed("an iteration without a stall may pass the threshold by itself")
         {
             continue;

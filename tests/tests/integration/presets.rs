@@ -3,6 +3,7 @@
 //! exported by Debian's stripped libglib), and its slow iterations are
 //! flagged and explained.
 use profiler_tests::*;
+use serde_json::Value;
 use std::path::PathBuf;
 
 /// `fixtures/glib_loop.c`, built against GLib.
@@ -54,6 +55,25 @@ fn glib_main_loop_is_split_by_the_preset() {
         .map(|v| v.as_u64().unwrap())
         .collect();
     let slow = d["slow"].as_array().unwrap();
+    // Under emulation a fast tick may hold a stalled vCPU (TCG_STALL_NS)
+    // and pass the threshold: such a one is told apart by its length, no
+    // more than a stall past the longest fast tick, and at most a fifth of
+    // the fast ticks may be.
+    let fast_max = truth["fast_max_ns"].as_u64().unwrap();
+    let (slow, stretched): (Vec<&Value>, Vec<&Value>) = slow.iter().partition(|s| {
+        !emulated() || s["duration_ns"].as_u64().unwrap() > fast_max + TCG_STALL_NS + 1_000_000
+    });
+    assert!(
+        stretched.len() as u64 * 5 <= ticks - want.len() as u64,
+        "fixture ran off its design (machine overloaded?): {} fast ticks stretched: {stretched:?}",
+        stretched.len()
+    );
+    if !stretched.is_empty() {
+        relaxed(&format!(
+            "{} fast ticks stretched by the emulation (a vCPU stalled up to 100 ms) reported slow",
+            stretched.len()
+        ));
+    }
     assert_eq!(slow.len(), want.len(), "slow dispatches: {slow:?}");
     for (s, w) in slow.iter().zip(&want) {
         let dur = s["duration_ns"].as_u64().unwrap();
@@ -66,6 +86,31 @@ fn glib_main_loop_is_split_by_the_preset() {
         assert!(key.starts_with("render_scene <- on_tick"), "key {key}");
     }
     let groups = d["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 1, "one cause, one group: {groups:?}");
-    assert_eq!(groups[0]["count"].as_u64(), Some(want.len() as u64));
+    // The stretched ticks, keyed wherever the stall fell, group apart or
+    // with the slow ones.
+    let ours: Vec<&Value> = groups
+        .iter()
+        .filter(|g| {
+            g["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("render_scene <- on_tick"))
+        })
+        .collect();
+    assert_eq!(ours.len(), 1, "one cause, one group: {groups:?}");
+    let with_stretched = stretched
+        .iter()
+        .filter(|s| {
+            s["key"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("render_scene <- on_tick"))
+        })
+        .count();
+    assert_eq!(
+        ours[0]["count"].as_u64(),
+        Some((want.len() + with_stretched) as u64)
+    );
+    assert!(
+        groups.len() - 1 <= stretched.len(),
+        "no group but the slow ticks' and the stretched ones': {groups:?}"
+    );
 }
