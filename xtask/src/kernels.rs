@@ -956,7 +956,7 @@ What the profiler uses, the kernel that added it, and what happens without it.
 | BTF (`/sys/kernel/btf/vmlinux`) | 5.4 (distribution kernels: 5.x with `CONFIG_DEBUG_INFO_BTF`) | nothing works: one line names it |
 | `bpf_get_attach_cookie` for uprobes | 5.15 | nothing works: one line names it |
 | `bpf_loop` | 5.17 | the programs fail to load: one line names the kernel (tracing and sampling need it) |
-| uprobe_multi links | 6.6 | one perf event per probe: attaching thousands of functions is slower; USDT probes with semaphores (CPython's GC) are refused with a line saying why |
+| uprobe_multi links | 6.6 | one perf event per probe: attaching and detaching thousands of functions is slower (detaching with expedited RCU grace periods); USDT probes with semaphores (CPython's GC) get a perf event of their own with the semaphore (`ref_ctr_offset`, 4.20) |
 | uprobe_multi's PID filter fix | 6.10 | uprobe_multi is not used on kernels before 6.10 |
 | uretprobe syscall | 6.11 | return uprobes cost a trap each (the calibration measures it) |
 | 5-byte-nop uprobes as calls | 6.18 | nop entries are single-stepped (the calibration measures it) |

@@ -480,7 +480,7 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
     super::probes::attach_wait_tracepoints(&mut ebpf, waits)
         .map_err(|e| fail("attaching the wait tracepoints", e))?;
     let exe = Path::new("/proc/self/exe");
-    let multi = match kernel::at_least(kernel::UPROBE_MULTI) {
+    let multi = match kernel::uprobe_multi() {
         true => attach_multi(&ebpf, &plan, exe, pid),
         false => Err("not before Linux 6.10".into()),
     };

@@ -95,7 +95,7 @@ pub fn run() -> Check {
             if since(kernel::UPROBE_MULTI) {
                 "one link per binary: thousands of functions attach and detach in milliseconds"
             } else {
-                "not used: one perf event per probe (slower to attach many functions); USDT probes with semaphores are refused"
+                "not used: one perf event per probe (slower to attach and detach many functions)"
             },
         ),
         finding(

@@ -389,6 +389,10 @@ pub struct Probes {
     /// Probes attached one perf event each (the fallback path): function,
     /// program and link.
     per_probe: Vec<(usize, &'static str, UProbeLinkId)>,
+    /// Functions behind a USDT semaphore attached one perf event a probe
+    /// (no uprobe_multi links): function, and its links and events, the
+    /// entry's first.
+    gated: Vec<(usize, Vec<OwnedFd>)>,
     /// The rings, until [`Probes::take_rings`].
     rings: Vec<EventRing>,
     ebpf: Ebpf,
@@ -406,6 +410,25 @@ pub struct Probes {
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
     pub failed: Vec<(String, String)>,
+}
+
+impl Drop for Probes {
+    /// Per-probe links go first, entries before exits, with expedited RCU
+    /// grace periods when there are many ([`kernel::ExpeditedRcu`]); the
+    /// rest go with the programs.
+    fn drop(&mut self) {
+        let links = std::mem::take(&mut self.per_probe);
+        let _fast =
+            (links.len() >= kernel::ExpeditedRcu::FROM_LINKS).then(kernel::ExpeditedRcu::begin);
+        let (entries, exits): (Vec<_>, Vec<_>) = links
+            .into_iter()
+            .partition(|(_, name, _)| *name == PROG_ENTRY);
+        for (_, name, id) in entries.into_iter().chain(exits) {
+            if let Ok(p) = program(&mut self.ebpf, name) {
+                let _ = p.detach(id);
+            }
+        }
+    }
 }
 
 impl Probes {
@@ -530,6 +553,7 @@ impl Probes {
             multi_links: Vec::new(),
             multi,
             per_probe: Vec::new(),
+            gated: Vec::new(),
             ebpf,
             watch,
             btf,
@@ -616,6 +640,21 @@ impl Probes {
             None => UProbeScope::AllProcesses,
         };
         let mut ok: Vec<bool> = (0..sel.funcs.len()).map(|i| i >= first).collect();
+        // Probes behind a USDT semaphore: aya's per-probe attach has none.
+        for (i, f) in sel.funcs.iter().enumerate() {
+            if !ok[i] || !pending[i] || f.semaphores == [0; 2] {
+                continue;
+            }
+            ok[i] = false;
+            match self.attach_gated(sel, i, pid) {
+                Ok(fds) => {
+                    self.gated.push((i, fds));
+                    ok[i] = true;
+                }
+                Err(reason) => self.failed.push((f.name.clone(), reason)),
+            }
+            pending[i] = false;
+        }
         for (name, kind) in [
             (PROG_RET, ProbeKind::ReturnSite),
             (PROG_EXIT, ProbeKind::Return),
@@ -624,16 +663,6 @@ impl Probes {
             let prog: &mut UProbe = program(&mut self.ebpf, name)?;
             for (i, f) in sel.funcs.iter().enumerate() {
                 if !ok[i] || !pending[i] {
-                    continue;
-                }
-                if f.semaphores != [0; 2] {
-                    // Without a semaphore the program never reaches the
-                    // probe's site: say so rather than attach in vain.
-                    ok[i] = false;
-                    self.failed.push((
-                        f.name.clone(),
-                        "a USDT probe's semaphore needs uprobe_multi links (Linux 6.10)".into(),
-                    ));
                     continue;
                 }
                 let bin = &sel.binaries[f.binary as usize];
@@ -679,6 +708,54 @@ impl Probes {
         Ok(attached)
     }
 
+    /// Attaches function `i`, whose probes sit behind USDT semaphores, one
+    /// perf event a probe ([`multi::attach_gated_probe`]): its exit sites,
+    /// then its entry. Returns the fds, the entry's first.
+    fn attach_gated(
+        &mut self,
+        sel: &Selection,
+        i: usize,
+        pid: u32,
+    ) -> std::result::Result<Vec<OwnedFd>, String> {
+        let f = &sel.funcs[i];
+        let path = &sel.binaries[f.binary as usize].open_path;
+        let c = cookie(sel, i, false);
+        let ExitProbe::Sites(sites) = &f.exit else {
+            return Err("a USDT pair without its second probe".into());
+        };
+        let prog = |ebpf: &mut Ebpf, name| -> std::result::Result<OwnedFd, String> {
+            let p = program(ebpf, name).map_err(|e| e.to_string())?;
+            p.fd()
+                .map_err(|e| chain(&e))?
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| e.to_string())
+        };
+        let (ret, entry) = (
+            prog(&mut self.ebpf, PROG_RET)?,
+            prog(&mut self.ebpf, PROG_ENTRY)?,
+        );
+        let mut exits = Vec::new();
+        for &site in sites {
+            exits.extend(multi::attach_gated_probe(
+                ret.as_fd(),
+                path,
+                (site, f.semaphores[1]),
+                c,
+                pid,
+            )?);
+        }
+        let mut fds = Vec::from(multi::attach_gated_probe(
+            entry.as_fd(),
+            path,
+            (f.entry_offset(), f.semaphores[0]),
+            c,
+            pid,
+        )?);
+        fds.extend(exits);
+        Ok(fds)
+    }
+
     /// Stops probing the functions `gone` (the overhead governor's call),
     /// leaving every other function probed without a gap. A binary's
     /// uprobe_multi links cannot be changed, so they are rebuilt without
@@ -713,6 +790,7 @@ impl Probes {
             set.funcs = keep;
             set.gen = gen;
         }
+        self.gated.retain(|(i, _)| !is_gone(i));
         // Probes attached one perf event each: entries first, then exits.
         let (mut entries, mut exits, mut kept) = (Vec::new(), Vec::new(), Vec::new());
         for (i, name, id) in std::mem::take(&mut self.per_probe) {
@@ -723,6 +801,8 @@ impl Probes {
             }
         }
         self.per_probe = kept;
+        let _fast = (entries.len() + exits.len() >= kernel::ExpeditedRcu::FROM_LINKS)
+            .then(kernel::ExpeditedRcu::begin);
         for (name, id) in entries.into_iter().chain(exits) {
             program(&mut self.ebpf, name)?
                 .detach(id)
@@ -735,7 +815,7 @@ impl Probes {
     /// links, or None when this kernel cannot (the per-probe path is used
     /// then).
     fn multi_programs(ebpf: &Ebpf) -> Option<MultiPrograms> {
-        if !kernel::at_least(kernel::UPROBE_MULTI) {
+        if !kernel::uprobe_multi() {
             return None;
         }
         let load = |name| {

@@ -228,6 +228,78 @@ pub fn attach_uprobe_multi(
     })
 }
 
+/// The uprobe PMU's `perf_event_attr.config` bit the semaphore's file
+/// offset starts at (`/sys/bus/event_source/devices/uprobe/format/
+/// ref_ctr_offset` reads `config:32-63`; Linux 4.20).
+const REF_CTR_OFFSET_SHIFT: u32 = 32;
+
+/// One uprobe behind a USDT semaphore, for kernels without uprobe_multi
+/// links: a perf event on the file `path` at `offset` that raises the
+/// semaphore at the file offset `ref_ctr` while it lives, in process `pid`,
+/// and a `BPF_PERF_EVENT` link (Linux 5.15) running `prog` with `cookie`.
+/// aya's per-probe attach has no semaphore. Dropping the two fds (the link
+/// first) detaches it.
+pub fn attach_gated_probe(
+    prog: BorrowedFd<'_>,
+    path: &Path,
+    (offset, ref_ctr): (u64, u64),
+    cookie: u64,
+    pid: u32,
+) -> Result<[OwnedFd; 2], String> {
+    use aya_obj::generated::{
+        bpf_attach_type::BPF_PERF_EVENT, perf_event_attr, PERF_FLAG_FD_CLOEXEC,
+    };
+    let pmu = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")
+        .ok()
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .ok_or("this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe)")?;
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("path {} contains a NUL byte", path.display()))?;
+    // SAFETY: perf_event_attr is plain old data; all-zero is "unset".
+    let mut attr: perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = pmu;
+    attr.size = std::mem::size_of::<perf_event_attr>() as u32;
+    attr.config = ref_ctr << REF_CTR_OFFSET_SHIFT;
+    attr.__bindgen_anon_3.uprobe_path = c_path.as_ptr() as u64;
+    attr.__bindgen_anon_4.probe_offset = offset;
+    // Every process: one CPU's event, as aya does (the program runs on
+    // every CPU's hits whatever the event's CPU).
+    let (pid, cpu) = match pid {
+        0 => (-1, 0),
+        p => (p as libc::c_int, -1),
+    };
+    // SAFETY: a valid attr whose path outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const perf_event_attr,
+            pid,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "a uprobe with a semaphore on {} at {offset:#x}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a new fd that nothing else owns.
+    let event = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let mut attr = zeroed_attr();
+    // SAFETY: writing plain integers into the LINK_CREATE member of the union.
+    let link = unsafe { &mut attr.link_create };
+    link.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
+    link.__bindgen_anon_2.target_fd = event.as_raw_fd() as u32;
+    link.attach_type = BPF_PERF_EVENT as u32;
+    link.__bindgen_anon_3.perf_event.bpf_cookie = cookie;
+    let link = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)
+        .map_err(|e| format!("linking a program to a uprobe with a semaphore: {e}"))?;
+    Ok([link, event])
+}
+
 #[cfg(test)]
 mod tests {
     use std::{num::NonZeroU32, time::Instant};

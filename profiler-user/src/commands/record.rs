@@ -73,7 +73,7 @@ fn default_max_funcs(select: &mut crate::cli::SelectArgs) {
     if select.max_funcs.is_some() {
         return;
     }
-    let per_probe = !crate::attach::kernel::at_least(crate::attach::kernel::UPROBE_MULTI);
+    let per_probe = !crate::attach::kernel::uprobe_multi();
     select.max_funcs = Some(match per_probe {
         true => crate::cli::PER_PROBE_MAX_FUNCS,
         false => crate::cli::DEFAULT_MAX_FUNCS,

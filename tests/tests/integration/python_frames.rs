@@ -272,7 +272,45 @@ fn a_python_gc_stall_is_named_as_gc() {
     }
 }
 
+#[test]
+fn a_python_gc_stall_is_named_as_gc_with_one_perf_event_a_probe() {
+    require_root!();
+    // The path of kernels without uprobe_multi links (before 6.10): the
+    // GC probes' semaphores go with perf events of their own. Detaching
+    // the functions expedites RCU grace periods, and restores the setting.
+    let Some(python) = pythons_with_gc_probes().into_iter().next() else {
+        eprintln!("SKIP a_python_gc_stall_is_named_as_gc_with_one_perf_event_a_probe: no CPython with USDT probes");
+        return;
+    };
+    let knob = "/sys/kernel/rcu_expedited";
+    let before = std::fs::read_to_string(knob).unwrap_or_default();
+    let err = gc_stall_is_named_with(&python, true);
+    assert!(
+        err.contains("(one perf event per probe)"),
+        "the per-probe path was not taken: {err}"
+    );
+    assert!(
+        !err.lines().any(|l| l.contains("Python GC")
+            && ["refused", "not timed", "not traced"]
+                .iter()
+                .any(|w| l.contains(w))),
+        "Python GC was refused or left untimed: {err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(knob).unwrap_or_default(),
+        before,
+        "{knob} was not restored"
+    );
+}
+
 fn gc_stall_is_named(python: &Path) {
+    gc_stall_is_named_with(python, false);
+}
+
+/// Asserts the five collections of [`GC_SCRIPT`] are named and timed,
+/// attached one perf event a probe if `per_probe`. Returns the profiler's
+/// stderr.
+fn gc_stall_is_named_with(python: &Path, per_probe: bool) -> String {
     eprintln!("{}: five collections", python.display());
     let dir = TempDir::new("pygc");
     let script = dir.join("gcapp.py");
@@ -281,7 +319,18 @@ fn gc_stall_is_named(python: &Path) {
     cmd.arg(&script);
     let mut fx = Fixture::spawn_cmd(cmd, python);
     let out = dir.join("out");
-    let rec = Recording::start(fx.pid, &out, &["--threshold", "20ms"]);
+    // One perf event a probe detaches in one RCU grace period a probe
+    // (60 ms each on 6.18, where it waits for an RCU-tasks-trace one):
+    // 16 functions, the GC's probes beside them, 40 probes or so.
+    let extra: &[&str] = match per_probe {
+        true => &["--threshold", "20ms", "--max-funcs", "16"],
+        false => &["--threshold", "20ms"],
+    };
+    let mut rec = Recording::command(fx.pid, &out, extra);
+    if per_probe {
+        rec.env("PROFILER_PER_PROBE", "1");
+    }
+    let rec = Recording::spawn(rec);
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
     assert!(fin.status.success(), "{fin:?}");
@@ -321,4 +370,5 @@ fn gc_stall_is_named(python: &Path) {
             .any(|l| l.contains("verdict:") && l.contains("in Python GC")),
         "the verdict names Python GC: {txt}"
     );
+    fin.stderr.join("\n")
 }

@@ -239,7 +239,7 @@ fn presample_selection(
 /// attaches each probe on its own; else nothing.
 pub fn cap_reason(max_funcs: usize) -> String {
     use crate::attach::kernel;
-    if max_funcs != crate::cli::PER_PROBE_MAX_FUNCS || kernel::at_least(kernel::UPROBE_MULTI) {
+    if max_funcs != crate::cli::PER_PROBE_MAX_FUNCS || kernel::uprobe_multi() {
         return String::new();
     }
     format!(
