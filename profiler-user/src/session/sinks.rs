@@ -104,6 +104,9 @@ pub struct Sinks {
     /// A sample landed in a binary the unwind-table budget left without a
     /// table since the last tick (see `Tables::rebalance`).
     hot_stacks: bool,
+    /// The target's executable mappings when its interpreters were last
+    /// looked for (`Tables::add_interpreters`, the first seconds).
+    interp_seen: Option<String>,
     /// `--lib`s not mapped when the probes went on, checked every 0.1 s
     /// until they are.
     pub libs: crate::tracee::libwatch::LibWatch,
@@ -594,6 +597,7 @@ impl Sinks {
             goroutines: Goroutines::default(),
             tables: None,
             hot_stacks: false,
+            interp_seen: None,
             libs: Default::default(),
             processes: None,
             execs: Vec::new(),
@@ -637,6 +641,15 @@ impl Sinks {
             // Python code objects met since the last tick, read while the
             // target runs.
             t.learn_python();
+            // For the first 5 s, every 50 ms: a launched command's (or a
+            // dlopened) interpreter is told of as soon as it is mapped, not
+            // at the next once-a-second pass, which a loaded machine can
+            // delay past a short script's first slow calls.
+            if elapsed.as_secs() < 5 && self.ticks % 5 == 1 {
+                if let Some(exec) = t.add_interpreters(self.pid, self.interp_seen.as_deref()) {
+                    self.interp_seen = Some(exec);
+                }
+            }
         }
         // Every 10 ms for the first second (a launched command maps its
         // libraries at once), then every 0.1 s.

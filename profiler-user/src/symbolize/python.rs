@@ -18,7 +18,9 @@
 //! One freed and another allocated at its address in the same process
 //! would keep the first one's name; code objects are seldom freed (only
 //! code made at run time, by `exec` or `compile`, is).
-use std::{collections::HashMap, fs::File, sync::Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::{collections::HashMap, fs::File};
 
 use aya::{
     maps::{HashMap as BpfHash, MapData, RingBuf},
@@ -271,8 +273,10 @@ fn keep(pid: u32, code: u64, read: Code) {
 /// Finds CPython in processes and keeps the kernel's `PY_PROCS` current.
 pub struct Python {
     procs: BpfHash<MapData, u32, PyProc>,
-    /// Code objects met for the first time ([`Python::learn`]).
-    news: RingBuf<MapData>,
+    /// Code objects met for the first time ([`Python::learn`]), also read
+    /// by a thread of their own.
+    news: Arc<News>,
+    reader: Option<std::thread::JoinHandle<()>>,
     /// Each binary read, by identity: its markers if it is CPython.
     files: HashMap<FileKey, Option<Binary>>,
     /// Versions already said to be unsupported.
@@ -295,9 +299,27 @@ impl Python {
         let news = ebpf
             .take_map(PY_NEWS_MAP)
             .ok_or_else(|| Error::Load(format!("no {PY_NEWS_MAP} map")))?;
+        let news = Arc::new(News {
+            ring: Mutex::new(RingBuf::try_from(news).map_err(|e| Error::Load(chain(&e)))?),
+            told: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let reader = {
+            let news = Arc::clone(&news);
+            std::thread::Builder::new()
+                .name("profiler-news".into())
+                .spawn(move || {
+                    while !news.stop.load(Ordering::Relaxed) {
+                        news.read();
+                        std::thread::sleep(News::EVERY);
+                    }
+                })
+                .map_err(|e| Error::Load(format!("starting the notices' thread: {e}")))?
+        };
         Ok(Python {
             procs: BpfHash::try_from(map).map_err(|e| Error::Load(chain(&e)))?,
-            news: RingBuf::try_from(news).map_err(|e| Error::Load(chain(&e)))?,
+            news,
+            reader: Some(reader),
             files: HashMap::new(),
             told: Vec::new(),
         })
@@ -377,14 +399,56 @@ impl Python {
     }
 
     /// Reads the code objects the kernel told of since the last call,
-    /// while their processes run. Returns how many notices there were.
+    /// while their processes run. Returns how many notices there were
+    /// since then (the notices' thread's included).
     pub fn learn(&mut self) -> usize {
+        self.news.read();
+        self.news.told.swap(0, Ordering::Relaxed)
+    }
+}
+
+impl Drop for Python {
+    fn drop(&mut self) {
+        self.news.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.reader.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kernel's notices of code objects (and JavaScript functions) met
+/// for the first time. The agent's ticks read them, and so does a thread
+/// of their own every [`News::EVERY`]: a tick can spend seconds on a big
+/// binary's unwind tables (node's, under emulation), and a process that
+/// exits meanwhile takes the names with it. The kernel tells of each one
+/// once.
+struct News {
+    ring: Mutex<RingBuf<MapData>>,
+    /// Notices read since [`Python::learn`] last returned.
+    told: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl News {
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+    /// Reads what the ring holds, and the objects it names. The ring stays
+    /// locked until they are read: a tick's [`Python::learn`] returns with
+    /// the thread's reads done too.
+    fn read(&self) {
         let mut told: Vec<PyCodeNotice> = Vec::new();
-        while let Some(item) = self.news.next() {
+        let Ok(mut ring) = self.ring.lock() else {
+            return;
+        };
+        while let Some(item) = ring.next() {
             if let Some(n) = profiler_common::read::<PyCodeNotice>(&item) {
                 told.push(n);
             }
         }
+        if told.is_empty() {
+            return;
+        }
+        self.told.fetch_add(told.len(), Ordering::Relaxed);
         told.sort_unstable_by_key(|n| (n.pid, n.code));
         told.dedup();
         // JavaScript functions share the ring (`v8.rs`).
@@ -412,7 +476,7 @@ impl Python {
                 }
             }
         }
-        told.len() + js.len()
+        drop(ring);
     }
 }
 

@@ -457,13 +457,28 @@ impl Tables {
         self.add_process_from(pid, &text);
     }
 
+    /// Tells the kernel of `pid`'s interpreters (CPython, V8), without
+    /// building its tables, when its executable mappings differ from
+    /// `seen`. Returns those mappings when it looked (None while `pid` is
+    /// still the agent's fork, gone, or unchanged).
+    pub fn add_interpreters(&mut self, pid: u32, seen: Option<&str>) -> Option<String> {
+        if is_own_fork(pid) {
+            return None;
+        }
+        let exec = executable_lines(&crate::tracee::process::read_maps(pid).ok()?);
+        if seen == Some(exec.as_str()) {
+            return None;
+        }
+        self.add_python(pid, &exec);
+        if let Some(v8) = &mut self.v8 {
+            v8.add_process(pid, &exec);
+        }
+        Some(exec)
+    }
+
     /// [`Self::add_process`] with `/proc/PID/maps` read already (`text`).
     pub fn add_process_from(&mut self, pid: u32, text: &str) {
-        let exec: String = text
-            .lines()
-            .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let exec = executable_lines(text);
         if self.per_pid.get(&pid).is_some_and(|e| e.exec == exec) {
             if self.python_retry.contains(&pid) {
                 self.add_python(pid, &exec);
@@ -692,6 +707,14 @@ impl Tables {
         left.extend(self.add(then, budget.saturating_sub(start.elapsed())));
         left
     }
+}
+
+/// The executable mappings' lines of `/proc/PID/maps` text `maps`.
+fn executable_lines(maps: &str) -> String {
+    maps.lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// True when `pid` runs the agent's own executable: a child forked to
