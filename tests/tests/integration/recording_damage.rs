@@ -140,8 +140,14 @@ fn sigkill_cut_is_readable() {
     assert!(at <= len);
     let json = read_json(again.path(), "functions.json");
     let got = calls(&json, "burst_tiny");
+    // Under emulation a probe hit costs 30-40 µs, and the fixture runs
+    // 10-30 times slower (6.1 VM: 5,497 calls in the 3 s).
+    let least = match relaxed("sigkill_cut: 1,000 calls read from the 3 s, not 10,000") {
+        true => 1_000,
+        false => 10_000,
+    };
     assert!(
-        (10_000..want).contains(&got),
+        (least..want).contains(&got),
         "{got} calls read from 3 s of tracing (of {want} made)"
     );
     assert_eq!(json["stop_reason"], "recording cut short");

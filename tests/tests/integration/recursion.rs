@@ -22,8 +22,15 @@ fn recursion_counts_and_outermost_total() {
     );
     // max is an outermost call, min an innermost one (a tenth of it or so).
     let (max, want) = (num(f, "max_ns"), num(t, "max_ns"));
+    // Under emulation the probes' hits, outside the fixture's clock, may
+    // hold a stalled vCPU (TCG_STALL_NS).
+    let slack = match relaxed("recursion: the longest call may be a vCPU stall past the fixture's")
+    {
+        true => TCG_STALL_NS,
+        false => 0,
+    };
     assert!(
-        max.abs_diff(want) <= (want / 10).max(100_000),
+        max.abs_diff(want) <= (want / 10).max(100_000) + slack,
         "max {max} vs fixture {want}"
     );
     assert!(
