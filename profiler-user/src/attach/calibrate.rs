@@ -424,12 +424,18 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
     // with a ring per CPU (a hit writes to one ring either way).
     let spec = RingSpec::shared(1 << 20);
     let mut loader = EbpfLoader::new();
+    // No samplers and no tables: the maps they would fill take one entry
+    // each (100 MiB of kernel memory otherwise, beside the session's own).
+    for (map, entries) in super::probes::Samplers::NONE.map_sizes() {
+        loader.map_max_entries(map, entries);
+    }
     let mut ebpf = spec
         .configure(&mut loader)?
         .override_global(TARGET_TGID_GLOBAL, &pid, true)
         .override_global(WATCH_TID_GLOBAL, &0u32, true)
         .override_global(SAMPLE_ALL_GLOBAL, &0u32, true)
         .override_global(WAKEUP_BYTES_GLOBAL, &u64::MAX, true)
+        .map_max_entries(profiler_common::UNWIND_ROWS_MAP, 1)
         .load(EBPF_OBJECT)
         .map_err(|e| fail("loading", chain(&e)))?;
     let mut ring = rings::create(&mut ebpf, spec)?

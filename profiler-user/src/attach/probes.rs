@@ -379,6 +379,57 @@ enum Step {
     Attach,
 }
 
+/// Which of the CPU samplers a session may start: their maps are sized
+/// for them, or to one entry each when not (`record` without `--sample`
+/// and `--off-cpu` saves 44 MiB of kernel memory, which a memory cgroup
+/// counts).
+#[derive(Debug, Clone, Copy)]
+pub struct Samplers {
+    /// Every process on the machine, not the target alone (`sample --all`).
+    pub all: bool,
+    /// The CPU profile (`CPU_STACKS`, `CPU_COUNTS`, `CPU_COMMS`).
+    pub cpu: bool,
+    /// Off-CPU time (`OFFCPU_START`, `OFFCPU_NS`, and the CPU profile's
+    /// stacks and names).
+    pub off_cpu: bool,
+}
+
+impl Samplers {
+    /// Neither sampler, for the target's processes alone.
+    pub const NONE: Samplers = Samplers {
+        all: false,
+        cpu: false,
+        off_cpu: false,
+    };
+
+    /// Both samplers, for the target's processes alone or, with `all`,
+    /// every process.
+    pub fn both(all: bool) -> Self {
+        Samplers {
+            all,
+            cpu: true,
+            off_cpu: true,
+        }
+    }
+
+    /// The entries of each CPU-sampler map: its capacity, or one.
+    pub(crate) fn map_sizes(&self) -> [(&'static str, u32); 5] {
+        use profiler_common::{
+            CPU_COMMS_MAP, CPU_COUNTS_CAPACITY, CPU_COUNTS_MAP, CPU_STACKS_CAPACITY,
+            CPU_STACKS_MAP, OFFCPU_NS_MAP, OFFCPU_START_MAP,
+        };
+        let either = self.cpu || self.off_cpu;
+        let size = |used: bool, n: u32| if used { n } else { 1 };
+        [
+            (CPU_STACKS_MAP, size(either, CPU_STACKS_CAPACITY)),
+            (CPU_COUNTS_MAP, size(self.cpu, CPU_COUNTS_CAPACITY)),
+            (CPU_COMMS_MAP, size(either, CPU_COUNTS_CAPACITY)),
+            (OFFCPU_START_MAP, size(self.off_cpu, CPU_COUNTS_CAPACITY)),
+            (OFFCPU_NS_MAP, size(self.off_cpu, CPU_COUNTS_CAPACITY)),
+        ]
+    }
+}
+
 /// Loaded programs and their links.
 pub struct Probes {
     /// uprobe_multi links, per binary (dropped first: each detaches all
@@ -440,19 +491,11 @@ impl Probes {
         tgid: u32,
         watch: Watch,
         ring: RingSpec,
-        sample_all: bool,
+        samplers: Samplers,
         (unwind, rows): (UnwindMode, u32),
         tracking: Tracking,
     ) -> Result<Self> {
-        Self::load_in_cgroup(
-            tgid,
-            watch,
-            ring,
-            sample_all,
-            (unwind, rows),
-            None,
-            tracking,
-        )
+        Self::load_in_cgroup(tgid, watch, ring, samplers, (unwind, rows), None, tracking)
     }
 
     /// [`Probes::load`], the samplers limited to the subtree of `cgroup`
@@ -461,7 +504,7 @@ impl Probes {
         tgid: u32,
         watch: Watch,
         ring: RingSpec,
-        sample_all: bool,
+        samplers: Samplers,
         (unwind, table_rows): (UnwindMode, u32),
         cgroup: Option<&Cgroup>,
         tracking: Tracking,
@@ -503,6 +546,9 @@ impl Probes {
         };
         let mut loader = EbpfLoader::new();
         loader.btf(btf.as_ref());
+        for (map, entries) in samplers.map_sizes() {
+            loader.map_max_entries(map, entries);
+        }
         let mut ebpf = ring
             .configure(&mut loader)?
             .override_global(TARGET_TGID_GLOBAL, &tgid, true)
@@ -513,7 +559,7 @@ impl Probes {
                 &u32::from(watch.wait_loop),
                 true,
             )
-            .override_global(SAMPLE_ALL_GLOBAL, &u32::from(sample_all), true)
+            .override_global(SAMPLE_ALL_GLOBAL, &u32::from(samplers.all), true)
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .override_global(UNWIND_MODE_GLOBAL, &mode, true)
@@ -1399,19 +1445,34 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe> {
         .map_err(|e: ProgramError| Error::Load(chain(&e)))
 }
 
-/// Raises the open-file limit to its hard maximum: every probe holds a perf
-/// event and a link descriptor.
+/// Raises the open-file limit: every probe attached on its own holds a perf
+/// event and a link descriptor, two per function or more (3,000 of libc's
+/// functions on 6.1 ran out at a hard limit of 4,096). Root raises the hard
+/// limit too, up to the kernel's `fs.nr_open`; otherwise the soft limit
+/// goes to the hard one.
 pub fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit on a valid rlimit on our stack.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    // SAFETY: getrlimit on a valid rlimit on our stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(0);
+    let want = libc::rlimit {
+        rlim_cur: lim.rlim_max.max(nr_open),
+        rlim_max: lim.rlim_max.max(nr_open),
+    };
+    // SAFETY: setrlimit with a valid rlimit; refused without
+    // CAP_SYS_RESOURCE, then the soft limit alone is raised.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } != 0 && lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: as above, within the hard limit.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
     }
 }
 

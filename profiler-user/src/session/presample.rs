@@ -10,7 +10,7 @@ use std::{collections::HashMap, time::Duration};
 use crate::{
     analyze::cpu_profile::read_user,
     attach::{
-        probes::Probes,
+        probes::{Probes, Samplers},
         rings::RingSpec,
         samplers::{self, CpuMaps},
     },
@@ -43,7 +43,7 @@ pub fn sample(pid: u32, tid: u32, rows: u32) -> Result<Seen> {
         pid,
         Default::default(),
         RingSpec::shared(4096),
-        false,
+        Samplers::both(false),
         (UnwindMode::Tables, rows),
         None,
         Default::default(),

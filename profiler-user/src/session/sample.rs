@@ -16,7 +16,7 @@ use crate::{
         cpu_profile::{self, Unwound},
     },
     attach::{
-        probes::{CounterMap, Probes},
+        probes::{CounterMap, Probes, Samplers},
         rings::RingSpec,
         samplers::{self, CpuMaps, NewProcesses},
     },
@@ -366,7 +366,7 @@ impl<'a> Sampler<'a> {
             pid,
             Default::default(),
             RingSpec::shared(ring_size),
-            args.all,
+            Samplers::both(args.all),
             (unwind, table_rows),
             cgroup.as_ref(),
             Default::default(),

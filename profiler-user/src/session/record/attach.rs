@@ -49,7 +49,11 @@ impl<'a> Recorder<'a> {
                 mode: args.rings,
                 size: args.ring_size,
             },
-            false,
+            probes::Samplers {
+                all: false,
+                cpu: args.sample.is_some(),
+                off_cpu: args.off_cpu,
+            },
             (unwind, table_rows),
             self.tracking,
         )
