@@ -38,7 +38,7 @@ use std::{
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
-        mpsc, Arc, Once,
+        mpsc, Arc, Mutex, Once,
     },
     time::{Duration, Instant},
 };
@@ -297,6 +297,7 @@ impl Symbolizer {
         }
         let text = crate::tracee::process::read_maps(pid).ok()?;
         let maps = parse_exec_maps(&text);
+        hold(pid, &maps);
         if !perf_map && maps.iter().any(ExecMap::may_be_jit) {
             let _ = perfmap::Location::of(pid);
         }
@@ -935,14 +936,60 @@ struct Core {
     own_vdso: Option<u64>,
 }
 
+/// The files of mappings whose path is not root's alone, opened through
+/// `/proc/PID/map_files` when the mappings are read (while mapped) and
+/// held (at most [`HELD_MAX`]), so that their symbols are read after the
+/// process exits: by path, an overlay (a container's root; /tmp in the
+/// kernels' VMs) gives another device than the mapping's, so the file
+/// could not be told to be the same. None: root's alone, or not opened.
+type Held = HashMap<(PathBuf, u64, u64), Option<File>>;
+static HELD: Mutex<Option<Held>> = Mutex::new(None);
+/// Files held at most ([`HELD`]).
+const HELD_MAX: usize = 1024;
+
+/// Holds the files of `pid`'s file mappings `maps` not held yet
+/// ([`HELD`]).
+fn hold(pid: u32, maps: &[ExecMap]) {
+    let Ok(mut g) = HELD.lock() else { return };
+    let held = g.get_or_insert_with(HashMap::new);
+    for m in maps.iter().filter(|m| m.kind == Kind::File) {
+        let key = (m.path.clone(), m.dev, m.inode);
+        if held.len() >= HELD_MAX || held.contains_key(&key) {
+            continue;
+        }
+        let file = match untrusted::root_controlled(&m.path) {
+            true => None,
+            false => {
+                let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+                untrusted::open_regular(std::path::Path::new(&mf), true)
+                    .ok()
+                    .map(|(f, _)| f)
+            }
+        };
+        held.insert(key, file);
+    }
+}
+
+/// A copy of the held file of mapping `m` ([`HELD`]).
+fn held(m: &ExecMap) -> Option<File> {
+    let g = HELD.lock().ok()?;
+    let key = (m.path.clone(), m.dev, m.inode);
+    g.as_ref()?.get(&key)?.as_ref()?.try_clone().ok()
+}
+
 /// Opens the file of mapping `m` of `pid` without blocking: through
-/// `/proc/PID/map_files` while it is mapped, else by its path if that is
-/// still the same regular file (device and inode). Returns the file and a
-/// path blazesym can open it by, under which no other file can exist.
+/// `/proc/PID/map_files` while it is mapped, else the file held since its
+/// mappings were read ([`HELD`]), else by its path if that is still the
+/// same regular file (device and inode). Returns the file and a path
+/// blazesym can open it by, under which no other file can exist.
 fn open_mapping(pid: u32, m: &ExecMap) -> Option<(File, PathBuf)> {
     let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
     if let Ok((f, _)) = untrusted::open_regular(&mf, true) {
         return Some((f, mf));
+    }
+    if let Some(f) = held(m) {
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+        return Some((f, by_fd));
     }
     let (f, md) = untrusted::open_regular(&m.path, false).ok()?;
     if (md.dev(), md.ino()) != (m.dev, m.inode) {
