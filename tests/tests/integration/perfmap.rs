@@ -23,6 +23,17 @@ fn limit() -> Duration {
     }
 }
 
+/// How many seconds a fixture runs for, `secs` (it is killed when the
+/// test is done): ten times longer under emulation, where loading the
+/// sampler took longer than 15 s in the 6.1 VM and the fixture had
+/// exited before the first sample.
+fn lifetime(secs: u32) -> String {
+    match relaxed("perfmap: fixtures run ten times longer: the sampler loads in tens of seconds under emulation") {
+        true => (secs * 10).to_string(),
+        false => secs.to_string(),
+    }
+}
+
 fn burn() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
@@ -196,7 +207,7 @@ fn planted_perf_maps_are_refused_and_never_block() {
     require_root!();
     for kind in [Plant::Fifo, Plant::Symlink, Plant::OtherUser] {
         // The brief's target: an ordinary burner (no JIT code at all).
-        let fx = Fixture::spawn(burn(), &["15", "chain"]);
+        let fx = Fixture::spawn(burn(), &[&lifetime(15), "chain"]);
         let keep = TempDir::new("perfmap-keep");
         let planted = plant(kind, fx.pid, 0x1000, 0x10, &keep);
         let out = TempDir::new("perfmap-burn");
@@ -207,7 +218,7 @@ fn planted_perf_maps_are_refused_and_never_block() {
 
         // A target whose JIT code the planted file does name: had it been
         // read, PLANTED would be its hottest frame.
-        let mut fx = Fixture::spawn(jit(), &["15", "nowrite"]);
+        let mut fx = Fixture::spawn(jit(), &[&lifetime(15), "nowrite"]);
         let (start, size) = jit_region(&mut fx);
         let planted = plant(kind, fx.pid, start, size, &keep);
         let out = TempDir::new("perfmap-jit");
@@ -231,7 +242,7 @@ fn own_perf_map_names_jit_code() {
     require_root!();
     // Hostile bytes in the name: `;` (the folded separator), markup, ESC.
     let name = "JIT_SPIN;<b>\u{1b}&x";
-    let mut fx = Fixture::spawn(jit(), &["15", "write", name]);
+    let mut fx = Fixture::spawn(jit(), &[&lifetime(15), "write", name]);
     let (start, _) = jit_region(&mut fx);
     let map = PathBuf::from(format!("/tmp/perf-{}.map", fx.pid));
     let _cleanup = Planted(map.clone());
@@ -331,7 +342,7 @@ fn fifos_beside_a_users_binary_never_block() {
         if link {
             mkfifo(&dir.join("bin.debug"));
         }
-        let fx = Fixture::spawn(&bin, &["15", "chain"]);
+        let fx = Fixture::spawn(&bin, &[&lifetime(15), "chain"]);
         let out = TempDir::new("perfmap-beside-out");
         sample(fx.pid, out.path());
         let folded_text = read(out.path(), "cpu.folded");
@@ -395,7 +406,7 @@ fn sigterm_ends_a_stalled_symbolization_with_outputs() {
     }
     let bin = burn_copy(&dir, true);
     mkfifo(&dir.join("bin.debug"));
-    let fx = Fixture::spawn(&bin, &["30", "chain"]);
+    let fx = Fixture::spawn(&bin, &[&lifetime(30), "chain"]);
     let out = TempDir::new("perfmap-stall");
     let cmd = {
         let mut c = std::process::Command::new(profiler_bin());
