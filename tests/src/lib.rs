@@ -66,6 +66,17 @@ pub fn relaxed(what: &str) -> bool {
     }
 }
 
+/// How many seconds, as a fixture's argument, a fixture the test kills
+/// when done runs for: `secs`, or ten times that under emulation, where
+/// loading the sampler took longer than a 10- or 15-s fixture's life in
+/// the 6.1 VM (it had exited before the first sample).
+pub fn lifetime(secs: u32) -> String {
+    match relaxed("fixtures killed at the end run ten times longer: the sampler loads in tens of seconds under emulation") {
+        true => (secs * 10).to_string(),
+        false => secs.to_string(),
+    }
+}
+
 /// The running kernel's (major, minor) version.
 pub fn kernel_version() -> (u32, u32) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");

@@ -23,17 +23,6 @@ fn limit() -> Duration {
     }
 }
 
-/// How many seconds a fixture runs for, `secs` (it is killed when the
-/// test is done): ten times longer under emulation, where loading the
-/// sampler took longer than 15 s in the 6.1 VM and the fixture had
-/// exited before the first sample.
-fn lifetime(secs: u32) -> String {
-    match relaxed("perfmap: fixtures run ten times longer: the sampler loads in tens of seconds under emulation") {
-        true => (secs * 10).to_string(),
-        false => secs.to_string(),
-    }
-}
-
 fn burn() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {

@@ -51,8 +51,7 @@ fn frame_pointer_chain_is_complete() {
     let out = TempDir::new("sample-fp");
     // Attaching took 9 s of the fixture's 10 under emulation; the fixture
     // is killed when the test ends.
-    let secs = if emulated() { "60" } else { "10" };
-    let fx = Fixture::spawn(burn_fp(), &[secs, "chain"]);
+    let fx = Fixture::spawn(burn_fp(), &[&lifetime(10), "chain"]);
     sample(
         out.path(),
         &["--pid", &fx.pid.to_string(), "--duration", "1500ms"],
@@ -97,7 +96,7 @@ fn frame_pointer_chain_is_complete() {
 fn no_frame_pointer_leaf_is_seen() {
     require_root!();
     let out = TempDir::new("sample-nofp");
-    let fx = Fixture::spawn(burn_nofp(), &["10", "chain"]);
+    let fx = Fixture::spawn(burn_nofp(), &[&lifetime(10), "chain"]);
     sample(
         out.path(),
         &["--pid", &fx.pid.to_string(), "--duration", "1s"],
@@ -141,8 +140,8 @@ fn system_wide_split_follows_cpu_time() {
     // Named apart (PR_SET_NAME), so their stacks' first frames differ.
     let tag = std::process::id() % 100_000;
     let (full_comm, half_comm) = (format!("pfull{tag}"), format!("phalf{tag}"));
-    let full = Fixture::spawn(burn_fp(), &["20", "chain", &full_comm]);
-    let half = Fixture::spawn(burn_fp(), &["20", "half", &half_comm]);
+    let full = Fixture::spawn(burn_fp(), &[&lifetime(20), "chain", &full_comm]);
+    let half = Fixture::spawn(burn_fp(), &[&lifetime(20), "half", &half_comm]);
     let before = (cpu_ns(full.pid), cpu_ns(half.pid));
     // 499 Hz rather than the default 99: five times the samples, and a
     // period (2 ms) shorter than the half-busy process's bursts, so the
@@ -328,7 +327,7 @@ fn debian_binary_without_frame_pointers_has_multi_frame_stacks() {
 fn dwarf_unwinding_completes_stacks_without_frame_pointers() {
     require_root!();
     let out = TempDir::new("sample-dwarf");
-    let fx = Fixture::spawn(burn_nofp(), &["10", "chain"]);
+    let fx = Fixture::spawn(burn_nofp(), &[&lifetime(10), "chain"]);
     sample(
         out.path(),
         &["--pid", &fx.pid.to_string(), "--duration", "1s", "--dwarf"],
