@@ -32,7 +32,14 @@ pub struct Timeline {
     named_wakers: std::collections::HashSet<(u32, u32)>,
     /// The last flow arrow's id.
     flow_id: u64,
+    /// Slow dispatches let go from detail, written at the end in the order
+    /// they started ([`Timeline::let_go`]).
+    let_go: Vec<Slow>,
 }
+
+/// Slow dispatches let go from detail held for the end, at most: past
+/// them, each is written when let go.
+const LET_GO_HELD: usize = 10_000;
 
 impl Timeline {
     /// Starts `trace.json` in `file` for process `pid`; timestamps are
@@ -60,6 +67,7 @@ impl Timeline {
             other_pids: Default::default(),
             named_wakers: Default::default(),
             flow_id: 0,
+            let_go: Vec::new(),
         })
     }
 
@@ -179,6 +187,19 @@ impl Timeline {
         self.keep(r);
     }
 
+    /// Slow dispatch `s`, let go from detail: held and written at the end
+    /// with the others let go, in the order they started, so that a
+    /// recording and its replay write the same file (a dispatch explained
+    /// late, when its frames' names came, is let go later while recording
+    /// than in the replay). Past [`LET_GO_HELD`], written now.
+    pub fn let_go(&mut self, cfg: &Config, s: Slow) {
+        if self.let_go.len() < LET_GO_HELD {
+            self.let_go.push(s);
+        } else {
+            self.slow_dispatch(cfg, &s, &[]);
+        }
+    }
+
     /// Closes the file: process names (`processes`: pid and program, when
     /// several were traced), thread names, then slow dispatches and hangs.
     /// Returns the first write error, if any happened.
@@ -210,6 +231,11 @@ impl Timeline {
             }
         }
         if let Some(d) = dispatch {
+            let mut let_go = std::mem::take(&mut self.let_go);
+            let_go.sort_by_key(|s| s.index);
+            for s in &let_go {
+                self.slow_dispatch(&d.cfg, s, &[]);
+            }
             for s in &d.slow {
                 self.slow_dispatch(&d.cfg, s, threads);
             }

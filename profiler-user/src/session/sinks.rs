@@ -751,12 +751,12 @@ impl Sinks {
     }
 }
 
-/// Slow dispatches let go from detail (or explained late) go to trace.json
-/// now.
+/// Slow dispatches let go from detail (or explained late) go to the
+/// timeline, which writes them at the end ([`Timeline::let_go`]).
 fn evicted_to_timeline(d: &mut Dispatcher, timeline: &mut Option<Timeline>) {
     for s in d.take_evicted() {
         if let Some(tl) = timeline {
-            tl.slow_dispatch(&d.cfg, &s, &[]);
+            tl.let_go(&d.cfg, s);
         }
     }
 }
