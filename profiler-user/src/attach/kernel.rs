@@ -73,12 +73,12 @@ const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
 /// of milliseconds on hardware; under emulation stopping 640 probes in
 /// the 6.1 VM went from 61.8 s to 27.3 s. (On 6.18 something this does
 /// not expedite dominates, an RCU-tasks-trace grace period as far as we
-/// can tell: 67 ms a probe, with `PROFILER_PER_PROBE=1`; uprobe_multi links
-/// are used there.) The price is
-/// an interrupt to each busy CPU per grace period, while the detach lasts. The setting is restored when
-/// the guard drops, also on Ctrl-C and SIGTERM (not on SIGKILL: it then
-/// stays 1 until set back or the next boot, which costs nothing but
-/// those interrupts).
+/// can tell: 67 ms a probe, with `PROFILER_PER_PROBE=1`; uprobe_multi
+/// links are used there.) The price is an interrupt to each busy CPU per
+/// grace period, while the detach lasts. The setting is restored when the
+/// guard drops, also on Ctrl-C and SIGTERM (not on SIGKILL: it then stays
+/// 1 until set back or the next boot, which costs nothing but those
+/// interrupts).
 pub struct ExpeditedRcu {
     /// The setting was changed, so it is restored.
     set: bool,

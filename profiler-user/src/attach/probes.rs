@@ -469,16 +469,7 @@ impl Drop for Probes {
     /// rest go with the programs.
     fn drop(&mut self) {
         let links = std::mem::take(&mut self.per_probe);
-        let _fast =
-            (links.len() >= kernel::ExpeditedRcu::FROM_LINKS).then(kernel::ExpeditedRcu::begin);
-        let (entries, exits): (Vec<_>, Vec<_>) = links
-            .into_iter()
-            .partition(|(_, name, _)| *name == PROG_ENTRY);
-        for (_, name, id) in entries.into_iter().chain(exits) {
-            if let Ok(p) = program(&mut self.ebpf, name) {
-                let _ = p.detach(id);
-            }
-        }
+        let _ = self.detach_per_probe(links);
     }
 }
 
@@ -691,14 +682,16 @@ impl Probes {
             if !ok[i] || !pending[i] || f.semaphores == [0; 2] {
                 continue;
             }
-            ok[i] = false;
-            match self.attach_gated(sel, i, pid) {
+            ok[i] = match self.attach_gated(sel, i, pid) {
                 Ok(fds) => {
                     self.gated.push((i, fds));
-                    ok[i] = true;
+                    true
                 }
-                Err(reason) => self.failed.push((f.name.clone(), reason)),
-            }
+                Err(reason) => {
+                    self.failed.push((f.name.clone(), reason));
+                    false
+                }
+            };
             pending[i] = false;
         }
         for (name, kind) in [
@@ -837,19 +830,23 @@ impl Probes {
             set.gen = gen;
         }
         self.gated.retain(|(i, _)| !is_gone(i));
-        // Probes attached one perf event each: entries first, then exits.
-        let (mut entries, mut exits, mut kept) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, name, id) in std::mem::take(&mut self.per_probe) {
-            match (is_gone(&i), name == PROG_ENTRY) {
-                (false, _) => kept.push((i, name, id)),
-                (true, true) => entries.push((name, id)),
-                (true, false) => exits.push((name, id)),
-            }
-        }
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.per_probe)
+            .into_iter()
+            .partition(|(i, _, _)| is_gone(i));
         self.per_probe = kept;
-        let _fast = (entries.len() + exits.len() >= kernel::ExpeditedRcu::FROM_LINKS)
-            .then(kernel::ExpeditedRcu::begin);
-        for (name, id) in entries.into_iter().chain(exits) {
+        self.detach_per_probe(gone)
+    }
+
+    /// Detaches probes attached one perf event each: entries first, then
+    /// exits, with expedited RCU grace periods when there are many
+    /// ([`kernel::ExpeditedRcu`]).
+    fn detach_per_probe(&mut self, links: Vec<(usize, &'static str, UProbeLinkId)>) -> Result<()> {
+        let _fast =
+            (links.len() >= kernel::ExpeditedRcu::FROM_LINKS).then(kernel::ExpeditedRcu::begin);
+        let (entries, exits): (Vec<_>, Vec<_>) = links
+            .into_iter()
+            .partition(|(_, name, _)| *name == PROG_ENTRY);
+        for (_, name, id) in entries.into_iter().chain(exits) {
             program(&mut self.ebpf, name)?
                 .detach(id)
                 .map_err(|e| Error::Load(format!("detaching a probe: {}", chain(&e))))?;

@@ -469,11 +469,17 @@ impl Tables {
         if seen == Some(exec.as_str()) {
             return None;
         }
-        self.add_python(pid, &exec);
-        if let Some(v8) = &mut self.v8 {
-            v8.add_process(pid, &exec);
-        }
+        self.add_runtimes(pid, &exec);
         Some(exec)
+    }
+
+    /// Tells the kernel how `pid`'s interpreters' frames look (CPython,
+    /// V8), from its executable mappings `exec`.
+    fn add_runtimes(&mut self, pid: u32, exec: &str) {
+        self.add_python(pid, exec);
+        if let Some(v8) = &mut self.v8 {
+            v8.add_process(pid, exec);
+        }
     }
 
     /// [`Self::add_process`] with `/proc/PID/maps` read already (`text`).
@@ -491,10 +497,7 @@ impl Tables {
         // short script can be over by then. JIT-compiled and
         // interpreted frames are walked by their frame pointers, so
         // they are named before the native tables are in.
-        self.add_python(pid, &exec);
-        if let Some(v8) = &mut self.v8 {
-            v8.add_process(pid, &exec);
-        }
+        self.add_runtimes(pid, &exec);
         self.apply(pid, exec, &HashSet::new());
     }
 

@@ -362,9 +362,8 @@ fn sigterm_ends_a_stalled_symbolization_with_outputs() {
         // SAFETY: a NUL-terminated path and a valid out-pointer.
         unsafe { libc::statvfs(c.as_ptr(), &mut st) == 0 && st.f_flag & libc::ST_NOEXEC == 0 }
     };
-    let base = [PathBuf::from("/run")]
-        .into_iter()
-        .find(|d| {
+    let base = Some(PathBuf::from("/run"))
+        .filter(|d| {
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(d).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
                 && executable(d)

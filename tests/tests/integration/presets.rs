@@ -88,23 +88,14 @@ fn glib_main_loop_is_split_by_the_preset() {
     let groups = d["groups"].as_array().unwrap();
     // The stretched ticks, keyed wherever the stall fell, group apart or
     // with the slow ones.
-    let ours: Vec<&Value> = groups
-        .iter()
-        .filter(|g| {
-            g["key"]
-                .as_str()
-                .is_some_and(|k| k.starts_with("render_scene <- on_tick"))
-        })
-        .collect();
+    let render = |v: &&Value| {
+        v["key"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("render_scene <- on_tick"))
+    };
+    let ours: Vec<&Value> = groups.iter().filter(render).collect();
     assert_eq!(ours.len(), 1, "one cause, one group: {groups:?}");
-    let with_stretched = stretched
-        .iter()
-        .filter(|s| {
-            s["key"]
-                .as_str()
-                .is_some_and(|k| k.starts_with("render_scene <- on_tick"))
-        })
-        .count();
+    let with_stretched = stretched.iter().copied().filter(render).count();
     assert_eq!(
         ours[0]["count"].as_u64(),
         Some((want.len() + with_stretched) as u64)

@@ -282,9 +282,15 @@ fn a_python_gc_stall_is_named_as_gc_with_one_perf_event_a_probe() {
         eprintln!("SKIP a_python_gc_stall_is_named_as_gc_with_one_perf_event_a_probe: no CPython with USDT probes");
         return;
     };
+    // The setting starts at 0 (the kernel's default), so that the
+    // profiler changes it, and must set it back; the machine's own value
+    // is put back after.
     let knob = "/sys/kernel/rcu_expedited";
     let before = std::fs::read_to_string(knob).unwrap_or_default();
+    std::fs::write(knob, "0").expect("write /sys/kernel/rcu_expedited");
     let err = gc_stall_is_named_with(&python, true);
+    let after = std::fs::read_to_string(knob).unwrap_or_default();
+    let _ = std::fs::write(knob, before.trim());
     assert!(
         err.contains("(one perf event per probe)"),
         "the per-probe path was not taken: {err}"
@@ -296,11 +302,7 @@ fn a_python_gc_stall_is_named_as_gc_with_one_perf_event_a_probe() {
                 .any(|w| l.contains(w))),
         "Python GC was refused or left untimed: {err}"
     );
-    assert_eq!(
-        std::fs::read_to_string(knob).unwrap_or_default(),
-        before,
-        "{knob} was not restored"
-    );
+    assert_eq!(after.trim(), "0", "{knob} was not set back");
 }
 
 fn gc_stall_is_named(python: &Path) {
