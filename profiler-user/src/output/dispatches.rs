@@ -162,6 +162,10 @@ struct DispatchesJson<'a> {
     started_after_stop: u64,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     probe_ns: u64,
+    /// Dispatches over the threshold as measured, under it once the
+    /// probes' cost their own samples and blocked stacks show was taken
+    /// out: counted fast.
+    slow_only_with_probes: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
     groups: Vec<GroupJson<'a>>,
@@ -228,6 +232,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
         ended_unseen: d.ended_unseen,
         started_after_stop: d.started_after_stop,
         probe_ns: d.probe_ns,
+        slow_only_with_probes: d.slow_only_with_probes,
         sampler: SamplerJson {
             samples: d.quality.samples,
             complete_stacks_share: d.quality.complete_share(),
@@ -423,6 +428,15 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
             "durations leave out the probes' own cost: {} taken out of all dispatches \
              (--raw-durations keeps it in; dispatches.json has both)",
             fmt_ns(d.probe_ns)
+        );
+    }
+    if d.slow_only_with_probes > 0 {
+        let _ = writeln!(
+            out,
+            "{} dispatches were over the threshold only with the probes' own cost in them (their \
+             samples and blocked stacks in the kernel's uprobe handling): counted fast \
+             (--raw-durations counts them slow)",
+            d.slow_only_with_probes
         );
     }
     if d.cfg.sample_period_ns > 0 {

@@ -292,7 +292,7 @@ impl Sinks {
                             }
                         }
                         let end = stacks.as_ref().map_or(0, StackEvent::user_end);
-                        d.on_sample(ev.ts_ns, user, end);
+                        d.on_sample(ev.ts_ns, user, kernel.unwrap_or_default(), end);
                         if let Some(t) = &mut self.tables {
                             // Its binaries get tables first.
                             self.hot_stacks |= t.note_samples(self.pid, user);

@@ -339,7 +339,16 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
         .iter()
         .filter(|st| num(st, "start_ns") >= first_start && num(st, "end_ns") <= window_end)
         .count();
-    assert_eq!(matched, inside, "one slow dispatch per stall in the window");
+    // A stall whose iteration was mostly the probes' own time (hits at
+    // 40,000 a second in the first second, before the governor detached
+    // them, while the app's loop spins on its own clock) is under the
+    // threshold once that time is out: counted, and said, as such.
+    let only_with_probes = num(&d, "slow_only_with_probes");
+    assert!(
+        matched <= inside && inside - matched <= only_with_probes as usize,
+        "one slow dispatch per stall in the window: {matched} of {inside}, \
+         {only_with_probes} slow only with the probes' cost"
+    );
     assert!(matched >= 6, "about 14 stalls in 6 s: {matched}");
 }
 

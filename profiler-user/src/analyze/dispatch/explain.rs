@@ -111,9 +111,9 @@ const MAX_SAMPLE_PERIODS: u64 = 4;
 /// frames add up to the time the thread ran. That is the sampling period
 /// where the sampler fires on time; where its ticks are lost (software
 /// emulation, a host that starves the timer), more, up to
-/// [`MAX_SAMPLE_PERIODS`] periods; never less than one period.
-fn sample_weight(period_ns: u64, recs: &[Rec], split: Split) -> u64 {
-    let samples = recs.iter().filter(|r| matches!(r, Rec::Sample(..))).count() as u64;
+/// [`MAX_SAMPLE_PERIODS`] periods; never less than one period. `samples`
+/// leaves out those in uprobe handling, as `split` leaves out their time.
+fn sample_weight(period_ns: u64, samples: u64, split: Split) -> u64 {
     match split.on_cpu_ns.checked_div(samples) {
         Some(share) => share.clamp(period_ns, period_ns.saturating_mul(MAX_SAMPLE_PERIODS)),
         None => period_ns,
@@ -130,7 +130,14 @@ pub(super) fn explain(
     probe_ns: u64,
     split: Split,
 ) -> Explained {
-    let sample_ns = sample_weight(d.cfg.sample_period_ns, recs, split);
+    let code_samples = recs
+        .iter()
+        .filter(|r| match r {
+            Rec::Sample(_, _, kernel) => !d.probe_sample(kernel),
+            _ => false,
+        })
+        .count() as u64;
+    let sample_ns = sample_weight(d.cfg.sample_period_ns, code_samples, split);
     let mut tree: Option<Tree> = None;
     let mut stack: Vec<Frame> = Vec::new();
     let mut pending_block: Option<(usize, Vec<String>, Vec<String>, u64)> = None;
@@ -192,10 +199,14 @@ pub(super) fn explain(
                 let detached = matches!(rec, Rec::Detached(_));
                 close(d, &mut tree, &mut stack, &f, ev.ts_ns, detached);
             }
-            Rec::Sample(_, user) => {
+            Rec::Sample(_, user, kernel) => {
                 let (Some(t), Some(top)) = (&mut tree, stack.last()) else {
                     continue;
                 };
+                // The probes' time, taken out of the dispatch's.
+                if d.probe_sample(kernel) {
+                    continue;
+                }
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 if !chain.is_empty() {
@@ -411,33 +422,21 @@ mod tests {
     #[test]
     fn samples_share_the_dispatchs_on_cpu_time_within_four_periods() {
         const MS: u64 = 1_000_000;
-        let samples = |n: usize| -> Vec<Rec> {
-            (0..n)
-                .map(|i| Rec::Sample(i as u64, vec![0x1000].into()))
-                .chain([Rec::Resume(0)])
-                .collect()
-        };
         let on_cpu = |ns| Split {
             on_cpu_ns: ns,
             blocked_ns: 0,
             runnable_ns: 0,
         };
         // The sampler kept time: one period each.
-        assert_eq!(
-            sample_weight(MS, &samples(100), on_cpu(101 * MS)),
-            1_010_000
-        );
+        assert_eq!(sample_weight(MS, 100, on_cpu(101 * MS)), 1_010_000);
         // Under emulation 817 samples in 1.87 s on a CPU: 2.3 periods each.
-        assert_eq!(
-            sample_weight(MS, &samples(817), on_cpu(1_871 * MS)),
-            2_290_085
-        );
+        assert_eq!(sample_weight(MS, 817, on_cpu(1_871 * MS)), 2_290_085);
         // Never more than four periods, never less than one.
-        assert_eq!(sample_weight(MS, &samples(2), on_cpu(500 * MS)), 4 * MS);
-        assert_eq!(sample_weight(MS, &samples(50), on_cpu(10 * MS)), MS);
+        assert_eq!(sample_weight(MS, 2, on_cpu(500 * MS)), 4 * MS);
+        assert_eq!(sample_weight(MS, 50, on_cpu(10 * MS)), MS);
         // No sample, or no sampler: the period.
-        assert_eq!(sample_weight(MS, &samples(0), on_cpu(10 * MS)), MS);
-        assert_eq!(sample_weight(0, &samples(5), on_cpu(10 * MS)), 0);
+        assert_eq!(sample_weight(MS, 0, on_cpu(10 * MS)), MS);
+        assert_eq!(sample_weight(0, 5, on_cpu(10 * MS)), 0);
     }
 
     #[test]

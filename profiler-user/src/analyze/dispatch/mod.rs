@@ -14,6 +14,7 @@
 mod explain;
 mod frames;
 mod loop_wait;
+mod own_cost;
 pub mod quality;
 pub mod retain;
 pub mod sched;
@@ -79,9 +80,11 @@ pub enum Rec {
     /// an exit made by the agent, at the detach (or when the traced call
     /// above it returned).
     Detached(Event),
-    /// A cpu-clock sample: time and user stack, innermost first.
+    /// A cpu-clock sample: time, and user and kernel stacks, innermost
+    /// first (the kernel's empty when it ran in user mode).
     Sample(
         #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
+        Box<[u64]>,
         Box<[u64]>,
     ),
     /// Switched out blocked, with user and kernel stacks.
@@ -271,6 +274,9 @@ pub struct Dispatcher {
     costs: Vec<ProbeCost>,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     pub probe_ns: u64,
+    /// Dispatches over the threshold that fell under it once the probes'
+    /// cost their own records show was taken out ([`Self::judge`]).
+    pub slow_only_with_probes: u64,
     /// When the session stopped (`u64::MAX`: not yet).
     stop_ns: u64,
     /// Dispatches that began after the stop, while the probes were being
@@ -307,6 +313,9 @@ struct Deferred {
     /// Other processes that woke it: their mappings are forgotten once
     /// it is explained.
     wakers: Vec<u32>,
+    /// What its records show of the probes' cost is taken out, and it is
+    /// counted ([`Dispatcher::judge`]).
+    judged: bool,
 }
 
 impl Dispatcher {
@@ -356,6 +365,7 @@ impl Dispatcher {
             ended_unseen: 0,
             costs: Vec::new(),
             probe_ns: 0,
+            slow_only_with_probes: 0,
             stop_ns: u64::MAX,
             started_after_stop: 0,
             deferred: VecDeque::new(),
@@ -401,9 +411,29 @@ impl Dispatcher {
                 self.quality.add(len, end, name.as_deref());
                 continue;
             }
-            let Some(x) = self.deferred.pop_front() else {
+            let Some(mut x) = self.deferred.pop_front() else {
                 return;
             };
+            if !x.judged {
+                let _ = self.symbolizer.take_missed();
+                let mut own =
+                    own_cost::measure(&x.recs, &mut self.symbolizer, self.cfg.sample_period_ns);
+                if self.symbolizer.take_missed() {
+                    if self.deferred.len() < MAX_DEFERRED {
+                        self.deferred.push_front(x);
+                        return;
+                    }
+                    let patience = self.symbolizer.patience();
+                    self.symbolizer.set_patience(None);
+                    own =
+                        own_cost::measure(&x.recs, &mut self.symbolizer, self.cfg.sample_period_ns);
+                    self.symbolizer.set_patience(patience);
+                }
+                if !self.judge(&mut x, own) {
+                    self.symbolizer.forget_mappings(&x.wakers);
+                    continue;
+                }
+            }
             let _ = self.symbolizer.take_missed();
             let slow = self.explain_one(&x);
             let slow = match self.symbolizer.take_missed() {
@@ -423,6 +453,50 @@ impl Dispatcher {
             };
             self.add_slow(slow);
             self.symbolizer.forget_mappings(&x.wakers);
+        }
+    }
+
+    /// Takes out of `x` what its records show of the probes' cost beyond
+    /// the calibrated hits ([`own_cost`]), and counts it; whether it is
+    /// still slow.
+    fn judge(&mut self, x: &mut Deferred, own: own_cost::Measured) -> bool {
+        x.judged = true;
+        if self.costs.is_empty() {
+            // Durations as measured (`--raw-durations`, or no calibration).
+            self.counted(&x.open, x.start_ns, x.duration_ns);
+            return true;
+        }
+        // The hits' calibrated cost is on a CPU, inside what the samples
+        // see: the larger of the two, so nothing is taken out twice.
+        let on_cpu = own
+            .on_cpu_ns
+            .saturating_sub(x.probe_ns)
+            .min(x.split.on_cpu_ns);
+        let blocked = own.blocked_ns.min(x.split.blocked_ns);
+        let extra = (on_cpu + blocked).min(x.duration_ns);
+        x.duration_ns -= extra;
+        x.probe_ns += extra;
+        x.split.on_cpu_ns -= on_cpu;
+        x.split.blocked_ns -= blocked;
+        self.probe_ns += extra;
+        self.counted(&x.open, x.start_ns, x.duration_ns);
+        let slow = x.duration_ns >= self.cfg.threshold_ns;
+        self.slow_only_with_probes += u64::from(!slow);
+        slow
+    }
+
+    /// Counts a dispatch that ended, as lasting `duration_ns`.
+    fn counted(&mut self, open: &Open, start_ns: u64, duration_ns: u64) {
+        self.stats.add(
+            Worst {
+                duration_ns,
+                index: open.index,
+                start_ns,
+            },
+            self.cfg.frame_interval_ns,
+        );
+        if let Some(h) = open.hang {
+            self.hangs[h].duration_ns = Some(duration_ns);
         }
     }
 
@@ -454,6 +528,12 @@ impl Dispatcher {
     /// hits).
     pub fn set_costs(&mut self, costs: Vec<ProbeCost>) {
         self.costs = costs;
+    }
+
+    /// A sample of the probes' own time, left out of a dispatch's tree as
+    /// its time is out of the dispatch's (durations corrected only).
+    fn probe_sample(&mut self, kernel: &[u64]) -> bool {
+        !self.costs.is_empty() && own_cost::in_uprobe(&mut self.symbolizer, kernel)
     }
 
     /// What function `func`'s probe hits cost.
@@ -738,9 +818,10 @@ impl Dispatcher {
         }
     }
 
-    /// A cpu-clock sample of the watched thread; `end` says why the walk of
-    /// `user` ended (an `unwind_end` reason, 0 for frame pointers).
-    pub fn on_sample(&mut self, ts_ns: u64, user: &[u64], end: u32) {
+    /// A cpu-clock sample of the watched thread, with its user and kernel
+    /// stacks; `end` says why the walk of `user` ended (an `unwind_end`
+    /// reason, 0 for frame pointers).
+    pub fn on_sample(&mut self, ts_ns: u64, user: &[u64], kernel: &[u64], end: u32) {
         if self.open.is_none() {
             return;
         }
@@ -772,7 +853,7 @@ impl Dispatcher {
         let Some(open) = &mut self.open else { return };
         open.samples += 1;
         open.last_sample = Some((ts_ns, user.into()));
-        self.record(Rec::Sample(ts_ns, user.into()));
+        self.record(Rec::Sample(ts_ns, user.into(), kernel.into()));
     }
 
     /// Who woke the watched thread, while it was blocked in a dispatch.
@@ -889,22 +970,13 @@ impl Dispatcher {
         let mut split = split.unwrap_or(tracked);
         split.on_cpu_ns = split.on_cpu_ns.saturating_sub(probe_ns);
         let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
-        self.stats.add(
-            Worst {
-                duration_ns,
-                index: open.index,
-                start_ns,
-            },
-            self.cfg.frame_interval_ns,
-        );
-        if let Some(h) = open.hang {
-            self.hangs[h].duration_ns = Some(duration_ns);
-        }
         // Other processes that woke it: named (or not needed) once it is
         // explained; their mappings would otherwise pile up, one set per
         // waker process.
         let wakers = std::mem::take(&mut self.waker_pids);
         if duration_ns >= self.cfg.threshold_ns {
+            // Counted once what its own records show of the probes' cost
+            // is taken out too ([`Self::judge`]).
             let recs = std::mem::take(&mut self.recs);
             self.deferred.push_back(Deferred {
                 open,
@@ -914,9 +986,11 @@ impl Dispatcher {
                 probe_ns,
                 split,
                 wakers,
+                judged: false,
             });
             self.explain_deferred();
         } else {
+            self.counted(&open, start_ns, duration_ns);
             self.recs.clear();
             if self.recs.capacity() > 1 << 16 {
                 self.recs = Vec::new();
@@ -1129,7 +1203,12 @@ mod tests {
     fn a_hang_is_told_while_a_slow_dispatchs_names_are_still_being_read() {
         let mut d = slow_to_name();
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
+        d.on_sample(
+            50,
+            &[0x1234, 0x5678],
+            &[],
+            profiler_common::unwind_end::ROOT,
+        );
         let began = std::time::Instant::now();
         d.on_call(&call(100, KIND_EXIT, 0, 0x1008));
         // The next dispatch hangs while the slow one's sampled frames are
@@ -1175,6 +1254,7 @@ mod tests {
             d.on_sample(
                 t + 50,
                 &[0x1234 + i as u64],
+                &[],
                 profiler_common::unwind_end::ROOT,
             );
             d.on_call(&call(t + 100, KIND_EXIT, 0, 0x1008));
@@ -1202,7 +1282,12 @@ mod tests {
         let mut d = Dispatcher::new(config(50, 1_000), 7, vec!["run".to_string()], vec![true], 0);
         d.set_symbolizer(Symbolizer::offline(7, journal));
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        d.on_sample(10, &[0x3000, 0x3000], profiler_common::unwind_end::ROOT);
+        d.on_sample(
+            10,
+            &[0x3000, 0x3000],
+            &[],
+            profiler_common::unwind_end::ROOT,
+        );
         d.on_switch_out(20, true, Some((&[0x1000, 0x2000, 0x3000], &[])));
         d.tick(1_100);
         let notices = d.take_notices();
@@ -1229,7 +1314,12 @@ mod tests {
     fn a_hang_waits_a_moment_for_its_frames_names_then_says_they_are_pending() {
         let mut d = slow_to_name();
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        d.on_sample(50, &[0x1234, 0x5678], profiler_common::unwind_end::ROOT);
+        d.on_sample(
+            50,
+            &[0x1234, 0x5678],
+            &[],
+            profiler_common::unwind_end::ROOT,
+        );
         d.tick(1_100);
         assert!(
             d.take_notices().is_empty(),
@@ -1260,6 +1350,91 @@ mod tests {
         ));
         d.live();
         d
+    }
+
+    /// A dispatcher whose kernel addresses 0xa000 (uprobe handling) and
+    /// 0xb000 (a syscall's wait) are named, one sample standing for 10 ns.
+    fn with_kernel_names() -> Dispatcher {
+        let mut cfg = config(100, 10_000);
+        cfg.sample_period_ns = 10;
+        let mut d = Dispatcher::new(cfg, 7, vec!["run".to_string()], vec![true], 0);
+        // Durations corrected, with nothing calibrated to take out.
+        d.set_costs(vec![ProbeCost::default()]);
+        d.set_symbolizer(Symbolizer::offline(
+            7,
+            [
+                (0, 0xa000, vec!["uprobe_notify_resume".to_string()]),
+                (0, 0xb000, vec!["ep_poll".to_string()]),
+            ],
+        ));
+        d
+    }
+
+    #[test]
+    fn time_sampled_in_the_probes_handling_is_taken_out_before_judging() {
+        // run lasts 120 ns, 12 samples: 7 inside uprobe handling (70 ns of
+        // the probes' own), 5 in the code. Calibrated hits: none. It ran
+        // 50 ns: fast, counted once, and what was taken out is said.
+        let mut d = with_kernel_names();
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        for i in 0..12u64 {
+            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
+            d.on_sample(
+                5 + i * 10,
+                &[0x1234],
+                kernel,
+                profiler_common::unwind_end::ROOT,
+            );
+        }
+        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
+        d.finish();
+        assert_eq!(d.stats.count, 1);
+        assert!(d.slow.is_empty() && d.groups.is_empty(), "not slow");
+        assert_eq!(d.slow_only_with_probes, 1);
+        assert_eq!(d.probe_ns, 70);
+        assert_eq!(d.stats.worst()[0].duration_ns, 50);
+        // `--raw-durations` (no costs): as measured, slow, every sample in
+        // its tree.
+        let mut d = with_kernel_names();
+        d.set_costs(Vec::new());
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        for i in 0..12u64 {
+            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
+            d.on_sample(
+                5 + i * 10,
+                &[0x1234],
+                kernel,
+                profiler_common::unwind_end::ROOT,
+            );
+        }
+        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
+        d.finish();
+        assert_eq!(
+            (d.slow.len(), d.slow_only_with_probes, d.probe_ns),
+            (1, 0, 0)
+        );
+        assert_eq!(d.slow[0].duration_ns, 120);
+    }
+
+    #[test]
+    fn time_blocked_in_the_probes_handling_is_taken_out_and_other_blocking_is_not() {
+        // Blocked 60 ns waiting in uprobe handling (the kernel's probe
+        // registration held a lock): 130 - 60 = 70 ns, fast. The same wait
+        // in epoll is the program's: 130 ns, slow.
+        for (kernel, slow, probe_ns) in [(0xa000, 0, 60), (0xb000, 1, 0)] {
+            let mut d = with_kernel_names();
+            d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+            d.on_switch_out(20, true, Some((&[0x1234], &[kernel])));
+            d.on_wakeup(80);
+            d.on_switch_in(80);
+            d.on_call(&call(130, KIND_EXIT, 0, 0x1008));
+            d.finish();
+            assert_eq!(d.stats.count, 1);
+            assert_eq!(d.slow.len(), slow, "kernel stack {kernel:#x}");
+            assert_eq!(d.slow_only_with_probes, 1 - slow as u64);
+            assert_eq!(d.probe_ns, probe_ns, "kernel stack {kernel:#x}");
+            assert_eq!(d.stats.worst()[0].duration_ns, 130 - probe_ns);
+        }
     }
 
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {
