@@ -258,7 +258,9 @@ pub struct OffCpuStart {
     pub key: SampleKey,
 }
 
-/// A user-mode sample: registers and a copy of the top of the user stack.
+/// A sample's user registers and a copy of the top of the user stack
+/// (taken in user mode, or in the kernel: then the registers are those
+/// saved at its entry, and `kernel_stack` holds its kernel stack).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct DwarfSample {
@@ -268,6 +270,11 @@ pub struct DwarfSample {
     pub pid: u32,
     /// Bytes of `stack` that are valid (0 if none could be read).
     pub len: u32,
+    /// The kernel stack's id in `CPU_STACKS` (-1: taken in user mode, or
+    /// its kernel stack was not stored).
+    pub kernel_stack: i32,
+    /// Padding.
+    pub _pad: u32,
     /// Instruction pointer.
     pub ip: u64,
     /// Frame pointer register.

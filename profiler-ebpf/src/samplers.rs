@@ -109,7 +109,13 @@ pub(crate) fn notice_new_process(pid: u32, outside: bool) {
 /// sample into the ring. Tries shorter copies when the stack's mapping ends
 /// sooner (a read that crosses unmapped memory fails whole).
 #[inline(always)]
-pub(crate) fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp: u64, bp: u64) {
+pub(crate) fn emit_dwarf(
+    ctx: &PerfEventContext,
+    pid: u32,
+    tid: u32,
+    (ip, sp, bp): (u64, u64, u64),
+    kernel_stack: i32,
+) {
     let Some((mut slot, wake)) = reserve::<DwarfSample>() else {
         bump(COUNTER_DWARF_LOST);
         return;
@@ -125,6 +131,8 @@ pub(crate) fn emit_dwarf(ctx: &PerfEventContext, pid: u32, tid: u32, ip: u64, sp
             sp,
         };
         (*ev).pid = pid;
+        (*ev).kernel_stack = kernel_stack;
+        (*ev)._pad = 0;
         (*ev).ip = ip;
         (*ev).bp = bp;
         let dst = (*ev).stack.as_mut_ptr();
@@ -189,7 +197,15 @@ pub fn prof_cpu_sample(ctx: PerfEventContext) -> u32 {
         // SAFETY: the kernel passes a `bpf_perf_event_data` whose `regs` are the sampled task's.
         let regs = unsafe { &(*ctx.ctx).regs };
         if regs.cs & 3 == 3 {
-            emit_dwarf(&ctx, pid, tid, regs.rip, regs.rsp, regs.rbp);
+            emit_dwarf(&ctx, pid, tid, (regs.rip, regs.rsp, regs.rbp), -1);
+            return 0;
+        }
+        // In the kernel (a syscall, an interrupt): the user registers saved
+        // at its entry, and its kernel stack by id. A kernel thread has
+        // none, and is counted below.
+        if let Some(user) = crate::unwind::user_regs() {
+            let kernel = ctx.get_stackid(&CPU_STACKS, 0).map_or(-1, |id| id as i32);
+            emit_dwarf(&ctx, pid, tid, user, kernel);
             return 0;
         }
     }

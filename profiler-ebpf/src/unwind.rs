@@ -105,7 +105,7 @@ struct Walk {
 /// The user registers of the current task: live in a user-mode sample, or
 /// saved at its last entry into the kernel. None for kernel threads.
 #[inline(always)]
-fn user_regs() -> Option<(u64, u64, u64)> {
+pub(crate) fn user_regs() -> Option<(u64, u64, u64)> {
     // SAFETY: the helpers take any pointer; a failed read is an error code.
     unsafe {
         let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;

@@ -219,8 +219,9 @@ pub(crate) fn comm_name(raw: &[u8; 16]) -> String {
 }
 
 /// User stacks unwound in the agent (`--dwarf`): count per (pid, tid,
-/// return addresses innermost first).
-pub type Unwound = HashMap<(u32, u32, Vec<u64>), u64>;
+/// return addresses innermost first, kernel stack innermost first: empty
+/// for a sample in user mode).
+pub type Unwound = HashMap<(u32, u32, Vec<u64>, Vec<u64>), u64>;
 
 /// Adds stacks unwound in the agent to a profile (their samples were not
 /// counted in the kernel), named by `names` (tid -> comm).
@@ -240,7 +241,7 @@ pub fn add_unwound(
         .collect();
     let mut leaves: HashMap<String, u64> = prof.leaves.iter().cloned().collect();
     let mut leaf_addr: HashMap<String, (u32, u64)> = HashMap::new();
-    for ((pid, tid, addrs), &count) in stacks {
+    for ((pid, tid, addrs, kernel), &count) in stacks {
         prof.samples += count;
         *prof.per_pid.entry(*pid).or_default() += count;
         let frames = sym.frames(*pid, addrs);
@@ -259,8 +260,12 @@ pub fn add_unwound(
             line.push(';');
             line.push_str(&folded_frame(f));
         }
+        for f in sym.kernel_stack(kernel).iter().rev() {
+            line.push(';');
+            line.push_str(&folded_frame(f));
+        }
         let leaf = line.rsplit(';').next().unwrap_or_default().to_string();
-        if let Some(&a) = addrs.first() {
+        if let (Some(&a), true) = (addrs.first(), kernel.is_empty()) {
             leaf_addr.entry(leaf.clone()).or_insert((*pid, a));
         }
         *leaves.entry(leaf).or_default() += count;

@@ -58,8 +58,9 @@ struct Dwarf {
 }
 
 impl Dwarf {
-    /// Unwinds every pending sample.
-    fn drain(&mut self, pid: u32) {
+    /// Unwinds every pending sample; the kernel stacks of those taken in
+    /// the kernel are read from `maps` now.
+    fn drain(&mut self, pid: u32, maps: &CpuMaps) {
         while let Some(item) = self.ring.next() {
             let Some(s) = profiler_common::read::<DwarfSample>(&item) else {
                 continue;
@@ -75,7 +76,8 @@ impl Dwarf {
             self.names
                 .entry(tid)
                 .or_insert_with(|| thread_name(pid, tid).unwrap_or_else(|| format!("tid-{tid}")));
-            *self.stacks.entry((s.pid, tid, addrs)).or_default() += 1;
+            let kernel = cpu_profile::read_stack(maps, s.kernel_stack);
+            *self.stacks.entry((s.pid, tid, addrs, kernel)).or_default() += 1;
         }
     }
 }
@@ -238,7 +240,7 @@ impl Ticks {
             exited,
         } = self;
         if let Some(d) = dwarf {
-            d.drain(*pid);
+            d.drain(*pid, maps);
         }
         // Python code objects first: a process may exec or exit at any
         // moment, and the rest of the tick (tables) can take a while.
@@ -488,7 +490,7 @@ impl<'a> Sampler<'a> {
         ))?;
         let t = &mut self.ticks;
         if let Some(d) = &mut t.dwarf {
-            d.drain(t.pid);
+            d.drain(t.pid, &t.maps);
         }
         if let Some(tables) = &mut t.tables {
             tables.learn_python();

@@ -190,9 +190,11 @@ fn tables_agree_with_stack_copies() {
     );
 }
 
-const PY_SCRIPT: &str = "import time\n\
+/// Runs for `sys.argv[1]` seconds ([`lifetime`]`(60)`: the test kills it
+/// at its end).
+const PY_SCRIPT: &str = "import sys, time\n\
 def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
-end = time.time() + 60\n\
+end = time.time() + float(sys.argv[1])\n\
 while time.time() < end: fib(20)\n";
 
 /// Debian's python3.11 (no frame pointers): with default options, samples
@@ -205,7 +207,7 @@ fn debian_python_reaches_py_runmain() {
         eprintln!("SKIP debian_python_reaches_py_runmain: /usr/bin/python3.11 is not installed");
         return;
     }
-    let run = Running::spawn(Command::new(python).args(["-c", PY_SCRIPT]));
+    let run = Running::spawn(Command::new(python).args(["-c", PY_SCRIPT, &lifetime(60)]));
     let out = TempDir::new("py-pid");
     let stacks = sample(out.path(), &["--pid", &run.pid(), "--duration", "2s"]);
     let (share, total) = share_with(&stacks, "python3.11", &["Py_RunMain"]);
@@ -225,11 +227,12 @@ fn debian_python_reaches_py_runmain() {
 }
 
 /// A script whose main thread runs one `exec` of compiled code per loop:
-/// each `exec` is a call of `PyEval_EvalCode`, the dispatch function.
-const PY_EXEC_SCRIPT: &str = "import time\n\
+/// each `exec` is a call of `PyEval_EvalCode`, the dispatch function. Runs
+/// for `sys.argv[1]` seconds, as [`PY_SCRIPT`].
+const PY_EXEC_SCRIPT: &str = "import sys, time\n\
 def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\n\
 code = compile('fib(21)', 'work', 'exec')\n\
-end = time.time() + 60\n\
+end = time.time() + float(sys.argv[1])\n\
 while time.time() < end: exec(code)\n";
 
 /// The in-dispatch sampler walks Debian's python3.11 (no frame pointers)
@@ -246,7 +249,7 @@ fn debian_python_in_dispatch_samples_reach_the_root() {
         );
         return;
     }
-    let run = Running::spawn(Command::new(python).args(["-c", PY_EXEC_SCRIPT]));
+    let run = Running::spawn(Command::new(python).args(["-c", PY_EXEC_SCRIPT, &lifetime(60)]));
     let out = TempDir::new("py-dispatch");
     let fin = profiler(&[
         "record",

@@ -79,7 +79,7 @@ fn row32_agent_under_memory_max_is_not_oom_killed() {
     let mut fx = Fixture::spawn(lifecycle_exe(), &["tburst", "2", "2000"]);
     let teardown = Teardown::begin();
     let line = format!(
-        "echo $$ > {}/cgroup.procs && exec {} record --pid {} --out {} -f burst_work",
+        "echo $$ > {}/cgroup.procs && exec {} record --pid {} --out {} -f burst_work --max-overhead 0",
         cg.0.display(),
         profiler_bin().display(),
         fx.pid,
