@@ -105,7 +105,7 @@ fn frameless_leaf_keeps_its_caller_per_pid() {
     require_root!();
     for fp in [true, false] {
         let exe = chain(fp);
-        let run = Running::spawn(Command::new(exe).arg("30"));
+        let run = Running::spawn(Command::new(exe).arg(lifetime(30)));
         let out = TempDir::new("chain-pid");
         let stacks = sample(out.path(), &["--pid", &run.pid(), "--duration", "2s"]);
         let comm = exe.file_name().unwrap().to_str().unwrap();
@@ -129,7 +129,7 @@ fn frameless_leaf_keeps_its_caller_system_wide() {
     require_root!();
     for fp in [true, false] {
         let exe = chain(fp);
-        let run = Running::spawn(Command::new(exe).arg("30"));
+        let run = Running::spawn(Command::new(exe).arg(lifetime(30)));
         let out = TempDir::new("chain-all");
         let stacks = sample(out.path(), &["--all", "--hz", "499", "--duration", "3s"]);
         drop(run);
@@ -144,7 +144,7 @@ fn frameless_leaf_keeps_its_caller_system_wide() {
 fn frame_pointers_alone_lose_the_leafs_caller() {
     require_root!();
     let exe = chain(true);
-    let run = Running::spawn(Command::new(exe).arg("30"));
+    let run = Running::spawn(Command::new(exe).arg(lifetime(30)));
     let out = TempDir::new("chain-fp");
     let stacks = sample(
         out.path(),
@@ -166,7 +166,7 @@ fn frame_pointers_alone_lose_the_leafs_caller() {
 fn tables_agree_with_stack_copies() {
     require_root!();
     let exe = chain(false);
-    let run = Running::spawn(Command::new(exe).arg("30"));
+    let run = Running::spawn(Command::new(exe).arg(lifetime(30)));
     let mut shares = Vec::new();
     for how in ["tables", "copy"] {
         let out = TempDir::new("chain-cross");
@@ -413,7 +413,7 @@ fn launched_runtimes_write_perf_maps() {
 fn stacks_through_return_uprobes_keep_their_callers() {
     require_root!();
     let exe = chain(false);
-    let run = Running::spawn(Command::new(exe).arg("60"));
+    let run = Running::spawn(Command::new(exe).arg(lifetime(60)));
     let mut shares = Vec::new();
     for how in ["auto", "ret"] {
         let out = TempDir::new("chain-uret");
