@@ -54,7 +54,12 @@ fn close(
         func => d.cost(func),
     };
     let measured = ts.saturating_sub(f.entry_ns);
-    let dur = measured - cost.removed(measured, f.probe_ns);
+    // Never so much that the call ends shorter than its traced calls, as
+    // in `analyze/stacks.rs`.
+    let dur = measured
+        - cost
+            .removed(measured, f.probe_ns)
+            .min(measured.saturating_sub(f.child_ns));
     if let Some(t) = tree {
         t.complete(f.node, dur, dur.saturating_sub(f.child_ns));
         if detached {

@@ -1371,6 +1371,30 @@ mod tests {
     }
 
     #[test]
+    fn a_callers_corrected_time_never_ends_shorter_than_its_traced_calls() {
+        // work's two hits are calibrated at 40 ns each: more than run's
+        // 30 ns around work. run is not taken below work's 100 ns.
+        let names = vec!["run".to_string(), "work".to_string()];
+        let mut d = Dispatcher::new(config(10, 10_000), 0, names, vec![true, false], 0);
+        d.set_costs(vec![
+            ProbeCost::default(),
+            ProbeCost {
+                entry_ns: 40,
+                exit_ns: 40,
+                inside_ns: 0,
+            },
+        ]);
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        d.on_call(&call(10, KIND_ENTRY, 1, 0x0f00));
+        d.on_call(&call(110, KIND_EXIT, 1, 0x0f08));
+        d.on_call(&call(130, KIND_EXIT, 0, 0x1008));
+        d.finish();
+        let tree = &d.slow[0].tree;
+        let total = |name: &str| tree.iter().find(|n| n.name == name).unwrap().total_ns;
+        assert_eq!((total("run"), total("work")), (100, 100), "{tree:?}");
+    }
+
+    #[test]
     fn time_sampled_in_the_probes_handling_is_taken_out_before_judging() {
         // run lasts 120 ns, 12 samples: 7 inside uprobe handling (70 ns of
         // the probes' own), 5 in the code. Calibrated hits: none. It ran
