@@ -87,7 +87,8 @@ fn a_big_library_nothing_calls_is_left_out_not_the_hot_code() {
     };
     let mut libs = vec![llvm.clone()];
     libs.extend(library(&["libz3.so.4"]));
-    let mut args = vec!["60"];
+    let life = lifetime(60);
+    let mut args = vec![life.as_str()];
     args.extend(libs.iter().map(String::as_str));
     let fx = Fixture::spawn(bigmap(), &args);
     let out = TempDir::new("budget-cold");
@@ -121,7 +122,7 @@ fn a_big_library_nothing_calls_is_left_out_not_the_hot_code() {
 #[test]
 fn too_small_a_budget_names_the_binary_and_the_option() {
     require_root!();
-    let fx = Fixture::spawn(bigmap(), &["60"]);
+    let fx = Fixture::spawn(bigmap(), &[&lifetime(60)]);
     let out = TempDir::new("budget-small");
     let (_, txt, stderr) = sample(out.path(), fx.pid, "64K");
     eprintln!("{txt}");
@@ -165,7 +166,7 @@ fn samples_in_a_left_out_library_make_room_for_it() {
         eprintln!("SKIP: needs libLLVM-15 and libz3 installed");
         return;
     };
-    let fx = Fixture::spawn(bigmap(), &["60", "hot", &llvm, &z3]);
+    let fx = Fixture::spawn(bigmap(), &[&lifetime(60), "hot", &llvm, &z3]);
     let out = TempDir::new("budget-hot");
     // Room for libLLVM-15's table (6.4 MiB) or libz3's (2.6 MiB) beside
     // the rest, not for both.
@@ -199,7 +200,7 @@ fn samples_in_a_left_out_library_make_room_for_it() {
 #[test]
 fn too_small_a_budget_is_named_when_recording() {
     require_root!();
-    let fx = Fixture::spawn(bigmap(), &["60"]);
+    let fx = Fixture::spawn(bigmap(), &[&lifetime(60)]);
     let out = TempDir::new("budget-record");
     let fin = profiler(&[
         "record",
@@ -279,7 +280,8 @@ fn glib_loop_through_its_callback(all: bool) {
         eprintln!("SKIP: needs libLLVM-15 and -14, libclang-cpp-14 and Mesa's swrast_dri");
         return;
     };
-    let mut args = vec!["60"];
+    let life = lifetime(60);
+    let mut args = vec![life.as_str()];
     args.extend(libs.iter().map(String::as_str));
     let fx = Fixture::spawn(glibmap(), &args);
     let out = TempDir::new(if all {
