@@ -1394,45 +1394,39 @@ mod tests {
         assert_eq!((total("run"), total("work")), (100, 100), "{tree:?}");
     }
 
+    /// `run` for 120 ns, with 12 samples of 10 ns: the first 7 inside
+    /// uprobe handling (kernel address 0xa000), 5 in the code.
+    fn run_with_probe_samples(d: &mut Dispatcher) {
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        for i in 0..12u64 {
+            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
+            d.on_sample(
+                5 + i * 10,
+                &[0x1234],
+                kernel,
+                profiler_common::unwind_end::ROOT,
+            );
+        }
+        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
+        d.finish();
+    }
+
     #[test]
     fn time_sampled_in_the_probes_handling_is_taken_out_before_judging() {
         // run lasts 120 ns, 12 samples: 7 inside uprobe handling (70 ns of
         // the probes' own), 5 in the code. Calibrated hits: none. It ran
         // 50 ns: fast, counted once, and what was taken out is said.
         let mut d = with_kernel_names();
-        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        for i in 0..12u64 {
-            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
-            d.on_sample(
-                5 + i * 10,
-                &[0x1234],
-                kernel,
-                profiler_common::unwind_end::ROOT,
-            );
-        }
-        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
-        d.finish();
+        run_with_probe_samples(&mut d);
         assert_eq!(d.stats.count, 1);
         assert!(d.slow.is_empty() && d.groups.is_empty(), "not slow");
         assert_eq!(d.slow_only_with_probes, 1);
         assert_eq!(d.probe_ns, 70);
         assert_eq!(d.stats.worst()[0].duration_ns, 50);
-        // `--raw-durations` (no costs): as measured, slow, every sample in
-        // its tree.
+        // `--raw-durations` (no costs): as measured, slow.
         let mut d = with_kernel_names();
         d.set_costs(Vec::new());
-        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        for i in 0..12u64 {
-            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
-            d.on_sample(
-                5 + i * 10,
-                &[0x1234],
-                kernel,
-                profiler_common::unwind_end::ROOT,
-            );
-        }
-        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
-        d.finish();
+        run_with_probe_samples(&mut d);
         assert_eq!(
             (d.slow.len(), d.slow_only_with_probes, d.probe_ns),
             (1, 0, 0)
