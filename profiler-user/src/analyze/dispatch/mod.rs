@@ -525,8 +525,12 @@ impl Dispatcher {
     /// Sets what each function's probe hits cost (by index): a dispatch's
     /// duration, and the slow decision, leave out the hits inside it (its
     /// own function's share of its own two, and every traced call's whole
-    /// hits).
-    pub fn set_costs(&mut self, costs: Vec<ProbeCost>) {
+    /// hits). All zero (`--raw-durations`, or no calibration): durations
+    /// as measured, the probes' time in them included.
+    pub fn set_costs(&mut self, mut costs: Vec<ProbeCost>) {
+        if costs.iter().all(|c| *c == ProbeCost::default()) {
+            costs.clear();
+        }
         self.costs = costs;
     }
 
@@ -1358,8 +1362,12 @@ mod tests {
         let mut cfg = config(100, 10_000);
         cfg.sample_period_ns = 10;
         let mut d = Dispatcher::new(cfg, 7, vec!["run".to_string()], vec![true], 0);
-        // Durations corrected, with nothing calibrated to take out.
-        d.set_costs(vec![ProbeCost::default()]);
+        // Durations corrected: run's hits are outside its own duration.
+        d.set_costs(vec![ProbeCost {
+            entry_ns: 1,
+            exit_ns: 1,
+            inside_ns: 0,
+        }]);
         d.set_symbolizer(Symbolizer::offline(
             7,
             [
@@ -1396,10 +1404,12 @@ mod tests {
 
     /// `run` for 120 ns, with 12 samples of 10 ns: the first 7 inside
     /// uprobe handling (kernel address 0xa000), 5 in the code.
-    fn run_with_probe_samples(d: &mut Dispatcher) {
+    /// run lasts `10 * n` ns, sampled every 10 ns: `n` samples, the first
+    /// `in_probes` of them inside uprobe handling.
+    fn run_with_probe_samples(d: &mut Dispatcher, n: u64, in_probes: u64) {
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
-        for i in 0..12u64 {
-            let kernel: &[u64] = if i < 7 { &[0xa000] } else { &[] };
+        for i in 0..n {
+            let kernel: &[u64] = if i < in_probes { &[0xa000] } else { &[] };
             d.on_sample(
                 5 + i * 10,
                 &[0x1234],
@@ -1407,30 +1417,41 @@ mod tests {
                 profiler_common::unwind_end::ROOT,
             );
         }
-        d.on_call(&call(120, KIND_EXIT, 0, 0x1008));
+        d.on_call(&call(n * 10, KIND_EXIT, 0, 0x1008));
         d.finish();
     }
 
     #[test]
     fn time_sampled_in_the_probes_handling_is_taken_out_before_judging() {
-        // run lasts 120 ns, 12 samples: 7 inside uprobe handling (70 ns of
-        // the probes' own), 5 in the code. Calibrated hits: none. It ran
-        // 50 ns: fast, counted once, and what was taken out is said.
+        // run lasts 170 ns, 17 samples: 16 inside uprobe handling, which
+        // prove 16 - 2·4 = 8 periods (80 ns) of the probes' own. Calibrated
+        // hits: none. It ran 90 ns: fast, counted once, and what was taken
+        // out is said.
         let mut d = with_kernel_names();
-        run_with_probe_samples(&mut d);
+        run_with_probe_samples(&mut d, 17, 16);
         assert_eq!(d.stats.count, 1);
         assert!(d.slow.is_empty() && d.groups.is_empty(), "not slow");
         assert_eq!(d.slow_only_with_probes, 1);
-        assert_eq!(d.probe_ns, 70);
-        assert_eq!(d.stats.worst()[0].duration_ns, 50);
-        // `--raw-durations` (no costs): as measured, slow.
+        assert_eq!(d.probe_ns, 80);
+        assert_eq!(d.stats.worst()[0].duration_ns, 90);
+        // `--raw-durations` (every cost zero): as measured, slow.
         let mut d = with_kernel_names();
-        d.set_costs(Vec::new());
-        run_with_probe_samples(&mut d);
+        d.set_costs(vec![ProbeCost::default()]);
+        run_with_probe_samples(&mut d, 17, 16);
         assert_eq!(
             (d.slow.len(), d.slow_only_with_probes, d.probe_ns),
             (1, 0, 0)
         );
+        assert_eq!(d.slow[0].duration_ns, 170);
+    }
+
+    #[test]
+    fn one_sample_in_a_probe_hit_takes_nothing_out() {
+        // A hit of a few ns caught by one 10-ns sample: the dispatch is not
+        // made 10 ns shorter than the code it ran.
+        let mut d = with_kernel_names();
+        run_with_probe_samples(&mut d, 12, 1);
+        assert_eq!((d.slow.len(), d.probe_ns), (1, 0));
         assert_eq!(d.slow[0].duration_ns, 120);
     }
 

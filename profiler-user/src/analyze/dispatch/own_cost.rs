@@ -19,7 +19,10 @@ use crate::symbolize::Symbolizer;
 /// What a dispatch's records show of the probes' own cost.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Measured {
-    /// On-CPU time in uprobe handling: samples in it times the period.
+    /// Samples taken in uprobe handling.
+    pub samples: u64,
+    /// On-CPU time in uprobe handling that those samples prove
+    /// ([`proven_ns`]).
     pub on_cpu_ns: u64,
     /// Time blocked inside uprobe handling (waiting for a lock the
     /// kernel's probe registration holds).
@@ -55,6 +58,20 @@ pub fn in_uprobe(symbolizer: &mut Symbolizer, kernel: &[u64]) -> bool {
             .any(|n| is_uprobe_frame(n))
 }
 
+/// The on-CPU time that `samples` samples in uprobe handling prove, one
+/// standing for `period_ns`: two standard deviations below their count
+/// (`n - 2√n` periods, none for up to 4). Hits of a few microseconds each
+/// are caught by a sample now and then: one sample in a 100-ms dispatch
+/// says only that a probe was hit about then, not that it took a whole
+/// period, and taking a period out would make a dispatch shorter than the
+/// code it ran. Many samples (the slow path while probes are detached)
+/// are nearly all taken out.
+pub fn proven_ns(samples: u64, period_ns: u64) -> u64 {
+    let n = samples as f64;
+    let proven = (n - 2.0 * n.sqrt()).max(0.0);
+    (proven * period_ns as f64) as u64
+}
+
 /// Measures `recs`, one sample standing for `period_ns` (0: sampling off,
 /// so no on-CPU figure). Names still being read leave the symbolizer's
 /// `missed` flag set, as for any explanation.
@@ -64,7 +81,7 @@ pub fn measure(recs: &[Rec], symbolizer: &mut Symbolizer, period_ns: u64) -> Mea
     for r in recs {
         match r {
             Rec::Sample(_, _, kernel) if period_ns > 0 && in_uprobe(symbolizer, kernel) => {
-                m.on_cpu_ns += period_ns;
+                m.samples += 1;
             }
             Rec::Block(ts, _, kernel) => {
                 blocked_since = in_uprobe(symbolizer, kernel).then_some(*ts);
@@ -77,6 +94,7 @@ pub fn measure(recs: &[Rec], symbolizer: &mut Symbolizer, period_ns: u64) -> Mea
             _ => {}
         }
     }
+    m.on_cpu_ns = proven_ns(m.samples, period_ns);
     m
 }
 
@@ -104,5 +122,16 @@ mod tests {
         ] {
             assert!(!is_uprobe_frame(n), "{n}");
         }
+    }
+
+    #[test]
+    fn a_few_samples_prove_nothing_and_many_nearly_all() {
+        let ms = 1_000_000;
+        assert_eq!(proven_ns(0, ms), 0);
+        // One sample in a probe hit of a few µs: no millisecond taken out.
+        assert_eq!(proven_ns(1, ms), 0);
+        assert_eq!(proven_ns(4, ms), 0);
+        assert_eq!(proven_ns(9, ms), 3 * ms);
+        assert_eq!(proven_ns(100, ms), 80 * ms);
     }
 }
