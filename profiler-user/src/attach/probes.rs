@@ -265,23 +265,27 @@ enum ProbeKind {
     ReturnSite,
 }
 
-/// File offsets and cookies of the `kind` probes of functions `idx`.
+/// File offsets and cookies of the `kind` probes of functions `idx`, whose
+/// tail calls are followed into functions `attached` (attached with them).
 fn probe_points(
     sel: &Selection,
     idx: &[usize],
+    attached: &[usize],
     kind: ProbeKind,
     cookie: impl Fn(usize) -> u64,
 ) -> (Vec<u64>, Vec<u64>) {
     let mut offsets = Vec::new();
     let mut cookies = Vec::new();
-    // Tail calls are followed to the functions linked together (one
-    // binary's) that have an exit probe: their entry comes right after the
-    // jump, and their return ends the caller's frame too.
+    // Tail calls are followed to the functions attached together (one
+    // binary's link, or the functions attached one probe each) that have
+    // an exit probe: their entry comes right after the jump, and their
+    // return ends the caller's frame too. (A callee whose entry does not
+    // come next leaves the caller's exit as it was: `tail_calls.rs`.)
     // (Their dispatch flag too: the kernel's dispatch depth counts the
     // caller's exit at the jump, so a dispatch function's tail call is
     // followed only into another, whose entry counts it back.)
     let callees: std::collections::HashMap<(u32, u64), bool> = match kind {
-        ProbeKind::ReturnSite => idx
+        ProbeKind::ReturnSite => attached
             .iter()
             .map(|&j| &sel.funcs[j])
             .filter(|f| !matches!(f.exit, ExitProbe::EntryOnly(_)))
@@ -694,6 +698,9 @@ impl Probes {
             };
             pending[i] = false;
         }
+        let attached: Vec<usize> = (0..sel.funcs.len())
+            .filter(|&i| ok[i] && pending[i])
+            .collect();
         for (name, kind) in [
             (PROG_RET, ProbeKind::ReturnSite),
             (PROG_EXIT, ProbeKind::Return),
@@ -705,11 +712,12 @@ impl Probes {
                     continue;
                 }
                 let bin = &sel.binaries[f.binary as usize];
-                let (offsets, _) = probe_points(sel, &[i], kind, cookie);
-                for offset in offsets {
+                // The sites' own cookies: a tail call's carries TAIL_CALL.
+                let (offsets, cookies) = probe_points(sel, &[i], &attached, kind, cookie);
+                for (offset, c) in offsets.into_iter().zip(cookies) {
                     let point = UProbeAttachPoint {
                         location: UProbeAttachLocation::AbsoluteOffset(offset),
-                        cookie: Some(cookie(i)),
+                        cookie: Some(c),
                     };
                     match prog.attach(point, &bin.open_path, scope) {
                         Ok(id) => self.per_probe.push((i, name, id)),
@@ -1386,7 +1394,7 @@ fn multi_links(
         (&progs.exit, ProbeKind::Return),
         (&progs.entry, ProbeKind::Entry),
     ] {
-        let (offsets, cookies) = probe_points(sel, &plain, kind, |i| cookie(sel, i, gen));
+        let (offsets, cookies) = probe_points(sel, &plain, &plain, kind, |i| cookie(sel, i, gen));
         if offsets.is_empty() {
             continue;
         }

@@ -16,16 +16,19 @@ use serde_json::Value;
 const MESSAGES: u64 = 12;
 const SLOW: [u64; 3] = [2, 6, 9];
 
-fn run(exit_probes: &str) {
+/// `per_probe`: each probe a perf event of its own (`PROFILER_PER_PROBE=1`),
+/// as on kernels before 6.10, where the tail call's bit rides the event's
+/// cookie, not a uprobe_multi link's.
+fn run(exit_probes: &str, per_probe: bool) {
     let exe = build_c(
         "tailcall.c",
         "tailcall",
         &["-O2", "-g", "-fno-omit-frame-pointer"],
     );
-    let out = TempDir::new(&format!("tailcall-{exit_probes}"));
+    let out = TempDir::new(&format!("tailcall-{exit_probes}-{per_probe}"));
     let before = prof_prog_ids();
     let mut fx = Fixture::spawn(&exe, &[]);
-    let rec = Recording::start(
+    let mut cmd = Recording::command(
         fx.pid,
         out.path(),
         &[
@@ -43,13 +46,17 @@ fn run(exit_probes: &str) {
             "0",
         ],
     );
+    if per_probe {
+        cmd.env("PROFILER_PER_PROBE", "1");
+    }
+    let rec = Recording::spawn(cmd);
     let ours = rec.pid();
     let truth = fx.run();
     let fin = rec.stop(libc::SIGINT);
     assert!(fin.status.success(), "profiler failed: {fin:?}");
     assert_none_left_since(&before, &[ours]);
     fx.release();
-    let what = format!("--exit-probes {exit_probes}");
+    let what = format!("--exit-probes {exit_probes} (per probe: {per_probe})");
     let o = Outputs::load(out.path());
     for f in ["dispatch_message", "handle_request", "process_request"] {
         assert_eq!(o.sum(f, "calls"), MESSAGES, "{what}: {f} calls");
@@ -118,11 +125,17 @@ fn run(exit_probes: &str) {
 #[test]
 fn a_tail_call_keeps_its_caller_open_with_return_sites() {
     require_root!();
-    run("ret");
+    run("ret", false);
+}
+
+#[test]
+fn a_tail_call_keeps_its_caller_open_with_return_sites_one_perf_event_a_probe() {
+    require_root!();
+    run("ret", true);
 }
 
 #[test]
 fn a_tail_call_keeps_its_caller_open_with_return_uprobes() {
     require_root!();
-    run("uretprobe");
+    run("uretprobe", false);
 }
