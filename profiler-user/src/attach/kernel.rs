@@ -63,6 +63,10 @@ pub fn refused(name: &str, why: &str) -> Error {
 /// expedited ones (microseconds instead of milliseconds), system-wide.
 const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
 
+/// Where a profiler that set [`RCU_EXPEDITED`] to 1 writes its pid, until it
+/// sets it back.
+const RCU_MARK: &str = "/run/profiler-rcu-expedited";
+
 /// Expedited RCU grace periods while it lives, where they were not
 /// already (`/sys/kernel/rcu_expedited` set to 1, then back to 0).
 ///
@@ -76,9 +80,9 @@ const RCU_EXPEDITED: &str = "/sys/kernel/rcu_expedited";
 /// can tell: 67 ms a probe, with `PROFILER_PER_PROBE=1`; uprobe_multi
 /// links are used there.) The price is an interrupt to each busy CPU per
 /// grace period, while the detach lasts. The setting is restored when the
-/// guard drops, also on Ctrl-C and SIGTERM (not on SIGKILL: it then stays
-/// 1 until set back or the next boot, which costs nothing but those
-/// interrupts).
+/// guard drops, also on Ctrl-C and SIGTERM. A profiler killed by SIGKILL
+/// meanwhile leaves it 1, and its pid in [`RCU_MARK`]: the next
+/// `profiler record` sets it back ([`restore_left_expedited`]).
 pub struct ExpeditedRcu {
     /// The setting was changed, so it is restored.
     set: bool,
@@ -93,6 +97,9 @@ impl ExpeditedRcu {
     pub fn begin() -> Self {
         let set = std::fs::read_to_string(RCU_EXPEDITED).is_ok_and(|v| v.trim() == "0")
             && std::fs::write(RCU_EXPEDITED, "1").is_ok();
+        if set {
+            let _ = std::fs::write(RCU_MARK, format!("{}\n", std::process::id()));
+        }
         ExpeditedRcu { set }
     }
 }
@@ -101,13 +108,75 @@ impl Drop for ExpeditedRcu {
     fn drop(&mut self) {
         if self.set {
             let _ = std::fs::write(RCU_EXPEDITED, "0");
+            let _ = std::fs::remove_file(RCU_MARK);
         }
+    }
+}
+
+/// Sets [`RCU_EXPEDITED`] back to 0 if a profiler killed while it detached
+/// probes left it 1, and says so in one line on stderr.
+pub fn restore_left_expedited() {
+    let own = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let alive =
+        |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == own);
+    if let Some(line) = restore_left(Path::new(RCU_EXPEDITED), Path::new(RCU_MARK), alive) {
+        eprintln!("profiler: {line}");
+    }
+}
+
+/// The mark at `mark` names a profiler that set `setting` to 1: if that
+/// one is gone (`alive` says whether a pid is a running profiler), the
+/// setting is set back to 0 and the mark removed. What was done, in words.
+fn restore_left(setting: &Path, mark: &Path, alive: impl Fn(u32) -> bool) -> Option<String> {
+    let pid: u32 = std::fs::read_to_string(mark).ok()?.trim().parse().ok()?;
+    if alive(pid) {
+        return None;
+    }
+    let _ = std::fs::remove_file(mark);
+    if std::fs::read_to_string(setting).ok()?.trim() != "1" {
+        return None;
+    }
+    match std::fs::write(setting, "0") {
+        Ok(()) => Some(format!(
+            "a profiler (pid {pid}) was killed while it detached probes and left {} at 1 (expedited RCU grace periods, an interrupt to each busy CPU per grace period): set back to 0",
+            setting.display()
+        )),
+        Err(e) => Some(format!(
+            "a profiler (pid {pid}) was killed while it detached probes and left {} at 1; setting it back failed ({e}): `echo 0 > {}` does",
+            setting.display(),
+            setting.display()
+        )),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_setting_left_by_a_killed_profiler_is_set_back_once() {
+        let dir = std::env::temp_dir().join(format!("rcu-mark-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (setting, mark) = (dir.join("rcu_expedited"), dir.join("mark"));
+        // No mark: left alone (another tool, or the administrator, set it).
+        std::fs::write(&setting, "1\n").unwrap();
+        assert_eq!(restore_left(&setting, &mark, |_| false), None);
+        assert_eq!(std::fs::read_to_string(&setting).unwrap(), "1\n");
+        // The marking profiler still runs: left alone, mark kept.
+        std::fs::write(&mark, "4242\n").unwrap();
+        assert_eq!(restore_left(&setting, &mark, |p| p == 4242), None);
+        assert!(mark.exists());
+        // It is gone: set back, said once, mark removed.
+        let line = restore_left(&setting, &mark, |_| false).unwrap();
+        assert!(
+            line.contains("pid 4242") && line.contains("set back to 0"),
+            "{line}"
+        );
+        assert_eq!(std::fs::read_to_string(&setting).unwrap(), "0");
+        assert!(!mark.exists());
+        assert_eq!(restore_left(&setting, &mark, |_| false), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn versions_of_distribution_releases() {

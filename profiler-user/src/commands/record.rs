@@ -41,6 +41,7 @@ fn check_mode(args: &RecordArgs) -> Result<()> {
 pub fn run(args: &mut RecordArgs) -> Result<u8> {
     crate::heap::tune();
     default_max_funcs(&mut args.select);
+    timer_rates(args);
     let args = &*args;
     let launches = match (
         args.command.is_empty(),
@@ -60,6 +61,25 @@ pub fn run(args: &mut RecordArgs) -> Result<u8> {
     }
     record::write_startup_summary(args, launches, &reports)?;
     Ok(code)
+}
+
+/// The in-dispatch sampler and `--sample` at no more than this kernel's
+/// timers deliver ([`crate::attach::samplers::timer_hz`]), said once.
+fn timer_rates(args: &mut RecordArgs) {
+    use crate::attach::samplers::timer_hz;
+    let mut said = false;
+    for hz in [Some(&mut args.dispatch.dispatch_hz), args.sample.as_mut()]
+        .into_iter()
+        .flatten()
+        .filter(|hz| **hz > 0)
+    {
+        let (can, line) = timer_hz(*hz);
+        if let Some(line) = line.filter(|_| !said) {
+            eprintln!("profiler: note: {line}");
+            said = true;
+        }
+        *hz = can;
+    }
 }
 
 /// Without `--max-funcs`: 2000 functions where a binary's probes are one
@@ -93,6 +113,7 @@ fn record_once(args: &RecordArgs, launch_no: Option<usize>) -> Result<(u8, Optio
     let stage_cfg = StagesConfig::parse(&args.stages.stages, &args.stages.scenarios, stage_runs)?;
     check_mode(args)?;
     caps::check()?;
+    crate::attach::kernel::restore_left_expedited();
     Recorder::plan(args, launch_no, stage_cfg)?
         .attach()?
         .collect()?

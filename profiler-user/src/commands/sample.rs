@@ -22,6 +22,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             "--hz {hz} is out of range: use 1 to 100000"
         )));
     }
+    let (hz, line) = crate::attach::samplers::timer_hz(hz);
+    if let Some(line) = line {
+        eprintln!("profiler: note: {line}");
+    }
     let unwind = if args.dwarf {
         UnwindMode::Copy
     } else {
