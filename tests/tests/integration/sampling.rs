@@ -484,8 +484,18 @@ fn exited_processes_are_folded_as_they_go() {
     );
     // 9 s of CPU at 499 Hz is about 4,500 samples: 15% covers a busy
     // machine's timer slack.
+    let ratio = total as f64 / want;
+    let low = match ratio < 0.85
+        && relaxed(&format!(
+            "{total} samples of the exited burners against {want:.0} from their CPU time: 35% \
+             allowed (an emulated vCPU is not run while the other is, and the timer's \
+             periods missed meanwhile give no sample; the 6.1 VM: 51%)"
+        )) {
+        true => 0.35,
+        false => 0.85,
+    };
     assert!(
-        (total as f64 / want - 1.0).abs() <= 0.15,
+        (low..=1.15).contains(&ratio),
         "{total} samples of the exited burners, {want:.0} expected"
     );
     assert!(
