@@ -222,6 +222,15 @@ pub(super) fn explain(
                 let (Some(t), Some(top)) = (&tree, stack.last()) else {
                     continue;
                 };
+                // Waiting inside the probes' handling (for the lock the
+                // kernel's probe registration holds): the probes' time,
+                // taken out of the dispatch's, and its waker is the
+                // profiler.
+                if d.probe_sample(kernel) {
+                    pending_block = None;
+                    pending_waker = None;
+                    continue;
+                }
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 let mut full = d.symbolizer.kernel_stack(kernel);

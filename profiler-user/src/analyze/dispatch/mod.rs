@@ -1476,6 +1476,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn waits_in_the_probes_handling_are_not_the_programs_blocking_stacks() {
+        // run: 200 ns, blocked 60 ns in uprobe handling, then 50 ns in
+        // epoll. 140 ns is slow; only the epoll wait is its blocking.
+        let mut d = with_kernel_names();
+        d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
+        for (out, back, kernel) in [(20, 80, 0xa000), (100, 150, 0xb000)] {
+            d.on_switch_out(out, true, Some((&[0x1234], &[kernel])));
+            d.on_wakeup(back);
+            d.on_switch_in(back);
+        }
+        d.on_call(&call(200, KIND_EXIT, 0, 0x1008));
+        d.finish();
+        assert_eq!(d.slow.len(), 1);
+        let s = &d.slow[0];
+        assert_eq!((s.duration_ns, s.split.blocked_ns), (140, 50));
+        assert_eq!(s.blocking_stacks.len(), 1, "{:?}", s.blocking_stacks);
+        assert_eq!(s.blocking_stacks[0].0, 50);
+        assert_eq!(s.blocking_stacks[0].1[0], "ep_poll_[k]");
+    }
+
     fn config(threshold_ns: u64, hang_ns: u64) -> Config {
         Config {
             tid: 1,
