@@ -314,8 +314,16 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
         let unsampled = num(g, "samples") == 0
             && key == "(loop iteration)"
             && relaxed("a stall without in-dispatch samples (the sampler attaches seconds late) may be keyed (loop iteration)");
+        // Under emulation a probe hit costs 30-40 µs and the governor is
+        // off: the probed C calls of the stall's caller (the app's
+        // `staller`) can outweigh the CPU stall inside it (6.12: an
+        // iteration keyed `py:staller <- py:<module>`). The app's own
+        // function is still named.
+        let caller = named == "py:blocking_parse ("
+            && key.contains("py:staller (")
+            && relaxed("a CPU stall's iteration may be keyed by its caller, py:staller (probe hits of 30-40 µs in it)");
         assert!(
-            unsampled || key.contains(named),
+            unsampled || caller || key.contains(named),
             "the key names {named}…: {g}"
         );
         // Under emulation the iteration's probe hits (30-40 µs each) add
