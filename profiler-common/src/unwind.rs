@@ -249,8 +249,20 @@ pub mod uret {
     /// `uprobe_task.vaddr`: the probed instruction being stepped out of
     /// line.
     pub const UTASK_VADDR: usize = 8;
+    /// The return trampoline's kind ([`TRAMP_INT3`], [`TRAMP_SYSCALL`];
+    /// 0: unknown), not an offset.
+    pub const TRAMP: usize = 9;
     /// Entries.
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
+    /// Before Linux 6.11 (x86_64): the trampoline is one `int3`; a task
+    /// in its trap has its pc one past it, its stack as the `ret` left it.
+    pub const TRAMP_INT3: u32 = 1;
+    /// From Linux 6.11: `push rax; push rcx; push r11; mov $NR, rax;
+    /// syscall` (the uretprobe syscall); a task in that syscall has its
+    /// pc [`TRAMP_SYSCALL_PC`] bytes in, three words pushed.
+    pub const TRAMP_SYSCALL: u32 = 2;
+    /// The pc of a task inside the uretprobe syscall, from the trampoline.
+    pub const TRAMP_SYSCALL_PC: u64 = 13;
     /// Bytes of one out-of-line slot in the area (x86); the first holds
     /// the return trampoline.
     pub const XOL_SLOT_BYTES: u64 = 128;

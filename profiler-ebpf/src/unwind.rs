@@ -417,7 +417,7 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
 /// no user stack, e.g. a kernel thread).
 #[inline(always)]
 pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
-    let (mut pc, sp, bp) = user_regs()?;
+    let (mut pc, mut sp, bp) = user_regs()?;
     let tid = aya_ebpf::helpers::bpf_get_current_pid_tgid() as u32;
     let (py, py_n) = crate::python::walk(pid, tid, cap / 2).unwrap_or((core::ptr::null(), 0));
     let (tramp, ri, stepping) = uprobe_state();
@@ -427,6 +427,21 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let slots = tramp + profiler_common::uret::XOL_SLOT_BYTES;
     if tramp != 0 && stepping != 0 && pc >= slots && pc < tramp + 4096 {
         pc = stepping;
+    }
+    // Sampled while the kernel handles a return uprobe (its trap, or the
+    // uretprobe syscall): the `ret` returned into the trampoline, so the
+    // walk starts there, as from a return address, with the stack as the
+    // `ret` left it; `put_back_return` names the real return address.
+    if tramp != 0 && pc > tramp && pc < slots {
+        use profiler_common::uret;
+        match crate::URETPROBE_OFFSETS.load()[uret::TRAMP] {
+            uret::TRAMP_INT3 if pc == tramp + 1 => pc = tramp,
+            uret::TRAMP_SYSCALL if pc == tramp + uret::TRAMP_SYSCALL_PC => {
+                pc = tramp;
+                sp += 24;
+            }
+            _ => {}
+        }
     }
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.

@@ -536,6 +536,10 @@ impl Probes {
                 o.mm_xol_area,
                 o.xol_vaddr,
                 o.utask_vaddr,
+                match super::kernel::at_least((6, 11)) {
+                    true => profiler_common::uret::TRAMP_SYSCALL,
+                    false => profiler_common::uret::TRAMP_INT3,
+                },
             ],
             Err(_) => [0; profiler_common::uret::COUNT],
         };
