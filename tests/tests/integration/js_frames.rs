@@ -171,6 +171,14 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
     let dir = TempDir::new("jsslow");
     let script = node_script(dir.path(), 20_000, true);
     let mut cmd = Command::new(&node);
+    // TurboFan may inline a function into its caller, which is then the
+    // one frame named (docs/sampling.md). On this host it has not by the
+    // time the session ends; in the 6.1 VM node ran minutes first and
+    // every slow dispatch read `JS:listOnTimeout`, slowRoute inlined in it
+    // (`--interrupt-budget=2000` shows the same here).
+    if relaxed("node runs with --no-turbo-inlining: under emulation TurboFan inlined slowRoute into listOnTimeout before the session") {
+        cmd.arg("--no-turbo-inlining");
+    }
     cmd.arg(&script);
     let fx = Fixture::spawn_cmd(cmd, &node);
     let out = dir.join("out");

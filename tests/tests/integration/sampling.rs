@@ -245,8 +245,6 @@ impl SampleAll {
     }
 }
 
-/// Samples of processes named `comm` in a cpu.folded, and how many of them
-/// hold the frames `chain` in a row.
 /// The rate `cpu.txt` says the samples were taken at (`… at N Hz …`).
 fn sampled_hz(txt: &str) -> f64 {
     txt.split(" at ")
@@ -255,6 +253,8 @@ fn sampled_hz(txt: &str) -> f64 {
         .unwrap_or_else(|| panic!("no rate in cpu.txt:\n{txt}"))
 }
 
+/// Samples of processes named `comm` in a cpu.folded, and how many of them
+/// hold the frames `chain` in a row.
 fn samples_of(folded_text: &str, comm: &str, chain: &[&str]) -> (u64, u64) {
     let stacks = folded(folded_text);
     let mine = stacks.iter().filter(|(s, _)| s[0] == comm);
@@ -609,7 +609,10 @@ fn new_mappings_of_a_sampled_process_are_read_at_once() {
         &["-O1", "-g", "-fPIC", "-shared"],
     );
     let late = build_c("dlopen_main.c", "dlopen_late", &["-O1", "-g", "-ldl"]);
-    let session = SampleAll::start(out.path(), "5s");
+    // Under emulation Python takes seconds to start (its modules read over
+    // 9p): a 5-s session had ended before the burner it execs ran (the 6.1
+    // VM: 0 samples after the exec).
+    let session = SampleAll::start(out.path(), &format!("{}s", lifetime(5)));
     // Python spins (sampled: the agent reads its mappings), then execs
     // the burner.
     let spin_then_exec = "import os, sys, time\n\
