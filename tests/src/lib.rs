@@ -31,8 +31,8 @@ pub use outputs::{
     truth_line, u64s, Outputs,
 };
 pub use recording::{
-    assert_error, profiler, profiler_bin, profiler_wrapped, record_fixture, replay, Finished,
-    Recording,
+    assert_error, profiler, profiler_bin, profiler_within, profiler_wrapped, record_fixture,
+    replay, timeout, Finished, Recording,
 };
 
 use std::path::PathBuf;

@@ -161,9 +161,14 @@ impl Drop for Running {
 
 /// Runs the profiler with `args` to completion (at most [`timeout`]).
 pub fn profiler(args: &[&str]) -> Finished {
+    profiler_within(args, timeout())
+}
+
+/// [`profiler`] with a limit of its own.
+pub fn profiler_within(args: &[&str], limit: Duration) -> Finished {
     let mut cmd = Command::new(profiler_bin());
     cmd.args(args);
-    Running::spawn(cmd).wait(timeout())
+    Running::spawn(cmd).wait(limit)
 }
 
 /// `profiler report DIR --out AGAIN` (offline replay of DIR's
