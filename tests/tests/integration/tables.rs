@@ -93,6 +93,26 @@ fn assert_chain(stacks: &[(Vec<String>, u64)], comm: &str, what: &str) {
         share * 100.0
     );
     assert!(total >= 100, "{what}: only {total} samples of {comm}");
+    // Under emulation `clock_gettime` is a system call (the VM's HPET
+    // clock has no vDSO): main's own calls of it between its calls of top
+    // take 1-2% of the samples (the 6.1 VM: 1.4%), complete stacks in main.
+    let in_main = stacks
+        .iter()
+        .filter(|(s, _)| s[0] == comm && s.get(1).is_some_and(|f| f == "_start"))
+        .filter(|(s, _)| !s.iter().any(|f| f == "top"))
+        .filter(|(s, _)| s.iter().any(|f| f == "main"))
+        .map(|(_, n)| n)
+        .sum::<u64>() as f64
+        / total.max(1) as f64;
+    let share = match share < 0.99
+        && relaxed(&format!(
+            "{what}: samples in main itself, complete, count with top;mid;leaf ({:.1}%): \
+             clock_gettime is a system call under emulation",
+            in_main * 100.0
+        )) {
+        true => share + in_main,
+        false => share,
+    };
     assert!(
         share >= 0.99,
         "{what}: top;mid;leaf in only {:.1}% of {total} samples",
@@ -366,7 +386,16 @@ fn launched_runtimes_write_perf_maps() {
             const end = Date.now() + {}000; while (Date.now() < end) outerJsCaller();\n",
             lifetime(2)
         );
-        cases.push((vec!["node".into(), "-e".into(), script], "outerJsCaller"));
+        let mut cmd: Vec<String> = vec!["node".into()];
+        // Under emulation node ran long enough before the sampler attached
+        // for TurboFan to inline outerJsCaller into the script's loop (the
+        // 6.12 VM: in 0 of 13,242 samples); inlined functions are not
+        // named (docs/sampling.md).
+        if relaxed("node runs with --no-turbo-inlining: TurboFan inlined outerJsCaller before the sampler attached") {
+            cmd.push("--no-turbo-inlining".into());
+        }
+        cmd.extend(["-e".into(), script]);
+        cases.push((cmd, "outerJsCaller"));
     } else {
         eprintln!("SKIP (node part): node is not installed");
     }
