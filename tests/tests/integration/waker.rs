@@ -154,8 +154,19 @@ impl Run {
         let (_, wait) = self.truth_of(kind);
         let blocked = num(self.waker(kind), "blocked_ns");
         let runnable = num(self.slow(kind), "runnable_ns");
+        // Under emulation the dispatch waits for a CPU elsewhere too (its
+        // runnable time is not all after the wake-up: 37 ms of it around
+        // an 82-ms pipe wait in the 6.12 VM): the wait lies between the
+        // blocked time and that plus all the runnable time.
+        let within = (blocked + runnable).abs_diff(wait) * 20 <= wait
+            || (relaxed(&format!(
+                "{kind}: the fixture's wait of {wait} ns between blocked {blocked} ns and blocked + \
+                 runnable {} ns, 5% either way (the dispatch is runnable elsewhere too)",
+                blocked + runnable
+            )) && wait * 20 >= blocked * 19
+                && wait * 20 <= (blocked + runnable) * 21);
         assert!(
-            (blocked + runnable).abs_diff(wait) * 20 <= wait,
+            within,
             "{kind}: blocked {blocked} ns + runnable {runnable} ns, fixture waited {wait} ns"
         );
         assert!(
