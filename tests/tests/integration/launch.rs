@@ -112,13 +112,16 @@ fn first_call_counted_exit_status_and_startup() {
         true => (60_000_000, None),
         false => (5_000_000, Some(("the 20 ms sleep", 20_000_000))),
     };
-    for (what, w) in [Some(("fixture's own measurement", want)), sleep]
-        .into_iter()
-        .flatten()
-    {
+    assert!(
+        main_ready_ns.abs_diff(want) <= tol,
+        "main to ready {main_ready_ns} ns vs the fixture's own measurement {want} ns (tolerance {tol} ns)"
+    );
+    // The sleep is a floor only: on a busy host it overslept by 5 ms (CI,
+    // with the fixture's clock agreeing with the profiler).
+    if let Some((what, w)) = sleep {
         assert!(
-            main_ready_ns.abs_diff(w) <= tol,
-            "main to ready {main_ready_ns} ns vs {what} {w} ns (tolerance {tol} ns)"
+            main_ready_ns + tol >= w,
+            "main to ready {main_ready_ns} ns is shorter than {what} {w} ns (tolerance {tol} ns)"
         );
     }
     // The startup window's flame graph holds the calls completed before ready.
