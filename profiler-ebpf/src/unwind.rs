@@ -174,7 +174,15 @@ fn put_back_return(w: &mut Walk) {
     }
     let o = crate::URETPROBE_OFFSETS.load();
     w.pc = read_kernel(w.ri + u64::from(o[uret::RI_ORIG_RET_VADDR]));
-    let mut ri = w.ri;
+    w.ri = past_chain(w.ri);
+}
+
+/// The return instance after `ri` and those chained to it (which share
+/// its slot on the stack).
+#[inline(always)]
+fn past_chain(mut ri: u64) -> u64 {
+    use profiler_common::uret;
+    let o = crate::URETPROBE_OFFSETS.load();
     for _ in 0..4 {
         // SAFETY: as in read_kernel.
         let chained = unsafe {
@@ -188,7 +196,7 @@ fn put_back_return(w: &mut Walk) {
             break;
         }
     }
-    w.ri = ri;
+    ri
 }
 
 /// True when the current task has user-mode state (not a kernel thread,
@@ -441,6 +449,18 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
                 sp += 24;
             }
             _ => {}
+        }
+    }
+    // Sampled while the kernel runs a return uprobe's handlers: it set the
+    // pc to the original return address before them, and takes their
+    // return instance off the task's list only after (before Linux 6.11
+    // at least). That instance is spent: the frames further out own the
+    // next ones.
+    let mut ri = ri;
+    if ri != 0 && pc != tramp {
+        let o = crate::URETPROBE_OFFSETS.load();
+        if read_kernel(ri + u64::from(o[profiler_common::uret::RI_ORIG_RET_VADDR])) == pc {
+            ri = past_chain(ri);
         }
     }
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
