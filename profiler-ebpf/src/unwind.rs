@@ -440,9 +440,10 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     // uretprobe syscall): the `ret` returned into the trampoline, so the
     // walk starts there, as from a return address, with the stack as the
     // `ret` left it; `put_back_return` names the real return address.
+    let o = crate::URETPROBE_OFFSETS.load();
     if tramp != 0 && pc > tramp && pc < slots {
         use profiler_common::uret;
-        match crate::URETPROBE_OFFSETS.load()[uret::TRAMP] {
+        match o[uret::TRAMP] {
             uret::TRAMP_INT3 if pc == tramp + 1 => pc = tramp,
             uret::TRAMP_SYSCALL if pc == tramp + uret::TRAMP_SYSCALL_PC => {
                 pc = tramp;
@@ -457,11 +458,11 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     // at least). That instance is spent: the frames further out own the
     // next ones.
     let mut ri = ri;
-    if ri != 0 && pc != tramp {
-        let o = crate::URETPROBE_OFFSETS.load();
-        if read_kernel(ri + u64::from(o[profiler_common::uret::RI_ORIG_RET_VADDR])) == pc {
-            ri = past_chain(ri);
-        }
+    if ri != 0
+        && pc != tramp
+        && read_kernel(ri + u64::from(o[profiler_common::uret::RI_ORIG_RET_VADDR])) == pc
+    {
+        ri = past_chain(ri);
     }
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.

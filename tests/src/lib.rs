@@ -27,8 +27,8 @@ pub use kernel::{
     text_unchanged,
 };
 pub use outputs::{
-    assert_close, assert_close_probed, complete_share, folded, num, read, read_json, truth_fn,
-    truth_line, u64s, Outputs,
+    assert_close, assert_close_probed, complete_share, complete_share_beside, folded, num, read,
+    read_json, truth_fn, truth_line, u64s, Outputs,
 };
 pub use recording::{
     assert_error, profiler, profiler_bin, profiler_within, profiler_wrapped, record_fixture,

@@ -229,6 +229,25 @@ pub fn read_json(dir: &Path, name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name} is not JSON: {e}"))
 }
 
+/// The share of `comm`'s `total` samples that are complete (from
+/// `_start`), pass through frame `within`, and do not hold frame `without`:
+/// a program's own work beside the chain a test follows.
+pub fn complete_share_beside(
+    stacks: &[(Vec<String>, u64)],
+    comm: &str,
+    within: &str,
+    without: &str,
+    total: u64,
+) -> f64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| s[0] == comm && s.get(1).is_some_and(|f| f == "_start"))
+        .filter(|(s, _)| s.iter().any(|f| f == within) && !s.iter().any(|f| f == without))
+        .map(|(_, n)| n)
+        .sum::<u64>() as f64
+        / total.max(1) as f64
+}
+
 /// `cpu.folded` (or any folded file) as (frames, count) pairs.
 pub fn folded(text: &str) -> Vec<(Vec<String>, u64)> {
     text.lines()

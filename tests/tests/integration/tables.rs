@@ -96,14 +96,7 @@ fn assert_chain(stacks: &[(Vec<String>, u64)], comm: &str, what: &str) {
     // Under emulation `clock_gettime` is a system call (the VM's HPET
     // clock has no vDSO): main's own calls of it between its calls of top
     // take 1-2% of the samples (the 6.1 VM: 1.4%), complete stacks in main.
-    let in_main = stacks
-        .iter()
-        .filter(|(s, _)| s[0] == comm && s.get(1).is_some_and(|f| f == "_start"))
-        .filter(|(s, _)| !s.iter().any(|f| f == "top"))
-        .filter(|(s, _)| s.iter().any(|f| f == "main"))
-        .map(|(_, n)| n)
-        .sum::<u64>() as f64
-        / total.max(1) as f64;
+    let in_main = complete_share_beside(stacks, comm, "main", "top", total);
     let share = match share < 0.99
         && relaxed(&format!(
             "{what}: samples in main itself, complete, count with top;mid;leaf ({:.1}%): \

@@ -313,14 +313,13 @@ fn glib_loop_through_its_callback(all: bool) {
     // Under emulation the loop's own work (its poll, a system call there
     // as everywhere, and its checks) takes 5-9% of the samples (the 6.1
     // and 6.12 VMs), all of them complete from _start to g_main_loop_run.
-    let in_loop = folded(&read(out.path(), "cpu.folded"))
-        .iter()
-        .filter(|(s, _)| s[0] == "glibmap" && s.get(1).is_some_and(|f| f == "_start"))
-        .filter(|(s, _)| s.iter().any(|f| f == "g_main_loop_run"))
-        .filter(|(s, _)| !s.iter().any(|f| f == GLIB_CHAIN[GLIB_CHAIN.len() - 1]))
-        .map(|(_, n)| n)
-        .sum::<u64>() as f64
-        / total.max(1) as f64;
+    let in_loop = complete_share_beside(
+        &folded(&read(out.path(), "cpu.folded")),
+        "glibmap",
+        "g_main_loop_run",
+        GLIB_CHAIN[GLIB_CHAIN.len() - 1],
+        total,
+    );
     let share = match share < 0.95
         && relaxed(&format!(
             "samples in the GLib loop's own work, complete, count with the callback's ({:.1}%): \

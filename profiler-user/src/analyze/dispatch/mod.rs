@@ -1402,10 +1402,8 @@ mod tests {
         assert_eq!((total("run"), total("work")), (100, 100), "{tree:?}");
     }
 
-    /// `run` for 120 ns, with 12 samples of 10 ns: the first 7 inside
-    /// uprobe handling (kernel address 0xa000), 5 in the code.
     /// run lasts `10 * n` ns, sampled every 10 ns: `n` samples, the first
-    /// `in_probes` of them inside uprobe handling.
+    /// `in_probes` of them inside uprobe handling (kernel address 0xa000).
     fn run_with_probe_samples(d: &mut Dispatcher, n: u64, in_probes: u64) {
         d.on_call(&call(0, KIND_ENTRY, 0, 0x1000));
         for i in 0..n {

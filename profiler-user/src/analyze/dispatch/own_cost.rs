@@ -19,9 +19,7 @@ use crate::symbolize::Symbolizer;
 /// What a dispatch's records show of the probes' own cost.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Measured {
-    /// Samples taken in uprobe handling.
-    pub samples: u64,
-    /// On-CPU time in uprobe handling that those samples prove
+    /// On-CPU time in uprobe handling that its samples there prove
     /// ([`proven_ns`]).
     pub on_cpu_ns: u64,
     /// Time blocked inside uprobe handling (waiting for a lock the
@@ -77,11 +75,12 @@ pub fn proven_ns(samples: u64, period_ns: u64) -> u64 {
 /// `missed` flag set, as for any explanation.
 pub fn measure(recs: &[Rec], symbolizer: &mut Symbolizer, period_ns: u64) -> Measured {
     let mut m = Measured::default();
+    let mut samples = 0;
     let mut blocked_since = None;
     for r in recs {
         match r {
             Rec::Sample(_, _, kernel) if period_ns > 0 && in_uprobe(symbolizer, kernel) => {
-                m.samples += 1;
+                samples += 1;
             }
             Rec::Block(ts, _, kernel) => {
                 blocked_since = in_uprobe(symbolizer, kernel).then_some(*ts);
@@ -94,7 +93,7 @@ pub fn measure(recs: &[Rec], symbolizer: &mut Symbolizer, period_ns: u64) -> Mea
             _ => {}
         }
     }
-    m.on_cpu_ns = proven_ns(m.samples, period_ns);
+    m.on_cpu_ns = proven_ns(samples, period_ns);
     m
 }
 
