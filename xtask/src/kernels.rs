@@ -12,7 +12,7 @@
 //! meet are relaxed, each printing a `RELAXED` line; behaviour assertions
 //! are not.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -182,7 +182,16 @@ pub fn run(args: &Args) -> Result<()> {
         if k.smoke && !args.smoke {
             here.extend(SMOKE.iter().map(|s| s.to_string()));
         }
+        let tag = k.asked.replace('/', "_");
+        if (args.reuse || args.rerun_failed) && restore(&dir, &ledger(), &tag)? {
+            eprintln!(
+                "kernels: {}: no run in {}: starting from the one kept in {LEDGER}/",
+                k.asked,
+                dir.display()
+            );
+        }
         let run = run_one(k, (&tests, &profiler), &dir, &here, args)?;
+        save(&dir, &ledger(), &tag)?;
         let c = &run.parser.counts;
         eprintln!(
             "kernels: {} ({}, {}): {} passed, {} failed, {} skipped, {} relaxed, in {} s",
@@ -401,17 +410,167 @@ impl Files {
         }
     }
 
-    fn clear(&self) {
-        for f in [
+    /// What a run leaves that the matrix reads, the log first.
+    fn data(&self) -> [&Path; 5] {
+        [
             &self.log,
             &self.check,
             &self.release,
             &self.rc,
             &self.commit,
-        ] {
+        ]
+    }
+
+    fn clear(&self) {
+        for f in self.data() {
             let _ = std::fs::remove_file(f);
         }
     }
+}
+
+/// Where each kernel's results are kept in the repository, as
+/// `TAG[.rerunN].{log,check,release,rc,commit}`: the log as a digest (what
+/// [`Parser`] reads, and the tail of each failure's output), the rest as
+/// they were. `target/` goes with its clone, and a full run takes hours
+/// a kernel: `--reuse` and `--rerun-failed` start from these where
+/// `target/kernels/` has no run, and every run writes its own here.
+const LEDGER: &str = "tests/kernel-runs";
+
+fn ledger() -> PathBuf {
+    workspace_root().join(LEDGER)
+}
+
+/// The lines of each failed test's output a digest keeps: the last ones,
+/// where its panic message is.
+const FAILURE_TAIL: usize = 80;
+
+/// The longest line a digest keeps, in bytes.
+const LINE_MAX: usize = 600;
+
+/// `log` without the captured output of passing tests (but their SKIP and
+/// RELAXED lines, and the headers that name them), and with only the last
+/// [`FAILURE_TAIL`] lines of each failure's: what [`Parser`] reads from
+/// it is the same.
+fn digest(log: &str) -> String {
+    fn push(out: &mut String, line: &str) {
+        let mut end = line.len().min(LINE_MAX);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&line[..end]);
+        out.push('\n');
+    }
+    #[derive(PartialEq)]
+    enum In {
+        Running,
+        Successes,
+        Failures,
+    }
+    let mut section = In::Running;
+    let mut out = String::new();
+    // The last lines of the failure whose output is being read.
+    let mut tail: Option<VecDeque<&str>> = None;
+    for line in log.lines() {
+        let header = line.starts_with("---- ") && line.ends_with(" stdout ----");
+        let next = match line {
+            "successes:" => Some(In::Successes),
+            "failures:" => Some(In::Failures),
+            l if l.starts_with("test result: ") => Some(In::Running),
+            _ => None,
+        };
+        if header || next.is_some() {
+            for l in tail.take().into_iter().flatten() {
+                push(&mut out, l);
+            }
+            push(&mut out, line);
+            if let Some(next) = next {
+                section = next;
+            }
+            if header && section == In::Failures {
+                tail = Some(VecDeque::new());
+            }
+            continue;
+        }
+        match (&section, tail.as_mut()) {
+            // A result, or a test's RELAXED and SKIP lines: what the
+            // parser reads.
+            _ if line.starts_with("RELAXED ") || line.starts_with("SKIP ") => push(&mut out, line),
+            (In::Running, _) if line.starts_with("test ") => push(&mut out, line),
+            (In::Failures, Some(lines)) => {
+                if lines.len() == FAILURE_TAIL {
+                    lines.pop_front();
+                }
+                lines.push_back(line);
+            }
+            (In::Failures, None) if !line.trim().is_empty() => push(&mut out, line),
+            _ => {}
+        }
+    }
+    for l in tail.take().into_iter().flatten() {
+        push(&mut out, l);
+    }
+    out
+}
+
+/// Each run of `tag` in `dir`: the first, then its reruns.
+fn runs_of(dir: &Path, tag: &str) -> Vec<Files> {
+    (0..)
+        .map(|n| match n {
+            0 => Files::new(dir, tag, ""),
+            n => Files::new(dir, tag, &format!(".rerun{n}")),
+        })
+        .take_while(|f| f.log.exists())
+        .collect()
+}
+
+/// Copies `tag`'s runs from `ledger` into `dir`, if `dir` has none.
+/// Returns whether it did.
+fn restore(dir: &Path, ledger: &Path, tag: &str) -> Result<bool> {
+    if Files::new(dir, tag, "").log.exists() {
+        return Ok(false);
+    }
+    let kept = runs_of(ledger, tag);
+    for (n, from) in kept.iter().enumerate() {
+        let suffix = match n {
+            0 => String::new(),
+            n => format!(".rerun{n}"),
+        };
+        let to = Files::new(dir, tag, &suffix);
+        for (f, t) in from.data().into_iter().zip(to.data()) {
+            if f.exists() {
+                std::fs::copy(f, t).with_context(|| format!("copying {}", f.display()))?;
+            }
+        }
+    }
+    Ok(!kept.is_empty())
+}
+
+/// Writes `tag`'s runs in `dir` into `ledger`, in place of those it had.
+fn save(dir: &Path, ledger: &Path, tag: &str) -> Result<()> {
+    let runs = runs_of(dir, tag);
+    if runs.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(ledger)?;
+    for old in runs_of(ledger, tag) {
+        for f in old.data() {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+    for (n, from) in runs.iter().enumerate() {
+        let suffix = match n {
+            0 => String::new(),
+            n => format!(".rerun{n}"),
+        };
+        let to = Files::new(ledger, tag, &suffix);
+        std::fs::write(&to.log, digest(&read(&from.log)))?;
+        for (f, t) in from.data().into_iter().zip(to.data()).skip(1) {
+            if f.exists() {
+                std::fs::copy(f, t).with_context(|| format!("copying {}", f.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read(p: &Path) -> String {
@@ -966,3 +1125,106 @@ So Ubuntu 22.04 (5.15) and RHEL 9 (5.14) lack `bpf_loop`: the programs do
 not load there, and the profiler says which kernel it needs. Ubuntu 24.04
 (6.8) has everything but the uprobe_multi fix and the cheaper exits.
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "\
+running 1 test
+test a::one ... ok
+
+successes:
+
+---- a::one stdout ----
+[profiler] noise that passing tests print
+RELAXED a duration: 30% instead of 5%
+
+successes:
+    a::one
+
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 189 filtered out; finished in 3.20s
+
+running 1 test
+a child's line on the terminal
+test b::two ... FAILED
+
+failures:
+
+---- b::two stdout ----
+[profiler] line 1
+[profiler] line 2
+SKIP not here
+thread 'b::two' panicked at tests/b.rs:1:1:
+count 3 != 4
+
+failures:
+    b::two
+
+test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 189 filtered out; finished in 9.90s
+";
+
+    fn parsed(log: &str) -> Parser {
+        let mut p = Parser::default();
+        for l in log.lines() {
+            p.feed(l);
+        }
+        p
+    }
+
+    #[test]
+    fn a_digest_parses_as_its_log_does() {
+        let d = digest(LOG);
+        let (full, short) = (parsed(LOG), parsed(&d));
+        assert_eq!(full.results, short.results);
+        assert_eq!(full.relaxed, short.relaxed);
+        assert_eq!(full.counts, short.counts);
+        assert_eq!(full.skip_lines, short.skip_lines);
+        assert!(!d.contains("noise"), "{d}");
+        assert!(!d.contains("child"), "{d}");
+        assert!(d.contains("count 3 != 4"), "{d}");
+    }
+
+    #[test]
+    fn a_digest_keeps_the_tail_of_a_long_failure() {
+        let mut log = String::from("failures:\n\n---- t::x stdout ----\n");
+        for i in 0..1000 {
+            log.push_str(&format!("line {i}\n"));
+        }
+        log.push_str("panicked: the end\n\nfailures:\n    t::x\n");
+        let d = digest(&log);
+        assert!(d.contains("panicked: the end"), "{d}");
+        assert!(!d.contains("line 900\n"), "{d}");
+        assert!(d.contains("line 999\n"), "{d}");
+        assert_eq!(parsed(&d).results, parsed(&log).results);
+    }
+
+    #[test]
+    fn runs_are_kept_and_restored_with_their_reruns() {
+        let root = std::env::temp_dir().join(format!("xtask-ledger-{}", std::process::id()));
+        let (dir, ledger, again) = (root.join("t"), root.join("l"), root.join("t2"));
+        for d in [&dir, &again] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(dir.join("6.1.log"), LOG).unwrap();
+        std::fs::write(dir.join("6.1.commit"), "abc1234\n").unwrap();
+        std::fs::write(dir.join("6.1.rerun1.log"), "test b::two ... ok\n").unwrap();
+        std::fs::write(dir.join("6.12.log"), "test c::three ... ok\n").unwrap();
+        save(&dir, &ledger, "6.1").unwrap();
+        // A stale rerun in the ledger goes when a run is saved again.
+        std::fs::write(ledger.join("6.1.rerun2.log"), "test z ... FAILED\n").unwrap();
+        save(&dir, &ledger, "6.1").unwrap();
+        assert!(!ledger.join("6.1.rerun2.log").exists());
+        assert!(!ledger.join("6.12.log").exists(), "only the tag asked");
+        assert!(restore(&again, &ledger, "6.1").unwrap());
+        assert_eq!(read(&again.join("6.1.commit")), "abc1234\n");
+        assert_eq!(read(&again.join("6.1.rerun1.log")), "test b::two ... ok\n");
+        assert_eq!(
+            parsed(&read(&again.join("6.1.log"))).results,
+            parsed(LOG).results
+        );
+        // A run already there is not written over.
+        assert!(!restore(&dir, &ledger, "6.1").unwrap());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
