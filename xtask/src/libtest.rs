@@ -53,6 +53,10 @@ pub struct Parser {
     section: Section,
     /// The test whose captured output follows (`---- NAME stdout ----`).
     current: Option<String>,
+    /// The last test whose `test NAME ... ` line had no result on it: a
+    /// child's output was written into the line. When its binary ran it
+    /// alone (`cargo xtask kernels`), the totals say how it ended.
+    garbled: Option<String>,
     /// Each test's status, by full name.
     pub results: BTreeMap<String, Status>,
     /// Each skipping test's SKIP lines.
@@ -68,7 +72,23 @@ impl Parser {
     /// Takes in one line; returns whether it is worth echoing.
     pub fn feed(&mut self, line: &str) -> bool {
         if let Some(rest) = line.strip_prefix("test result: ") {
+            let before = self.counts.clone();
             self.add_totals(rest);
+            if let Some(name) = self.garbled.take() {
+                let (passed, failed) = (
+                    self.counts.passed - before.passed,
+                    self.counts.failed - before.failed,
+                );
+                match (passed, failed) {
+                    (1, 0) => {
+                        self.results.entry(name).or_insert(Status::Ok);
+                    }
+                    (0, 1) => {
+                        self.results.insert(name, Status::Failed);
+                    }
+                    _ => {}
+                }
+            }
             self.section = Section::Running;
             self.current = None;
             return true;
@@ -101,6 +121,11 @@ impl Parser {
         if self.section == Section::Running {
             if let Some((name, status)) = parse_result(line) {
                 self.results.insert(name, status);
+            } else if let Some((name, _)) = line
+                .strip_prefix("test ")
+                .and_then(|l| l.split_once(" ... "))
+            {
+                self.garbled = Some(name.to_string());
             }
             return true;
         }
@@ -111,12 +136,18 @@ impl Parser {
         if let (Some(name), Some(why)) = (&self.current, line.strip_prefix("SKIP ")) {
             self.skip_lines.push(line.to_string());
             self.counts.skipped += 1;
-            if let Some(s) = self.results.get_mut(name) {
-                *s = match s {
-                    Status::Skipped(prev) => Status::Skipped(format!("{prev}; {why}")),
-                    _ => Status::Skipped(why.to_string()),
-                };
-            }
+            // A test whose result line was garbled has none yet: the
+            // totals after its output will not write over this.
+            let s = self
+                .results
+                .entry(name.clone())
+                .or_insert(Status::Skipped(String::new()));
+            *s = match s {
+                Status::Skipped(prev) if !prev.is_empty() => {
+                    Status::Skipped(format!("{prev}; {why}"))
+                }
+                _ => Status::Skipped(why.to_string()),
+            };
             return true;
         }
         self.section == Section::Failures
@@ -244,6 +275,40 @@ test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out; 
             p.feed(l);
         }
         assert_eq!(p.results["g::crashes"], Status::Failed);
+    }
+
+    #[test]
+    fn a_test_run_alone_whose_result_line_was_garbled_takes_its_totals() {
+        let mut p = Parser::default();
+        for l in [
+            "running 1 test",
+            "test g::doc ... runtime: unexpected return pc",
+            "goroutine 6 [running]:",
+            "ok",
+            "",
+            "successes:",
+            "",
+            "---- g::doc stdout ----",
+            "SKIP not on this kernel",
+            "",
+            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 1.00s",
+            "running 1 test",
+            "test r::row24 ... 26\tread.c: No such file or directory.",
+            "ok",
+            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 9 filtered out; finished in 1.00s",
+            "running 1 test",
+            "test r::bad ... child output",
+            "FAILED",
+            "test result: FAILED. 0 passed; 1 failed; 0 ignored; 0 measured; 9 filtered out; finished in 1.00s",
+        ] {
+            p.feed(l);
+        }
+        assert_eq!(
+            p.results["g::doc"],
+            Status::Skipped("not on this kernel".into())
+        );
+        assert_eq!(p.results["r::row24"], Status::Ok);
+        assert_eq!(p.results["r::bad"], Status::Failed);
     }
 
     #[test]
