@@ -45,6 +45,70 @@ pub fn timer_hz(hz: u64) -> (u64, Option<String>) {
     clamp_hz(hz, ok.then_some(res_ns))
 }
 
+/// The rate [`start`]'s sampler delivers for `hz`, and the line that says
+/// so when it is less: the hardware cycles event where the machine has one
+/// (which no timer limits), else `cpu-clock` ([`timer_hz`]).
+pub fn sampler_hz(hz: u64) -> (u64, Option<String>) {
+    match has_cycles() {
+        true => (hz, None),
+        false => timer_hz(hz),
+    }
+}
+
+/// True when this machine has a hardware cycles counter, as [`start`]
+/// asks for first: one is opened (disabled) on the first online CPU, and
+/// closed.
+fn has_cycles() -> bool {
+    /// `struct perf_event_attr` up to `config1` (`PERF_ATTR_SIZE_VER0`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct Attr {
+        kind: u32,
+        size: u32,
+        config: u64,
+        sample_period: u64,
+        sample_type: u64,
+        read_format: u64,
+        /// Bit 0: `disabled`.
+        flags: u64,
+        wakeup_events: u32,
+        bp_type: u32,
+        config1: u64,
+    }
+    const PERF_TYPE_HARDWARE: u32 = 0;
+    const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+    let attr = Attr {
+        kind: PERF_TYPE_HARDWARE,
+        size: std::mem::size_of::<Attr>() as u32,
+        config: PERF_COUNT_HW_CPU_CYCLES,
+        flags: 1,
+        ..Attr::default()
+    };
+    let cpu = aya::util::online_cpus()
+        .ok()
+        .and_then(|c| c.first().copied())
+        .unwrap_or(0);
+    // SAFETY: perf_event_open reads `attr`, which is as long as its `size`
+    // says; the descriptor it returns is closed at once.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const Attr,
+            -1 as libc::pid_t,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: the descriptor was just opened here and is not used after.
+    unsafe { libc::close(fd as libc::c_int) };
+    true
+}
+
 /// [`timer_hz`] for a timer resolution of `res_ns` (None: unknown).
 fn clamp_hz(hz: u64, res_ns: Option<u64>) -> (u64, Option<String>) {
     // High resolution: 1 ns. Anything up to a microsecond does 1 kHz and

@@ -63,17 +63,22 @@ pub fn run(args: &mut RecordArgs) -> Result<u8> {
     Ok(code)
 }
 
-/// The in-dispatch sampler and `--sample` at no more than this kernel's
-/// timers deliver ([`crate::attach::samplers::timer_hz`]), said once.
+/// The in-dispatch sampler (always `cpu-clock`) at no more than this
+/// kernel's timers deliver ([`crate::attach::samplers::timer_hz`]), and
+/// `--sample` at no more than its event does (hardware cycles, which no
+/// timer limits, where the machine has them), said once.
 fn timer_rates(args: &mut RecordArgs) {
-    use crate::attach::samplers::timer_hz;
+    use crate::attach::samplers::{sampler_hz, timer_hz};
     let mut said = false;
-    for hz in [Some(&mut args.dispatch.dispatch_hz), args.sample.as_mut()]
+    type Rate = fn(u64) -> (u64, Option<String>);
+    let dispatch = (&mut args.dispatch.dispatch_hz, timer_hz as Rate);
+    let sample = args.sample.as_mut().map(|hz| (hz, sampler_hz as Rate));
+    for (hz, rate) in [Some(dispatch), sample]
         .into_iter()
         .flatten()
-        .filter(|hz| **hz > 0)
+        .filter(|(hz, _)| **hz > 0)
     {
-        let (can, line) = timer_hz(*hz);
+        let (can, line) = rate(*hz);
         if let Some(line) = line.filter(|_| !said) {
             eprintln!("profiler: note: {line}");
             said = true;

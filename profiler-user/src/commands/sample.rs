@@ -22,7 +22,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
             "--hz {hz} is out of range: use 1 to 100000"
         )));
     }
-    let (hz, line) = crate::attach::samplers::timer_hz(hz);
+    let (hz, line) = crate::attach::samplers::sampler_hz(hz);
     if let Some(line) = line {
         eprintln!("profiler: note: {line}");
     }

@@ -941,24 +941,32 @@ struct Core {
 /// held (at most [`HELD_MAX`]), so that their symbols are read after the
 /// process exits: by path, an overlay (a container's root; /tmp in the
 /// kernels' VMs) gives another device than the mapping's, so the file
-/// could not be told to be the same. None: root's alone, or not opened.
-type Held = HashMap<(PathBuf, u64, u64), Option<File>>;
+/// could not be told to be the same. Keyed by the mapping's device and
+/// inode (a file's identity, whatever path named it). None: root's alone,
+/// or not opened.
+#[derive(Default)]
+struct Held {
+    files: HashMap<(u64, u64), Option<File>>,
+    /// Of `files`, those open.
+    open: usize,
+}
 static HELD: Mutex<Option<Held>> = Mutex::new(None);
-/// Files held at most ([`HELD`]).
+/// Files held open at most ([`HELD`]).
 const HELD_MAX: usize = 1024;
 
 /// Holds the files of `pid`'s file mappings `maps` not held yet
 /// ([`HELD`]).
 fn hold(pid: u32, maps: &[ExecMap]) {
     let Ok(mut g) = HELD.lock() else { return };
-    let held = g.get_or_insert_with(HashMap::new);
+    let held = g.get_or_insert_with(Held::default);
     for m in maps.iter().filter(|m| m.kind == Kind::File) {
-        let key = (m.path.clone(), m.dev, m.inode);
-        if held.len() >= HELD_MAX || held.contains_key(&key) {
+        let key = (m.dev, m.inode);
+        if held.files.contains_key(&key) {
             continue;
         }
         let file = match untrusted::root_controlled(&m.path) {
             true => None,
+            false if held.open >= HELD_MAX => continue,
             false => {
                 let mf = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
                 untrusted::open_regular(std::path::Path::new(&mf), true)
@@ -966,15 +974,20 @@ fn hold(pid: u32, maps: &[ExecMap]) {
                     .map(|(f, _)| f)
             }
         };
-        held.insert(key, file);
+        held.open += usize::from(file.is_some());
+        held.files.insert(key, file);
     }
 }
 
 /// A copy of the held file of mapping `m` ([`HELD`]).
 fn held(m: &ExecMap) -> Option<File> {
     let g = HELD.lock().ok()?;
-    let key = (m.path.clone(), m.dev, m.inode);
-    g.as_ref()?.get(&key)?.as_ref()?.try_clone().ok()
+    g.as_ref()?
+        .files
+        .get(&(m.dev, m.inode))?
+        .as_ref()?
+        .try_clone()
+        .ok()
 }
 
 /// Opens the file of mapping `m` of `pid` without blocking: through

@@ -164,10 +164,28 @@ fn a_cpu_heavy_js_handler_is_one_group_whatever_its_tier() {
     );
     let d = read_json(&out, "dispatches.json");
     let groups = d["groups"].as_array().expect("groups");
-    let ours: Vec<&Value> = groups
+    let mut ours: Vec<&Value> = groups
         .iter()
         .filter(|g| g["key"].as_str().unwrap().contains("slowHandler"))
         .collect();
+    // Under emulation V8's compiler threads are slow enough that the main
+    // thread waits for them (a futex, at a safepoint, woken by one of
+    // them) for much of a call: seen on 6.1 and 6.12 as 2 of 20 calls
+    // mostly blocked, so keyed by that wait. Those groups are counted
+    // with slowHandler's own.
+    let waited: u64 = match relaxed(
+        "slowHandler's calls mostly blocked on a futex, woken by V8's own threads, have a group of their own",
+    ) {
+        true => {
+            let (waits, rest): (Vec<&Value>, Vec<&Value>) = ours.iter().partition(|g| {
+                g["key"].as_str().unwrap().contains(" | woken in ")
+                    && g["verdict"].as_str().unwrap().contains("blocked on futex")
+            });
+            ours = rest;
+            waits.iter().map(|g| num(g, "count")).sum()
+        }
+        false => 0,
+    };
     assert_eq!(ours.len(), 1, "one group for slowHandler: {groups:?}");
     let key = ours[0]["key"].as_str().unwrap();
     assert!(
@@ -189,7 +207,7 @@ fn a_cpu_heavy_js_handler_is_one_group_whatever_its_tier() {
     ) {
         true => num(ours[0], "count") + callers,
         false => num(ours[0], "count"),
-    };
+    } + waited;
     assert_eq!(counted, 20, "every call of slowHandler: {groups:?}");
     assert_eq!(
         d["slow"].as_array().unwrap().len(),

@@ -151,6 +151,12 @@ pub(super) fn explain(
     let mut peers: Vec<PeerRec> = Vec::new();
     let mut syscalls: HashMap<String, u64> = HashMap::new();
     let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
+    // Per traced node, what its frame (the innermost open) showed of the
+    // probes' own time: samples inside uprobe handling, and ns blocked
+    // there. The judge took it out of the dispatch beyond the calibrated
+    // hits; it comes out of these nodes too (`take_out_probes`).
+    let mut in_probes: HashMap<usize, (u64, u64)> = HashMap::new();
+    let mut probe_block: Option<(usize, u64)> = None;
     if d.by_waits() {
         tree = Some(Tree::new(ITERATION_ROOT));
         stack.push(Frame {
@@ -210,6 +216,7 @@ pub(super) fn explain(
                 };
                 // The probes' time, taken out of the dispatch's.
                 if d.probe_sample(kernel) {
+                    in_probes.entry(top.node).or_default().0 += 1;
                     continue;
                 }
                 let names = displayed(d.symbolizer.user_stack(user));
@@ -229,8 +236,10 @@ pub(super) fn explain(
                 if d.probe_sample(kernel) {
                     pending_block = None;
                     pending_waker = None;
+                    probe_block = Some((top.node, *ts));
                     continue;
                 }
+                probe_block = None;
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 let mut full = d.symbolizer.kernel_stack(kernel);
@@ -245,6 +254,9 @@ pub(super) fn explain(
             }
             Rec::Peer(p) => peers.push(p.clone()),
             Rec::Resume(ts) => {
+                if let Some((node, out_ns)) = probe_block.take() {
+                    in_probes.entry(node).or_default().1 += ts.saturating_sub(out_ns);
+                }
                 let Some((node, chain, full, out_ns)) = pending_block.take() else {
                     continue;
                 };
@@ -276,6 +288,7 @@ pub(super) fn explain(
         }
     }
     let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
+    take_out_probes(&mut tree, duration_ns, &in_probes);
     let key_node = tree.key_node_given(split.runnable_ns);
     let mut key = tree.signature(key_node);
     let (mut verdict, mut pinned) = verdict(&tree, key_node, split, duration_ns);
@@ -343,6 +356,42 @@ pub(super) fn explain(
             detached_frames: open.detached,
             probe_ns,
         },
+    }
+}
+
+/// Makes the tree agree with the dispatch's duration, `duration_ns`: the
+/// judge took out of it what the samples and blocked stacks showed of the
+/// probes' time beyond the calibrated hits ([`super::own_cost`]), which
+/// the tree's traced nodes (corrected by the calibration alone) still
+/// hold. That excess comes out of the nodes whose frames showed it
+/// (`in_probes`: samples in uprobe handling, ns blocked there), blocked
+/// time first as measured, the rest by their samples; what a node's own
+/// time cannot give comes out of the root's. A root longer than its
+/// dispatch would read as code the profiler took out.
+fn take_out_probes(tree: &mut Tree, duration_ns: u64, in_probes: &HashMap<usize, (u64, u64)>) {
+    let mut excess = tree.nodes[0].total_ns.saturating_sub(duration_ns);
+    if excess == 0 {
+        return;
+    }
+    let mut nodes: Vec<(usize, u64, u64)> = in_probes
+        .iter()
+        .map(|(&n, &(samples, blocked))| (n, samples, blocked))
+        .collect();
+    // The same order each time (a replay's tree is the recording's).
+    nodes.sort_unstable();
+    for &(n, _, blocked) in &nodes {
+        excess -= tree.take_out(n, blocked.min(excess));
+    }
+    let samples: u64 = nodes.iter().map(|&(_, s, _)| s).sum();
+    if samples > 0 {
+        let share = excess;
+        for &(n, s, _) in &nodes {
+            let ns = (u128::from(share) * u128::from(s) / u128::from(samples)) as u64;
+            excess -= tree.take_out(n, ns.min(excess));
+        }
+    }
+    if excess > 0 {
+        tree.take_out(0, excess);
     }
 }
 
@@ -499,6 +548,49 @@ mod tests {
             ]
         );
         assert_eq!(chain_below(&[], "absent"), Vec::<String>::new());
+    }
+
+    /// The judge took 60 ms of probe time out of a 100-ms dispatch (a GC
+    /// that hit probes while they were being detached): the tree's root
+    /// agrees with the 40 ms, and the time comes out of the frames whose
+    /// samples and blocked stacks showed it, in proportion.
+    #[test]
+    fn probe_time_the_judge_took_out_comes_out_of_the_tree_where_it_was() {
+        const MS: u64 = 1_000_000;
+        let tree = || {
+            let mut t = Tree::new("dispatch");
+            let gc = t.enter(0, "gc");
+            t.complete(gc, 90 * MS, 90 * MS);
+            t.complete(0, 100 * MS, 10 * MS);
+            (t, gc)
+        };
+        let (mut t, gc) = tree();
+        let seen = HashMap::from([(gc, (50, 0)), (0, (10, 0))]);
+        take_out_probes(&mut t, 40 * MS, &seen);
+        assert_eq!(t.nodes[0].total_ns, 40 * MS);
+        assert_eq!(
+            (t.nodes[gc].total_ns, t.nodes[gc].self_ns),
+            (40 * MS, 40 * MS)
+        );
+        assert_eq!(t.nodes[0].self_ns, 0);
+        // Blocked time first, as measured; then samples.
+        let (mut t, gc) = tree();
+        let seen = HashMap::from([(gc, (0, 30 * MS)), (0, (4, 0))]);
+        take_out_probes(&mut t, 60 * MS, &seen);
+        assert_eq!(t.nodes[gc].total_ns, 60 * MS);
+        assert_eq!(t.nodes[0].total_ns, 60 * MS);
+        assert_eq!(t.nodes[0].self_ns, 0);
+        // Nothing taken beyond the calibration: nothing changes.
+        let (mut t, gc) = tree();
+        take_out_probes(&mut t, 100 * MS, &seen);
+        assert_eq!(
+            (t.nodes[0].total_ns, t.nodes[gc].total_ns),
+            (100 * MS, 90 * MS)
+        );
+        // Nothing showed where: out of the root's own time, no more.
+        let (mut t, _) = tree();
+        take_out_probes(&mut t, 95 * MS, &HashMap::new());
+        assert_eq!((t.nodes[0].total_ns, t.nodes[0].self_ns), (95 * MS, 5 * MS));
     }
 
     #[test]

@@ -133,6 +133,23 @@ impl Tree {
         n.self_ns += self_ns;
     }
 
+    /// Takes up to `ns` out of traced node `id`'s self time, and as much out
+    /// of its total and its callers' totals: the probes' time that its
+    /// calls' own timestamps held. Returns what it took.
+    pub fn take_out(&mut self, id: usize, ns: u64) -> u64 {
+        let took = ns.min(self.nodes[id].self_ns);
+        self.nodes[id].self_ns -= took;
+        let mut at = id;
+        loop {
+            let n = &mut self.nodes[at];
+            n.total_ns = n.total_ns.saturating_sub(took);
+            if at == 0 {
+                return took;
+            }
+            at = n.parent;
+        }
+    }
+
     /// Adds an estimated chain `frames` (outermost first) of `kind` under
     /// `parent`, weighted by `ns`. Chains merge by name at each level.
     /// Returns the node of the innermost frame (`parent` if none).
