@@ -91,6 +91,16 @@ pub const PROG_EXIT: &str = "prof_exit";
 /// return uprobe would after the return.
 pub const PROG_RET: &str = "prof_ret";
 
+/// Name of a program the verifier refuses on every kernel (it reads past
+/// its context), loaded only when `PROFILER_TEST_REFUSED` is set: the test
+/// of what a user sees when the kernel refuses a program (RELIABILITY.md
+/// row 15).
+pub const PROG_TEST_REFUSED: &str = "prof_test_refused";
+
+/// The environment variable that makes `record`, `sample` and `check`
+/// load [`PROG_TEST_REFUSED`] too.
+pub const TEST_REFUSED_ENV: &str = "PROFILER_TEST_REFUSED";
+
 /// Bits of [`Event::word`] below the kind: the function index, the
 /// tail-call bit and the link generation bit.
 pub const FUNC_BITS: u32 = 28;

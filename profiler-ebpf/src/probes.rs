@@ -194,3 +194,12 @@ pub fn prof_ret(ctx: ProbeContext) -> u32 {
     on_probe(&ctx, KIND_EXIT, sp.wrapping_add(8), g);
     0
 }
+
+/// Refused by the verifier on every kernel (it reads far past its
+/// context: `invalid bpf_context access`); loaded only by the test of
+/// what a user sees then (`PROFILER_TEST_REFUSED`, RELIABILITY.md row 15).
+#[uprobe]
+pub fn prof_test_refused(ctx: ProbeContext) -> u32 {
+    // SAFETY: never run: the verifier refuses the program at load.
+    unsafe { core::ptr::read_volatile(ctx.as_ptr().cast::<u32>().add(1 << 12)) }
+}

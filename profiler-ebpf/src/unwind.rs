@@ -297,6 +297,9 @@ fn fp_step(w: &mut Walk) -> i64 {
     0
 }
 
+/// Above every user address ([`step`]).
+const USER_ADDR_LIMIT: u64 = 1 << 56;
+
 /// In a V8 process, frame `n` (walked by its frame pointer) of a
 /// JavaScript function: its slot becomes the function's (`v8.rs`), and the
 /// stack's hash follows (`before`: the hash without the frame).
@@ -327,6 +330,14 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     put_back_return(w);
     if n >= MAX_UNWIND_FRAMES || n >= w.cap as usize {
         w.end = unwind_end::DEPTH;
+        return 1;
+    }
+    // No user address is this high (2^56: five-level page tables), and
+    // the slots of interpreted frames are tagged above it: a return
+    // address read from garbage (a frame pointer into data) must not pass
+    // for a Python or JavaScript frame.
+    if w.pc >= USER_ADDR_LIMIT {
+        w.end = unwind_end::BAD_FRAME;
         return 1;
     }
     // SAFETY: per-CPU scratch, index masked into range.

@@ -85,6 +85,11 @@ pub struct Args {
     /// commit: passed on rerun, or failed again.
     #[arg(long, conflicts_with_all = ["reuse", "smoke"])]
     pub rerun_failed: bool,
+    /// With `--rerun-failed`: also run again the tests whose names contain
+    /// this, whatever their last result (a test changed since, a skip that
+    /// now runs). Repeatable.
+    #[arg(long, value_name = "FILTER", requires = "rerun_failed")]
+    pub again: Vec<String>,
     /// Only the tests whose names contain one of these (libtest filters).
     pub filters: Vec<String>,
 }
@@ -614,7 +619,9 @@ fn run_one(
         let results = run.results();
         let failed: Vec<String> = results
             .iter()
-            .filter(|(_, st)| **st == Status::Failed)
+            .filter(|(t, st)| {
+                **st == Status::Failed || args.again.iter().any(|a| t.contains(a.as_str()))
+            })
             .map(|(t, _)| t.clone())
             .collect();
         // A run cut short (the machine stopped, or it was killed) is
@@ -632,7 +639,7 @@ fn run_one(
             return Ok(run);
         }
         eprintln!(
-            "kernels: {}: running the {} tests that failed and the {} that did not run",
+            "kernels: {}: running the {} tests that failed (or --again names) and the {} that did not run",
             k.asked,
             failed.len(),
             not_run.len()
@@ -1021,7 +1028,7 @@ fn matrix(runs: &[Run], filters: &[String], profiler: &Path) -> String {
             let _ = writeln!(
                 s,
                 "`--rerun-failed` ran at commit {} ({}) the {} tests that failed \
-                 there and the {} it did not reach:\n",
+                 there (or `--again` named) and the {} it did not reach:\n",
                 again.commit,
                 again.exit,
                 again.parser.results.keys().filter(|t| !first(t)).count(),

@@ -585,7 +585,10 @@ impl Probes {
             .map_max_entries(UNWIND_ROWS_MAP, rows)
             .load(EBPF_OBJECT)
             .map_err(|e| Error::Load(chain(&e)))?;
-        for name in [PROG_ENTRY, PROG_EXIT, PROG_RET] {
+        let refused = std::env::var_os(profiler_common::TEST_REFUSED_ENV)
+            .is_some()
+            .then_some(profiler_common::PROG_TEST_REFUSED);
+        for name in [PROG_ENTRY, PROG_EXIT, PROG_RET].into_iter().chain(refused) {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(|e| load_error(name, e))?;
         }

@@ -191,10 +191,22 @@ fn open_document_stages() {
     }
     // Load grows by 5 ms a run: the per-run order is the runs' order.
     let load = u64s(stage(sc, "Load"), "per_run_ns");
-    assert!(
-        load.windows(2).all(|w| w[1] > w[0] + 3_000_000),
-        "Load per run should grow by ~5 ms: {load:?}"
-    );
+    if relaxed("Load's runs must grow where the fixture's clock says they grew by 3 ms or more, not each by 3 ms: a stalled vCPU stretches the fixture's own runs unevenly") {
+        // 6.12: the fixture's own clock read 23.3 ms for run 1 and
+        // 36.9 ms for run 4, and 1.3 ms between two of them.
+        let truth_load = u64s(&truth, "load_file");
+        for (g, w) in load.windows(2).zip(truth_load.windows(2)) {
+            assert!(
+                w[1] <= w[0] + 3_000_000 || g[1] > g[0],
+                "Load per run should grow as the fixture's did: {load:?} against {truth_load:?}"
+            );
+        }
+    } else {
+        assert!(
+            load.windows(2).all(|w| w[1] > w[0] + 3_000_000),
+            "Load per run should grow by ~5 ms: {load:?}"
+        );
+    }
 
     // stages.txt in Pury's layout (also printed on stdout).
     let text = read(out.path(), "stages.txt");

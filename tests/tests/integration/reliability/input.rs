@@ -1,5 +1,5 @@
 //! Input (rows 15, 30): bad values refused before anything is attached;
-//! a verifier rejection, which cannot be provoked here.
+//! a verifier rejection, provoked with a program every kernel refuses.
 use super::*;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -101,15 +101,72 @@ fn row30_bad_values_are_refused_before_attaching() {
 
 /// Row 15: a verifier rejection is one line naming the program, and
 /// `profiler check --verbose` shows the verifier's log. The shipped
-/// programs pass the verifier of this kernel, and the loader has no hook to
-/// load a broken one, so there is nothing to provoke here (Debian's 6.1
-/// refused one before 64331bc: KERNELS.md).
+/// programs pass the verifier (Debian's 6.1 refused one before 64331bc:
+/// KERNELS.md), so the test provokes one: `PROFILER_TEST_REFUSED` makes the
+/// agent load `prof_test_refused` too, a program that reads past its
+/// context, which every kernel's verifier refuses.
 #[test]
 fn row15_verifier_rejection_shows_the_log() {
-    super::skip_row!(
-        15,
-        "the shipped eBPF programs pass this kernel's verifier and the loader has no test hook \
-         to load a rejected one (attach/kernel.rs makes the line; profiler check --verbose \
-         prints the log)"
+    require_root!();
+    let mut fx = Fixture::spawn(calls_exe(), &["tree"]);
+    let pid = fx.pid.to_string();
+    let tmp = TempDir::new("row15");
+    let o = tmp.path().to_str().unwrap();
+    let needle = "refused the eBPF program prof_test_refused";
+    for args in [
+        vec!["record", "--pid", &pid, "-f", "tree_*", "--out", o],
+        vec!["sample", "--pid", &pid, "--duration", "1s", "--out", o],
+    ] {
+        let teardown = Teardown::begin();
+        let out = Command::new(profiler_bin())
+            .args(&args)
+            .env("PROFILER_TEST_REFUSED", "1")
+            .output()
+            .expect("run profiler");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} went on: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            lines[0].starts_with("profiler: error: ")
+                && lines[0].contains(needle)
+                && lines[0].contains("profiler check --verbose"),
+            "{args:?}: {:?} names the program and where its log is",
+            lines[0]
+        );
+        // Not the verifier's log itself.
+        assert!(!stderr.contains("bpf_context"), "{stderr}");
+        teardown.check(&[], None);
+    }
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+        "nothing written to --out"
+    );
+    assert!(fx.alive(), "the target was left running");
+    // `profiler check --verbose`: the program refused, with the log.
+    let check = Command::new(profiler_bin())
+        .args(["check", "--verbose"])
+        .env("PROFILER_TEST_REFUSED", "1")
+        .output()
+        .expect("run profiler check");
+    let text = String::from_utf8_lossy(&check.stdout).to_string()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("prof_test_refused") && l.contains("refused by the verifier")),
+        "check names the refused program: {text}"
+    );
+    assert!(
+        text.contains("invalid bpf_context access"),
+        "check --verbose prints the verifier's log: {text}"
+    );
+    // Without the variable the program is not there at all.
+    let plain = Command::new(profiler_bin())
+        .args(["check", "--verbose"])
+        .output()
+        .expect("run profiler check");
+    assert!(
+        !String::from_utf8_lossy(&plain.stdout).contains("prof_test_refused"),
+        "check without the variable lists the test program"
     );
 }
