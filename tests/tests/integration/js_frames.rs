@@ -207,11 +207,15 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
     // symbols for the selection, its tables at the first tick), and 250
     // functions attached and detached one perf event each take minutes
     // more: the 6.1 and 6.12 VMs passed the 5-minute limit.
+    // The governor also takes seconds there to detach the functions the
+    // probes made too dear (6.1: the last at 4.2 s of a 4-s session), and
+    // until it has, ordinary ticks can pass the threshold: 8 s.
     let limit = match relaxed(
-        "node by PID: 40 functions and 15 minutes (its binary is read for minutes under emulation)",
+        "node by PID: 40 functions, 8 s recorded and 15 minutes (its binary is read for minutes under emulation)",
     ) {
         true => {
             args.extend(["--max-funcs", "40"]);
+            args[4] = "8s";
             std::time::Duration::from_secs(900)
         }
         false => timeout(),
