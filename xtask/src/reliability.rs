@@ -169,7 +169,7 @@ pub const ROWS: &[Row] = &[
         covers: &[
             It("flamegraph::hostile_symbol_name_is_escaped"),
             It("perfmap::own_perf_map_names_jit_code"),
-            Unit("fmt::tests::hostile_names_are_neutralised"),
+            Unit("text::tests::hostile_names_are_neutralised"),
             Unit("output::export::trace::tests::hostile_names_are_escaped"),
         ],
     },
