@@ -521,13 +521,19 @@ fn digest(log: &str) -> String {
     out
 }
 
+/// The file suffix of run `n` of a kernel: none for the first, then
+/// `.rerunN`.
+fn suffix(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(".rerun{n}"),
+    }
+}
+
 /// Each run of `tag` in `dir`: the first, then its reruns.
 fn runs_of(dir: &Path, tag: &str) -> Vec<Files> {
     (0..)
-        .map(|n| match n {
-            0 => Files::new(dir, tag, ""),
-            n => Files::new(dir, tag, &format!(".rerun{n}")),
-        })
+        .map(|n| Files::new(dir, tag, &suffix(n)))
         .take_while(|f| f.log.exists())
         .collect()
 }
@@ -540,11 +546,7 @@ fn restore(dir: &Path, ledger: &Path, tag: &str) -> Result<bool> {
     }
     let kept = runs_of(ledger, tag);
     for (n, from) in kept.iter().enumerate() {
-        let suffix = match n {
-            0 => String::new(),
-            n => format!(".rerun{n}"),
-        };
-        let to = Files::new(dir, tag, &suffix);
+        let to = Files::new(dir, tag, &suffix(n));
         for (f, t) in from.data().into_iter().zip(to.data()) {
             if f.exists() {
                 std::fs::copy(f, t).with_context(|| format!("copying {}", f.display()))?;
@@ -567,11 +569,7 @@ fn save(dir: &Path, ledger: &Path, tag: &str) -> Result<()> {
         }
     }
     for (n, from) in runs.iter().enumerate() {
-        let suffix = match n {
-            0 => String::new(),
-            n => format!(".rerun{n}"),
-        };
-        let to = Files::new(ledger, tag, &suffix);
+        let to = Files::new(ledger, tag, &suffix(n));
         std::fs::write(&to.log, digest(&read(&from.log)))?;
         for (f, t) in from.data().into_iter().zip(to.data()).skip(1) {
             if f.exists() {
@@ -648,7 +646,7 @@ fn run_one(
             failed.len(),
             not_run.len()
         );
-        let again = Files::new(dir, &tag, &format!(".rerun{}", run.reruns.len() + 1));
+        let again = Files::new(dir, &tag, &suffix(run.reruns.len() + 1));
         let names: Vec<String> = failed.iter().chain(&not_run).cloned().collect();
         let (status, secs) = execute(k, (tests, profiler), &again, &names, true, args, emulated)?;
         let mut rerun = finish(k, &again, machine, &names, secs, status, false);
@@ -673,7 +671,7 @@ fn run_one(
     }
     // A new run: the reruns of the last one go with it.
     for n in 1.. {
-        let f = Files::new(dir, &tag, &format!(".rerun{n}"));
+        let f = Files::new(dir, &tag, &suffix(n));
         if !f.log.exists() {
             break;
         }
@@ -694,7 +692,7 @@ fn with_reruns(
     let files = Files::new(dir, tag, "");
     let mut run = finish(k, &files, machine, filters, 0, "reused".into(), true);
     for n in 1.. {
-        let f = Files::new(dir, tag, &format!(".rerun{n}"));
+        let f = Files::new(dir, tag, &suffix(n));
         if !f.log.exists() {
             break;
         }

@@ -192,17 +192,6 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
     let fx = Fixture::spawn_cmd(cmd, &node);
     let out = dir.join("out");
     let pid = fx.pid.to_string();
-    let mut args = vec![
-        "record",
-        "--pid",
-        &pid,
-        "--duration",
-        "4s",
-        "--threshold",
-        "100ms",
-        "--out",
-        out.to_str().unwrap(),
-    ];
     // Under emulation node's 100-MB binary is read for minutes (its
     // symbols for the selection, its tables at the first tick), and 250
     // functions attached and detached one perf event each take minutes
@@ -210,16 +199,26 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
     // The governor also takes seconds there to detach the functions the
     // probes made too dear (6.1: the last at 4.2 s of a 4-s session), and
     // until it has, ordinary ticks can pass the threshold: 8 s.
-    let limit = match relaxed(
+    let (duration, limit, cap) = match relaxed(
         "node by PID: 40 functions, 8 s recorded and 15 minutes (its binary is read for minutes under emulation)",
     ) {
-        true => {
-            args.extend(["--max-funcs", "40"]);
-            args[4] = "8s";
-            std::time::Duration::from_secs(900)
-        }
-        false => timeout(),
+        true => ("8s", std::time::Duration::from_secs(900), Some("40")),
+        false => ("4s", timeout(), None),
     };
+    let mut args = vec![
+        "record",
+        "--pid",
+        &pid,
+        "--duration",
+        duration,
+        "--threshold",
+        "100ms",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    if let Some(cap) = cap {
+        args.extend(["--max-funcs", cap]);
+    }
     let fin = profiler_within(&args, limit);
     assert!(fin.status.success(), "{fin:?}");
     let d = read_json(&out, "dispatches.json");

@@ -101,11 +101,11 @@ fn open_document_stages() {
     // still be running and nothing of ours attached. (Scoped to the programs
     // this profiler loaded: other sessions may be profiling on this machine.)
     let stages_json = out.join("stages.json");
+    let limit = post_ms_and_limit().1;
     while !stages_json.exists() {
         assert!(
-            started.elapsed() < post_ms_and_limit().1,
-            "no stages.json within {:?}: the session did not end after {RUNS} runs",
-            post_ms_and_limit().1
+            started.elapsed() < limit,
+            "no stages.json within {limit:?}: the session did not end after {RUNS} runs"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
