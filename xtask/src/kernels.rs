@@ -286,7 +286,19 @@ fn resolve(asked: &str) -> Result<Kernel> {
             image: Some(p),
         });
     }
-    let pkg = package_for(asked)?;
+    // A new machine may have no package lists yet (setup updates them
+    // only when it installs a tool).
+    let pkg = match package_for(asked) {
+        Ok(p) => p,
+        Err(_) => {
+            exec(
+                Command::new("apt-get")
+                    .args(["update", "-q"])
+                    .env("DEBIAN_FRONTEND", "noninteractive"),
+            )?;
+            package_for(asked)?
+        }
+    };
     exec(
         Command::new("apt-get")
             .args(["install", "-y", "-q", "--no-install-recommends", &pkg])
@@ -354,7 +366,7 @@ fn package_for(version: &str) -> Result<String> {
     candidates
         .pop()
         .map(str::to_string)
-        .with_context(|| format!("no Debian package linux-image-{version}*-amd64 (try `apt-get update`), and no /boot/vmlinuz-{version}.*"))
+        .with_context(|| format!("no Debian package linux-image-{version}*-amd64 in apt's lists, and no /boot/vmlinuz-{version}.*"))
 }
 
 /// Builds the integration tests and returns their binary.
