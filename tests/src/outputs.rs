@@ -123,8 +123,10 @@ impl Outputs {
     }
 
     /// The most one call's own entry and exit probes cost, from the
-    /// calibration in `functions.json` (`governor.cost`); 0 without one (the
-    /// governor is off in launch mode).
+    /// calibration in `functions.json` (`governor.cost`). A recording
+    /// without one (the governor off and `--raw-durations`: nothing was
+    /// calibrated) takes `profiler check`'s calibration on this host,
+    /// measured once per test run.
     pub fn own_probes_ns(&self) -> u64 {
         let c = &self.json["governor"]["cost"];
         let get = |k: &str| c[k].as_f64().unwrap_or(0.0);
@@ -132,7 +134,10 @@ impl Outputs {
             .max(get("entry_push_ns"))
             .max(get("entry_nop_ns"));
         let exit = get("ret_site_ns").max(get("uretprobe_ns"));
-        (entry + exit).ceil() as u64
+        match (entry + exit).ceil() as u64 {
+            0 => host_probes_ns(),
+            ns => ns,
+        }
     }
 
     /// Asserts exact call counts and close inclusive totals for every
@@ -282,4 +287,31 @@ pub fn truth_fn<'a>(truth: &'a Value, name: &str) -> &'a Value {
         .as_array()
         .and_then(|fs| fs.iter().find(|f| f["name"] == name))
         .unwrap_or_else(|| panic!("no {name} in truth {truth}"))
+}
+
+/// The most a call's two probe hits cost on this host, from the line of
+/// `profiler check` that prices them (`a probe hit costs: entry … µs …;
+/// exit … µs …`): the dearest entry plus the dearest exit.
+fn host_probes_ns() -> u64 {
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        let out = crate::profiler(&["check"]);
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains("a probe hit costs:"))
+            .unwrap_or_else(|| panic!("no probe cost in `profiler check`: {}", out.stdout))
+            .to_string();
+        let (entry, exit) = line
+            .split_once("; exit")
+            .unwrap_or_else(|| panic!("no exit cost in {line:?}"));
+        let dearest = |part: &str| {
+            part.split(" µs")
+                .filter_map(|s| s.rsplit(' ').next()?.parse::<f64>().ok())
+                .fold(0.0, f64::max)
+        };
+        let ns = ((dearest(entry) + dearest(exit)) * 1000.0).ceil() as u64;
+        assert!(ns > 0, "no probe cost in {line:?}");
+        ns
+    })
 }
