@@ -114,14 +114,22 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
         want.len(),
         "one slow dispatch per slow message, none from the worker's own slow loop: {got:#?}"
     );
+    // Under emulation a vCPU stall outside the loop's own clock (see
+    // TCG_STALL_NS) adds to the profiler's figure: 3.6% in the 6.12 VM.
+    let within = match relaxed("a slow iteration within 10% of the loop's own clock, not 2%") {
+        true => 10,
+        false => 50,
+    };
+    // Under emulation the first run of a code path is translated
+    // first: 19 ms on-CPU around one poll() in the 6.1 VM.
+    let on_cpu_max = match relaxed(
+        "a handler blocked in poll() under 40 ms on-CPU, not 10: TCG translates new code",
+    ) {
+        true => 40_000_000,
+        false => 10_000_000,
+    };
     for (g, w) in got.iter().zip(&want) {
         let (gd, wd) = (num(g, "duration_ns"), num(w, "duration_ns"));
-        // Under emulation a vCPU stall outside the loop's own clock (see
-        // TCG_STALL_NS) adds to the profiler's figure: 3.6% in the 6.12 VM.
-        let within = match relaxed("a slow iteration within 10% of the loop's own clock, not 2%") {
-            true => 10,
-            false => 50,
-        };
         assert!(
             gd.abs_diff(wd) * within <= wd,
             "duration within {}% of the loop's own clock: {gd} vs {wd} ({w})",
@@ -131,7 +139,7 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
         match w["type"].as_str() {
             // poll()'s 150 ms timeout, whatever the load adds as runnable time.
             Some("block") => assert!(
-                blocked >= 145_000_000 && num(g, "on_cpu_ns") < 10_000_000,
+                blocked >= 145_000_000 && num(g, "on_cpu_ns") < on_cpu_max,
                 "a handler blocked in poll() is one dispatch, blocked inside it: {g}"
             ),
             _ => assert!(blocked * 10 < gd, "a CPU handler is not blocked: {g}"),
