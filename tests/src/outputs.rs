@@ -123,10 +123,12 @@ impl Outputs {
     }
 
     /// The most one call's own entry and exit probes cost, from the
-    /// calibration in `functions.json` (`governor.cost`). A recording
-    /// without one (the governor off and `--raw-durations`: nothing was
-    /// calibrated) takes `profiler check`'s calibration on this host,
-    /// measured once per test run.
+    /// calibration in `functions.json` (`governor.cost`). Without one, 0
+    /// where durations were corrected (launch mode: the governor is off,
+    /// each call's own share was taken out), but `profiler check`'s
+    /// calibration on this host, measured once per test run, where nothing
+    /// was taken out (`--raw-durations` with the governor off: no function
+    /// has `hits_ns`).
     pub fn own_probes_ns(&self) -> u64 {
         let c = &self.json["governor"]["cost"];
         let get = |k: &str| c[k].as_f64().unwrap_or(0.0);
@@ -134,8 +136,13 @@ impl Outputs {
             .max(get("entry_push_ns"))
             .max(get("entry_nop_ns"));
         let exit = get("ret_site_ns").max(get("uretprobe_ns"));
+        let raw = self.json["functions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|f| f["hits_ns"].as_u64().unwrap_or(0) == 0);
         match (entry + exit).ceil() as u64 {
-            0 => host_probes_ns(),
+            0 if raw => host_probes_ns(),
             ns => ns,
         }
     }

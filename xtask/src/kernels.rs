@@ -22,7 +22,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::libtest::{Parser, Status};
 use crate::util::workspace_root;
-use crate::util::{build_profiler, cargo, exec, find_program, is_root, profiler_bin, stdout_of};
+use crate::util::{build_profiler, cargo, find_program, is_root, profiler_bin, stdout_of};
 
 /// The tests `--smoke` runs: one of each main feature.
 pub const SMOKE: &[&str] = &[
@@ -291,19 +291,11 @@ fn resolve(asked: &str) -> Result<Kernel> {
     let pkg = match package_for(asked) {
         Ok(p) => p,
         Err(_) => {
-            exec(
-                Command::new("apt-get")
-                    .args(["update", "-q"])
-                    .env("DEBIAN_FRONTEND", "noninteractive"),
-            )?;
+            crate::setup::apt_get(&["update", "-q"])?;
             package_for(asked)?
         }
     };
-    exec(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", &pkg])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
+    crate::setup::apt_install(&[&pkg])?;
     let image = installed(asked)
         .with_context(|| format!("apt installed {pkg}, but no /boot/vmlinuz-{asked}.* appeared"))?;
     Ok(Kernel {
@@ -366,7 +358,7 @@ fn package_for(version: &str) -> Result<String> {
     candidates
         .pop()
         .map(str::to_string)
-        .with_context(|| format!("no Debian package linux-image-{version}*-amd64 in apt's lists, and no /boot/vmlinuz-{version}.*"))
+        .with_context(|| format!("no Debian package linux-image-{version}*-amd64 in apt's lists, and no /boot/vmlinuz-{version}.*: give a vmlinuz path instead"))
 }
 
 /// Builds the integration tests and returns their binary.

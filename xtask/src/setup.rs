@@ -290,17 +290,24 @@ pub fn debian_tools(tools: &[(&str, &str)], did: &mut Vec<String>) -> Result<()>
         );
         return Ok(());
     }
-    exec(
-        Command::new("apt-get")
-            .args(["update", "-q"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
-    exec(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )?;
+    apt_get(&["update", "-q"])?;
+    apt_install(&missing)?;
     did.push(format!("apt-get installed {}", missing.join(", ")));
     Ok(())
+}
+
+/// Runs `apt-get ARGS` without questions.
+pub fn apt_get(args: &[&str]) -> Result<()> {
+    exec(
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+/// Installs Debian packages without their recommends.
+pub fn apt_install(pkgs: &[&str]) -> Result<()> {
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend_from_slice(pkgs);
+    apt_get(&args)
 }
