@@ -17,12 +17,12 @@
 //! entry and exit, from functions that do almost nothing. With the full
 //! cost of each hit, that is what the durations are corrected by
 //! ([`HitCost::cost_of`]).
-use std::{
-    num::NonZeroU32,
-    os::fd::AsFd,
-    path::Path,
-    time::{Duration, Instant},
-};
+//!
+//! The rounds run on each CPU in turn ([`Pinning`]): a hit can cost a
+//! quarter more on one CPU than another. A session that corrects durations
+//! calibrates again as it ends, and [`drift_pct`] says how far the costs
+//! moved meanwhile.
+use std::{num::NonZeroU32, os::fd::AsFd, path::Path, time::Instant};
 
 use aya::{
     maps::RingBuf,
@@ -236,8 +236,11 @@ const BATCH: u64 = 200;
 /// Rounds: each times one batch of every function. The median batch is
 /// kept: on a busy VM a single-stepped trap costs from 4 to over 100 µs in
 /// bursts, and one burst during calibration must not set the estimate for
-/// the whole session.
+/// the whole session. The rounds run on the CPUs in turn, and the medians
+/// of at most [`GROUPS`] groups of them are averaged ([`Pinning`]).
 const ROUNDS: usize = 15;
+/// Groups of rounds, each on its own CPUs, whose medians are averaged.
+const GROUPS: usize = 5;
 
 /// The file offset in `/proc/self/exe` of the code at `addr`.
 fn file_offset(addr: u64) -> Result<u64> {
@@ -270,11 +273,11 @@ const INSIDE: usize = 6;
 
 /// What [`time_calls`] measured.
 struct Timed {
-    /// Nanoseconds per call of each function: the median of [`ROUNDS`]
-    /// batches, timed in alternation.
+    /// Nanoseconds per call of each function: of [`ROUNDS`] batches, timed
+    /// in alternation, the median on each group of CPUs, averaged.
     per_call: Vec<f64>,
-    /// For cookies 1 to [`INSIDE`]: the median of each round's median
-    /// exit-minus-entry time, and the interquartile range of those
+    /// For cookies 1 to [`INSIDE`]: each round's median exit-minus-entry
+    /// time, aggregated as `per_call`, and the interquartile range of those
     /// medians in % of it.
     inside: [(f64, f64); INSIDE],
 }
@@ -295,15 +298,22 @@ fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Timed 
         run(f, 50);
     }
     while ring.next().is_some() {}
-    let mut times = vec![Vec::with_capacity(ROUNDS); fns.len()];
-    let mut rounds: [Vec<f64>; INSIDE] = Default::default();
-    for _ in 0..ROUNDS {
+    // (group, value) for each round.
+    let mut times: Vec<Vec<(usize, f64)>> = vec![Vec::with_capacity(ROUNDS); fns.len()];
+    let mut rounds: [Vec<(usize, f64)>; INSIDE] = Default::default();
+    let pinning = Pinning::new();
+    let groups = pinning.as_ref().map_or(1, |p| p.cpus.len().min(GROUPS));
+    for round in 0..ROUNDS {
+        if let Some(p) = &pinning {
+            p.pin(round);
+        }
+        let group = round % groups;
         let mut spans: [Vec<u64>; INSIDE] = Default::default();
         let mut entered = [None::<u64>; INSIDE];
         for (t, &f) in times.iter_mut().zip(fns) {
             let start = Instant::now();
             run(f, BATCH);
-            t.push(start.elapsed());
+            t.push((group, start.elapsed().as_nanos() as f64 / BATCH as f64));
             while let Some(item) = ring.next() {
                 let Some(ev) = profiler_common::read::<Event>(&item) else {
                     continue;
@@ -324,36 +334,104 @@ fn time_calls(fns: &[CalibFn], ring: &mut RingBuf<aya::maps::MapData>) -> Timed 
         for (r, mut s) in rounds.iter_mut().zip(spans) {
             if !s.is_empty() {
                 s.sort_unstable();
-                r.push(s[s.len() / 2] as f64);
+                r.push((group, s[s.len() / 2] as f64));
             }
         }
     }
+    drop(pinning);
     let mut inside = [(0.0, 0.0); INSIDE];
-    for (out, mut r) in inside.iter_mut().zip(rounds) {
+    for (out, r) in inside.iter_mut().zip(rounds) {
         if r.is_empty() {
             continue;
         }
-        r.sort_by(f64::total_cmp);
-        let median = r[r.len() / 2];
-        let iqr = r[r.len() * 3 / 4] - r[r.len() / 4];
+        let estimate = grouped_median(&r, groups);
+        let mut all: Vec<f64> = r.iter().map(|&(_, v)| v).collect();
+        all.sort_by(f64::total_cmp);
+        let iqr = all[all.len() * 3 / 4] - all[all.len() / 4];
         *out = (
-            median,
-            if median > 0.0 {
-                iqr / median * 100.0
+            estimate,
+            if estimate > 0.0 {
+                iqr / estimate * 100.0
             } else {
                 0.0
             },
         );
     }
     Timed {
-        per_call: times
-            .into_iter()
-            .map(|mut t: Vec<Duration>| {
-                t.sort();
-                t[ROUNDS / 2].as_nanos() as f64 / BATCH as f64
-            })
-            .collect(),
+        per_call: times.iter().map(|t| grouped_median(t, groups)).collect(),
         inside,
+    }
+}
+
+/// The mean over `groups` of the median of each group's values (groups
+/// with none left out).
+fn grouped_median(values: &[(usize, f64)], groups: usize) -> f64 {
+    let medians: Vec<f64> = (0..groups)
+        .filter_map(|g| {
+            let mut v: Vec<f64> = values
+                .iter()
+                .filter(|&&(group, _)| group == g)
+                .map(|&(_, x)| x)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        })
+        .collect();
+    match medians.is_empty() {
+        true => 0.0,
+        false => medians.iter().sum::<f64>() / medians.len() as f64,
+    }
+}
+
+/// Moves the calibrating thread from CPU to CPU, one per round, and back
+/// to the CPUs it may run on when dropped. A probe hit costs more on some
+/// CPUs than others (on this project's 2-vCPU VM, 5-20% more on one of
+/// them; hybrid processors have slower cores), and the target's threads run
+/// on any: rounds spread over the CPUs price the machine, not whichever
+/// CPU the agent happened to be on.
+struct Pinning {
+    allowed: libc::cpu_set_t,
+    cpus: Vec<usize>,
+}
+
+impl Pinning {
+    /// None when the thread may run on one CPU only, or its mask is unread.
+    fn new() -> Option<Self> {
+        // SAFETY: a zeroed cpu_set_t is an empty set.
+        let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the calling thread's mask, into a set of the right size.
+        let rc = unsafe {
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed)
+        };
+        if rc != 0 {
+            return None;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu` is below CPU_SETSIZE.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+            .collect();
+        (cpus.len() > 1).then_some(Pinning { allowed, cpus })
+    }
+
+    /// Runs the calling thread on the CPU for `round` (stays put if the
+    /// kernel refuses: an offline CPU).
+    fn pin(&self, round: usize) {
+        // SAFETY: as above.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the index is below CPU_SETSIZE; a set of the right size.
+        unsafe {
+            libc::CPU_SET(self.cpus[round % self.cpus.len()], &mut one);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+        }
+    }
+}
+
+impl Drop for Pinning {
+    fn drop(&mut self) {
+        // SAFETY: the mask read at the start, for the calling thread.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.allowed);
+        }
     }
 }
 
@@ -554,6 +632,16 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
 /// its first instruction and how its returns are probed. Go functions get
 /// none: their calls are paired by goroutine, and stay as measured.
 pub fn set_costs(sel: &mut crate::tracee::select::Selection, cost: &HitCost) {
+    for (f, c) in costs_of(sel, cost).into_iter().enumerate() {
+        if let Some(c) = c {
+            sel.funcs[f].cost = c;
+        }
+    }
+}
+
+/// What each function of `sel` costs at `cost` (None: a Go function, or
+/// its binary is gone).
+fn costs_of(sel: &crate::tracee::select::Selection, cost: &HitCost) -> Vec<Option<ProbeCost>> {
     use crate::tracee::exits::ExitProbe;
     let files: Vec<Option<std::fs::File>> = sel
         .binaries
@@ -563,17 +651,39 @@ pub fn set_costs(sel: &mut crate::tracee::select::Selection, cost: &HitCost) {
             false => std::fs::File::open(&b.open_path).ok(),
         })
         .collect();
-    for f in &mut sel.funcs {
-        let Some(file) = files.get(f.binary as usize).and_then(Option::as_ref) else {
+    sel.funcs
+        .iter()
+        .map(|f| {
+            let file = files.get(f.binary as usize).and_then(Option::as_ref)?;
+            let exit = match f.exit {
+                ExitProbe::Sites(_) => Some(true),
+                ExitProbe::Uretprobe => Some(false),
+                ExitProbe::EntryOnly(_) => None,
+            };
+            Some(cost.cost_of(entry_kind(file, f.entry_offset()), exit))
+        })
+        .collect()
+}
+
+/// How much more (< 0: less) the traced calls' hits cost at `end`, a
+/// calibration made as the session ends, than at the costs `sel`'s
+/// functions were given at attach: in % of what their `calls` (by function
+/// index) were priced at then. None when no traced call returned.
+pub fn drift_pct(
+    sel: &crate::tracee::select::Selection,
+    end: &HitCost,
+    calls: impl Fn(usize) -> u64,
+) -> Option<f64> {
+    let (mut then, mut now) = (0.0, 0.0);
+    for (i, c) in costs_of(sel, end).into_iter().enumerate() {
+        let (Some(c), Some(f)) = (c, sel.funcs.get(i)) else {
             continue;
         };
-        let exit = match f.exit {
-            ExitProbe::Sites(_) => Some(true),
-            ExitProbe::Uretprobe => Some(false),
-            ExitProbe::EntryOnly(_) => None,
-        };
-        f.cost = cost.cost_of(entry_kind(file, f.entry_offset()), exit);
+        let n = calls(i) as f64;
+        then += n * f.cost.hits_ns() as f64;
+        now += n * c.hits_ns() as f64;
     }
+    (then > 0.0).then(|| (now - then) / then * 100.0)
 }
 
 /// How the kernel handles an entry probe, by the probed instruction.
@@ -661,6 +771,31 @@ mod tests {
             let got = unsafe { f(5) };
             assert_eq!(got, want, "function {i}");
         }
+    }
+
+    #[test]
+    fn rounds_on_each_group_of_cpus_weigh_alike() {
+        // Group 0 (a fast CPU) has more rounds than group 1 (a slow one):
+        // the estimate is the mean of their medians, not the median of all
+        // rounds (which would be group 0's).
+        let rounds = [
+            (0, 700.0),
+            (1, 900.0),
+            (0, 690.0),
+            (1, 880.0),
+            (0, 5000.0),
+            (1, 910.0),
+            (0, 710.0),
+        ];
+        assert_eq!(grouped_median(&rounds, 2), (710.0 + 900.0) / 2.0);
+        // A burst in one round moves nothing.
+        assert_eq!(
+            grouped_median(&[(0, 700.0), (0, 5000.0), (0, 690.0)], 1),
+            700.0
+        );
+        // A group with no rounds is left out.
+        assert_eq!(grouped_median(&rounds[..1], 3), 700.0);
+        assert_eq!(grouped_median(&[], 2), 0.0);
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl<'a> Finish<'a> {
             follow: h.follow,
             governor: t.governor,
             cost_spread_pct: h.cost_spread_pct,
+            cost_drift_pct: t.cost_drift_pct,
         };
         Finish {
             out,

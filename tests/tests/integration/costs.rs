@@ -156,6 +156,30 @@ fn durations_leave_out_the_probes_cost() {
         "{}",
         o.report
     );
+    // The outputs say how far to trust a mean that is mostly correction:
+    // the error stated for it (what was taken out, times the larger of the
+    // calibration's spread over its rounds and CPUs and its move between
+    // attach and the end) is in functions.json, and report.txt names the
+    // mean as uncertain when that is over a quarter of it. A caller's mean
+    // off by more than the 25% goal is never shown without that line.
+    assert!(
+        o.report.contains("calibrated again at the end"),
+        "{}",
+        o.report
+    );
+    let err = num(o.functions("cost_caller")[0], "avg_error_ns") as f64;
+    eprintln!("cost_caller: ± {err} ns stated");
+    assert!(err > 0.0);
+    let flagged = o.report.contains("uncertain: cost_caller averages");
+    assert_eq!(flagged, 4.0 * err > avg("cost_caller"), "{}", o.report);
+    if !emulated {
+        assert!(
+            flagged || left <= 0.25 * caller,
+            "cost_caller: {} ns a call against {caller:.0} untraced, ± {err} ns stated, not flagged; measured {} ns",
+            avg("cost_caller"),
+            measured("cost_caller")
+        );
+    }
 }
 
 #[test]

@@ -114,6 +114,10 @@ struct FunctionJson<'a> {
     measured_avg_ns: u64,
     /// The probes' cost taken out of its calls' inclusive durations, summed.
     probe_ns: u64,
+    /// How far `avg_ns` may be off: what was taken out of a mean call,
+    /// times the larger of the calibration's spread from round to round and
+    /// its move over the session (0: nothing taken out).
+    avg_error_ns: u64,
     /// What one call's probe hits cost: both whole, in its callers' times,
     /// and the part in its own.
     hits_ns: u64,
@@ -195,6 +199,7 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 exit_probe: f.exit.kind(),
                 measured_avg_ns: (st.sum_ns + st.probe_ns).checked_div(st.calls).unwrap_or(0),
                 probe_ns: st.probe_ns,
+                avg_error_ns: super::avg_error_ns(st, r.session.cost_error_pct()),
                 hits_ns: f.cost.hits_ns(),
                 inside_ns: f.cost.inside_ns,
                 partial: r.detached_at(i).is_some(),

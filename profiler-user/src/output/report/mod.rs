@@ -50,6 +50,19 @@ pub struct Session {
     /// Durations leave out the probes' cost, calibrated with this spread
     /// from round to round, in % (None: durations as measured).
     pub cost_spread_pct: Option<f64>,
+    /// How much more (< 0: less) the traced calls' hits cost when
+    /// calibrated again at the end, in % (None: not calibrated again).
+    pub cost_drift_pct: Option<f64>,
+}
+
+impl Session {
+    /// How far the probes' cost taken out may be off, in % of it: the
+    /// larger of the calibration's spread and its move over the session
+    /// (None: durations as measured).
+    pub fn cost_error_pct(&self) -> Option<f64> {
+        let spread = self.cost_spread_pct?;
+        Some(spread.max(self.cost_drift_pct.map_or(0.0, f64::abs)))
+    }
 }
 
 /// The finished recording, ready to render.
@@ -103,6 +116,19 @@ impl Report<'_> {
     }
 }
 
+/// How far a function's mean duration may be off, given how far the
+/// probes' cost may be (`error_pct`, [`Session::cost_error_pct`]; None:
+/// nothing was taken out): the probes' cost taken out of a mean call, times
+/// that. A mean that is mostly correction (a caller of many traced calls)
+/// is only as good as the calibration.
+pub fn avg_error_ns(st: &FuncStats, error_pct: Option<f64>) -> u64 {
+    let Some(spread) = error_pct else {
+        return 0;
+    };
+    let removed = st.probe_ns.checked_div(st.calls).unwrap_or(0);
+    (removed as f64 * spread.max(0.0) / 100.0).round() as u64
+}
+
 /// Function indices of `stacks` with at least one call or unfinished
 /// frame, with their stats.
 pub fn active_funcs(stacks: &Stacks) -> Vec<(usize, &FuncStats)> {
@@ -112,4 +138,35 @@ pub fn active_funcs(stacks: &Stacks) -> Vec<(usize, &FuncStats)> {
         .enumerate()
         .filter(|(_, s)| s.calls > 0 || s.unfinished > 0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mean_that_is_mostly_correction_is_as_uncertain_as_the_calibration() {
+        // 10 calls, 400 µs measured, 350 µs of it the probes' cost.
+        let st = FuncStats {
+            calls: 10,
+            sum_ns: 50_000,
+            probe_ns: 350_000,
+            ..Default::default()
+        };
+        let session = |spread, drift| Session {
+            cost_spread_pct: spread,
+            cost_drift_pct: drift,
+            ..Default::default()
+        };
+        // The larger of the spread and the move over the session, either way.
+        assert_eq!(session(Some(4.0), Some(-12.0)).cost_error_pct(), Some(12.0));
+        assert_eq!(session(Some(4.0), Some(2.0)).cost_error_pct(), Some(4.0));
+        assert_eq!(session(Some(4.0), None).cost_error_pct(), Some(4.0));
+        // Durations as measured: nothing taken out, no error from it.
+        assert_eq!(session(None, Some(12.0)).cost_error_pct(), None);
+        assert_eq!(avg_error_ns(&st, None), 0);
+        // 35 µs taken out of a mean call, 12% of it: ± 4.2 µs on 5 µs.
+        assert_eq!(avg_error_ns(&st, Some(12.0)), 4_200);
+        assert_eq!(avg_error_ns(&FuncStats::default(), Some(12.0)), 0);
+    }
 }

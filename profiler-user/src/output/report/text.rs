@@ -166,13 +166,72 @@ fn probe_costs(out: &mut String, r: &Report) {
     }
     let _ = writeln!(
         out,
-        "durations leave out the probes' own cost, calibrated at attach (rounds varied {spread:.0}%): \
+        "durations leave out the probes' own cost, calibrated at attach (rounds on each CPU; they varied {spread:.0}%): \
          {} per traced call out of its callers' times, {} out of its own; {} in all out of the functions' \
          summed times; --raw-durations keeps it in, functions.json has both",
         range(&|c| c.hits_ns()),
         range(&|c| u64::from(c.inside_ns)),
         fmt_ns(taken)
     );
+    match r.session.cost_drift_pct {
+        Some(drift) if drift.abs() < 1.0 => {
+            let _ = writeln!(
+                out,
+                "calibrated again at the end, the traced calls' hits cost the same as at attach (within 1%)"
+            );
+        }
+        Some(drift) => {
+            let _ = writeln!(
+                out,
+                "calibrated again at the end, the traced calls' hits cost {:.0}% {} than at attach: what was taken out may be off by that much",
+                drift.abs(),
+                if drift < 0.0 { "less" } else { "more" }
+            );
+        }
+        None => {}
+    }
+    uncertain(out, r, r.session.cost_error_pct().unwrap_or(spread));
+}
+
+/// Functions shown in the tables at most.
+const UNCERTAIN_LINES: usize = 5;
+
+/// The functions whose mean is mostly correction: the calibration's spread
+/// on what was taken out is more than a quarter of what is left.
+fn uncertain(out: &mut String, r: &Report, spread: f64) {
+    let mut rows: Vec<(usize, u64, &crate::analyze::stacks::FuncStats)> = active_funcs(r.stacks)
+        .into_iter()
+        .filter(|(_, st)| st.calls > 0)
+        .map(|(i, st)| (i, super::avg_error_ns(st, Some(spread)), st))
+        .filter(|&(_, err, st)| err > 0 && err.saturating_mul(4) > st.avg_ns())
+        .collect();
+    // The least certain first: the largest error for what is left.
+    rows.sort_by(|a, b| {
+        let ratio = |(_, err, st): &(usize, u64, &crate::analyze::stacks::FuncStats)| {
+            *err as f64 / st.avg_ns().max(1) as f64
+        };
+        ratio(b).total_cmp(&ratio(a)).then(a.0.cmp(&b.0))
+    });
+    for &(i, err, st) in rows.iter().take(UNCERTAIN_LINES) {
+        let measured = (st.sum_ns + st.probe_ns).checked_div(st.calls).unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "uncertain: {} averages {} a call after {} of probe cost was taken out of {} measured; \
+             at the calibration's uncertainty of {spread:.0}% that is ± {}",
+            r.funcs[i].name,
+            fmt_ns(st.avg_ns()),
+            fmt_ns(measured.saturating_sub(st.avg_ns())),
+            fmt_ns(measured),
+            fmt_ns(err)
+        );
+    }
+    if rows.len() > UNCERTAIN_LINES {
+        let _ = writeln!(
+            out,
+            "uncertain: {} more functions as well (functions.json: avg_error_ns)",
+            rows.len() - UNCERTAIN_LINES
+        );
+    }
 }
 
 /// The overhead governor's lines: its budget and calibration, and every

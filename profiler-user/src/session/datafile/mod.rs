@@ -266,6 +266,11 @@ pub struct Trailer {
     /// are being detached then (see `Dispatcher::stop_at`).
     #[serde(default)]
     pub stop_ns: u64,
+    /// Durations leave out the probes' cost: how much more (or less, < 0)
+    /// the traced calls' hits cost when calibrated again at the end, in %
+    /// of what was taken out (None: not calibrated again).
+    #[serde(default)]
+    pub cost_drift_pct: Option<f64>,
 }
 
 /// One journal entry or record, in stream order.

@@ -98,6 +98,7 @@ fn trailer() -> Trailer {
             peak_pct: 2.0 / 3.0,
             ..Default::default()
         }),
+        cost_drift_pct: Some(-2.0 / 3.0),
         ..Trailer::default()
     }
 }

@@ -242,6 +242,7 @@ impl<'a> Recorder<'a> {
             max_overhead,
             hit_cost,
             spread_pct,
+            waits,
         })
     }
 }

@@ -274,6 +274,7 @@ impl<'a> Attached<'a> {
             stop_ns,
             probed,
             failed_probes,
+            recalibrate: costs.spread_pct.map(|_| costs.waits),
         })
     }
 }

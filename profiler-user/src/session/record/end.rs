@@ -3,6 +3,26 @@
 use super::*;
 
 impl Collected<'_> {
+    /// Calibrates again, the probes detached, and says how much more (or
+    /// less) the traced calls' hits cost now than at attach, in %: the
+    /// host's speed moves while a session runs, and what was taken out of
+    /// the durations was priced at attach.
+    fn cost_drift(&self, waits: calibrate::WaitTracepoints) -> Option<f64> {
+        match calibrate::calibrate(waits) {
+            Ok(end) => {
+                let funcs = &self.sinks.stacks.funcs;
+                calibrate::drift_pct(&self.rec.sel, &end, |i| funcs.get(i).map_or(0, |f| f.calls))
+            }
+            Err(e) => {
+                eprintln!(
+                    "profiler: warning: {}; report.txt gives the durations' uncertainty from the calibration at attach only",
+                    crate::error::chain(&e)
+                );
+                None
+            }
+        }
+    }
+
     /// Stops or leaves the launched command, writes every output and
     /// `profile.data`'s trailer. Returns the exit status to leave with (0,
     /// or in launch mode the command's) and, in launch mode, the startup
@@ -55,6 +75,7 @@ impl Collected<'_> {
                 counters.traced_full, counters.lost_proc
             );
         }
+        let cost_drift_pct = self.recalibrate.and_then(|waits| self.cost_drift(waits));
         let sel = &self.rec.sel;
         let mut names: Vec<(u32, String)> =
             thread_names.iter().map(|(t, n)| (*t, n.clone())).collect();
@@ -86,6 +107,7 @@ impl Collected<'_> {
             untraced_children: counters.untraced_children,
             governor: self.governed.take(),
             totals: None,
+            cost_drift_pct,
         };
         let out = &self.rec.out;
         let mut data_result = Ok(());

@@ -130,6 +130,9 @@ struct Costs {
     hit_cost: Option<HitCost>,
     /// Durations leave out the probes' cost: the calibration's spread.
     spread_pct: Option<f64>,
+    /// The wait tracepoints the calibration ran with, to calibrate again at
+    /// the end.
+    waits: calibrate::WaitTracepoints,
 }
 
 /// A recording attached: its probes on, its rings and maps taken.
@@ -167,4 +170,7 @@ pub struct Collected<'a> {
     stop_ns: u64,
     probed: usize,
     failed_probes: usize,
+    /// Durations leave out the probes' cost: calibrate again at the end,
+    /// with these wait tracepoints, to say how far the costs moved.
+    recalibrate: Option<calibrate::WaitTracepoints>,
 }
