@@ -160,7 +160,7 @@ fn probe_costs(out: &mut String, r: &Report) {
     if costs.is_empty() {
         let _ = writeln!(
             out,
-            "durations leave out the probes' own cost, calibrated at attach (rounds varied {spread:.0}%); no traced call returned, so none was taken out"
+            "durations leave out the probes' own cost, calibrated at attach (rounds on each CPU; they varied {spread:.0}%); no traced call returned, so none was taken out"
         );
         return;
     }
