@@ -93,6 +93,13 @@ impl FuncStats {
     pub fn avg_ns(&self) -> u64 {
         self.sum_ns.checked_div(self.calls).unwrap_or(0)
     }
+
+    /// Mean inclusive duration as measured, the probes' cost in it.
+    pub fn measured_avg_ns(&self) -> u64 {
+        (self.sum_ns + self.probe_ns)
+            .checked_div(self.calls)
+            .unwrap_or(0)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

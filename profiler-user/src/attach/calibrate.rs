@@ -385,7 +385,7 @@ fn grouped_median(values: &[(usize, f64)], groups: usize) -> f64 {
 
 /// Moves the calibrating thread from CPU to CPU, one per round, and back
 /// to the CPUs it may run on when dropped. A probe hit costs more on some
-/// CPUs than others (on this project's 2-vCPU VM, 5-20% more on one of
+/// CPUs than others (on this project's 2-vCPU VM, up to 25% more on one of
 /// them; hybrid processors have slower cores), and the target's threads run
 /// on any: rounds spread over the CPUs price the machine, not whichever
 /// CPU the agent happened to be on.

@@ -197,7 +197,7 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 unwound: st.unwound,
                 detached: st.detached,
                 exit_probe: f.exit.kind(),
-                measured_avg_ns: (st.sum_ns + st.probe_ns).checked_div(st.calls).unwrap_or(0),
+                measured_avg_ns: st.measured_avg_ns(),
                 probe_ns: st.probe_ns,
                 avg_error_ns: super::avg_error_ns(st, r.session.cost_error_pct()),
                 hits_ns: f.cost.hits_ns(),

@@ -193,13 +193,14 @@ fn probe_costs(out: &mut String, r: &Report) {
     uncertain(out, r, r.session.cost_error_pct().unwrap_or(spread));
 }
 
-/// Functions shown in the tables at most.
+/// Functions named uncertain one by one, at most; the rest are counted.
 const UNCERTAIN_LINES: usize = 5;
 
-/// The functions whose mean is mostly correction: the calibration's spread
-/// on what was taken out is more than a quarter of what is left.
+/// The functions whose mean is mostly correction: `spread`, the
+/// calibration's uncertainty in %, of what was taken out is more than a
+/// quarter of what is left.
 fn uncertain(out: &mut String, r: &Report, spread: f64) {
-    let mut rows: Vec<(usize, u64, &crate::analyze::stacks::FuncStats)> = active_funcs(r.stacks)
+    let mut rows: Vec<(usize, u64, &FuncStats)> = active_funcs(r.stacks)
         .into_iter()
         .filter(|(_, st)| st.calls > 0)
         .map(|(i, st)| (i, super::avg_error_ns(st, Some(spread)), st))
@@ -207,13 +208,12 @@ fn uncertain(out: &mut String, r: &Report, spread: f64) {
         .collect();
     // The least certain first: the largest error for what is left.
     rows.sort_by(|a, b| {
-        let ratio = |(_, err, st): &(usize, u64, &crate::analyze::stacks::FuncStats)| {
-            *err as f64 / st.avg_ns().max(1) as f64
-        };
+        let ratio =
+            |(_, err, st): &(usize, u64, &FuncStats)| *err as f64 / st.avg_ns().max(1) as f64;
         ratio(b).total_cmp(&ratio(a)).then(a.0.cmp(&b.0))
     });
     for &(i, err, st) in rows.iter().take(UNCERTAIN_LINES) {
-        let measured = (st.sum_ns + st.probe_ns).checked_div(st.calls).unwrap_or(0);
+        let measured = st.measured_avg_ns();
         let _ = writeln!(
             out,
             "uncertain: {} averages {} a call after {} of probe cost was taken out of {} measured; \

@@ -6,13 +6,17 @@ impl Collected<'_> {
     /// Calibrates again, the probes detached, and says how much more (or
     /// less) the traced calls' hits cost now than at attach, in %: the
     /// host's speed moves while a session runs, and what was taken out of
-    /// the durations was priced at attach.
+    /// the durations was priced at attach. Not when no priced call
+    /// returned: there is nothing to compare.
     fn cost_drift(&self, waits: calibrate::WaitTracepoints) -> Option<f64> {
+        let funcs = &self.sinks.stacks.funcs;
+        let calls = |i: usize| funcs.get(i).map_or(0, |f| f.calls);
+        let sel = &self.rec.sel;
+        if !(0..sel.funcs.len()).any(|i| calls(i) > 0 && sel.funcs[i].cost.hits_ns() > 0) {
+            return None;
+        }
         match calibrate::calibrate(waits) {
-            Ok(end) => {
-                let funcs = &self.sinks.stacks.funcs;
-                calibrate::drift_pct(&self.rec.sel, &end, |i| funcs.get(i).map_or(0, |f| f.calls))
-            }
+            Ok(end) => calibrate::drift_pct(sel, &end, calls),
             Err(e) => {
                 eprintln!(
                     "profiler: warning: {}; report.txt gives the durations' uncertainty from the calibration at attach only",
