@@ -1,0 +1,138 @@
+//! Slow dispatches judged and explained once their frames are named: a
+//! binary's symbols read for the first time may take seconds, and the
+//! thread that reads the rings does not wait for them while recording.
+use super::*;
+
+impl Dispatcher {
+    /// Explains what still waits for names, waiting for them: at the end
+    /// of a recording, before the outputs and the symbols' journal.
+    pub fn finish(&mut self) {
+        self.symbolizer.set_patience(None);
+        self.explain_deferred();
+    }
+
+    /// Explains the slow dispatches that waited for names, if they are
+    /// read now (on each tick while recording).
+    pub fn explain_waiting(&mut self) {
+        self.explain_deferred();
+    }
+
+    /// Explains the slow dispatches (and names the samples' outermost
+    /// frames) that wait for names, in order, until one is still not
+    /// named.
+    fn explain_deferred(&mut self) {
+        while !self.quality_deferred.is_empty() || !self.deferred.is_empty() {
+            if self.symbolizer.is_busy() {
+                return;
+            }
+            if let Some((len, end, pc)) = self.quality_deferred.pop() {
+                let _ = self.symbolizer.take_missed();
+                let name = self.symbolizer.user_stack(&[pc]).pop();
+                if self.symbolizer.take_missed() {
+                    self.quality_deferred.push((len, end, pc));
+                    return;
+                }
+                self.quality.add(len, end, name.as_deref());
+                continue;
+            }
+            let Some(mut x) = self.deferred.pop_front() else {
+                return;
+            };
+            if !x.judged {
+                let _ = self.symbolizer.take_missed();
+                let mut own =
+                    own_cost::measure(&x.recs, &mut self.symbolizer, self.cfg.sample_period_ns);
+                if self.symbolizer.take_missed() {
+                    if self.deferred.len() < MAX_DEFERRED {
+                        self.deferred.push_front(x);
+                        return;
+                    }
+                    let patience = self.symbolizer.patience();
+                    self.symbolizer.set_patience(None);
+                    own =
+                        own_cost::measure(&x.recs, &mut self.symbolizer, self.cfg.sample_period_ns);
+                    self.symbolizer.set_patience(patience);
+                }
+                if !self.judge(&mut x, own) {
+                    self.symbolizer.forget_mappings(&x.wakers);
+                    continue;
+                }
+            }
+            let _ = self.symbolizer.take_missed();
+            let slow = self.explain_one(&x);
+            let slow = match self.symbolizer.take_missed() {
+                false => slow,
+                true if self.deferred.len() < MAX_DEFERRED => {
+                    self.deferred.push_front(x);
+                    return;
+                }
+                // Too many waiting: this one waits for its names.
+                true => {
+                    let patience = self.symbolizer.patience();
+                    self.symbolizer.set_patience(None);
+                    let slow = self.explain_one(&x);
+                    self.symbolizer.set_patience(patience);
+                    slow
+                }
+            };
+            self.add_slow(slow);
+            self.symbolizer.forget_mappings(&x.wakers);
+        }
+    }
+
+    /// Takes out of `x` what its records show of the probes' cost beyond
+    /// the calibrated hits ([`own_cost`]), and counts it; whether it is
+    /// still slow.
+    fn judge(&mut self, x: &mut Deferred, own: own_cost::Measured) -> bool {
+        x.judged = true;
+        if self.costs.is_empty() {
+            // Durations as measured (`--raw-durations`, or no calibration).
+            self.counted(&x.open, x.start_ns, x.duration_ns);
+            return true;
+        }
+        // The hits' calibrated cost is on a CPU, inside what the samples
+        // see: the larger of the two, so nothing is taken out twice.
+        let on_cpu = own
+            .on_cpu_ns
+            .saturating_sub(x.probe_ns)
+            .min(x.split.on_cpu_ns);
+        let blocked = own.blocked_ns.min(x.split.blocked_ns);
+        let extra = (on_cpu + blocked).min(x.duration_ns);
+        x.duration_ns -= extra;
+        x.probe_ns += extra;
+        x.split.on_cpu_ns -= on_cpu;
+        x.split.blocked_ns -= blocked;
+        self.probe_ns += extra;
+        self.counted(&x.open, x.start_ns, x.duration_ns);
+        let slow = x.duration_ns >= self.cfg.threshold_ns;
+        self.slow_only_with_probes += u64::from(!slow);
+        slow
+    }
+
+    /// Counts a dispatch that ended, as lasting `duration_ns`.
+    fn counted(&mut self, open: &Open, start_ns: u64, duration_ns: u64) {
+        self.stats.add(
+            Worst {
+                duration_ns,
+                index: open.index,
+                start_ns,
+            },
+            self.cfg.frame_interval_ns,
+        );
+        if let Some(h) = open.hang {
+            self.hangs[h].duration_ns = Some(duration_ns);
+        }
+    }
+
+    fn explain_one(&mut self, x: &Deferred) -> explain::Explained {
+        explain::explain(
+            self,
+            &x.open,
+            &x.recs,
+            x.start_ns,
+            x.duration_ns,
+            x.probe_ns,
+            x.split,
+        )
+    }
+}
