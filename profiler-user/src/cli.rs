@@ -33,6 +33,10 @@ pub const VERSION: &str = match option_env!("PROFILER_VERSION") {
 pub enum Command {
     /// Trace function entries and exits of a running process.
     Record(RecordArgs),
+    /// Watch processes until stopped, always on: one line in stalls.jsonl
+    /// per main-thread stall as it happens, following the targets across
+    /// restarts, with a flight recorder of samples; no uprobes.
+    Watch(WatchArgs),
     /// List the functions a selection would probe, without attaching.
     List(ListArgs),
     /// Sample stacks of one process (`--pid`) or of the whole system
@@ -408,6 +412,69 @@ pub struct DispatchArgs {
     /// other threads on every CPU.
     #[arg(long)]
     pub no_wakers: bool,
+}
+
+/// `profiler watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// A running process to watch (repeatable). It is dropped when it
+    /// exits.
+    #[arg(long, short = 'p', value_parser = parse_pid, value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Watch every process running this executable, now and later
+    /// (repeatable): one started after the watch is picked up within a
+    /// second.
+    #[arg(long, value_name = "PATH")]
+    pub exe: Vec<PathBuf>,
+    /// Watch every process in this cgroup (a path under /sys/fs/cgroup, or
+    /// relative to it), now and later.
+    #[arg(long, value_name = "PATH", conflicts_with = "unit")]
+    pub cgroup: Option<PathBuf>,
+    /// Watch every process of this systemd unit (`NAME.service`), now and
+    /// later: its cgroup under /sys/fs/cgroup/system.slice.
+    #[arg(long, value_name = "NAME")]
+    pub unit: Option<String>,
+    /// Directory for stalls.jsonl, groups.json and the groups' reports
+    /// (created if missing; a watcher started on it again appends).
+    #[arg(long, short = 'o', default_value = "watch", value_name = "DIR")]
+    pub out: PathBuf,
+    /// How far back the flight recorder keeps the watched thread's samples:
+    /// a group's report shows what the thread did this long before its
+    /// stall; SIGUSR1 writes this much as a snapshot.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, value_name = "DUR")]
+    pub keep: Duration,
+    /// Most disk the output directory may take (K/M/G suffixes). The
+    /// oldest full reports are deleted first, then the oldest rotated
+    /// stalls.N.jsonl; groups.json still counts every stall.
+    #[arg(long, default_value = "100M", value_parser = parse_size, value_name = "BYTES")]
+    pub max_disk: u64,
+    /// Per group, at most this many stalls an hour are told on stderr and
+    /// get a full report; past it their lines in stalls.jsonl are written
+    /// without a call tree and marked "rate_limited" (every stall is still
+    /// a line, and counted).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub max_reports_per_hour: u32,
+    /// Per group, the worst this many stalls keep a full report (besides
+    /// the group's first).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub worst: usize,
+    /// Stop after this long (otherwise on Ctrl-C or SIGTERM).
+    #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
+    pub duration: Option<Duration>,
+    /// Size of each kernel-to-agent ring buffer, per watched process and
+    /// CPU (K/M suffixes; a power of two, at least 4K).
+    #[arg(long, default_value = "1M", value_parser = parse_ring_size, value_name = "BYTES")]
+    pub ring_size: u32,
+    /// How user stacks are walked: `tables` (default) or `fp`.
+    #[arg(long, value_enum, default_value_t = UnwindMode::Tables, value_name = "HOW")]
+    pub unwind: UnwindMode,
+    /// Kernel memory for the unwind tables (e.g. 64M), per watched process.
+    #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]
+    pub unwind_memory: Option<u64>,
+    /// Slow dispatches of the watched thread: `--thread`, `--threshold`,
+    /// `--hang`, `--dispatch-hz`, `--no-wakers` as in `record`.
+    #[command(flatten)]
+    pub dispatch: DispatchArgs,
 }
 
 /// `profiler list`.

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     };
     let result = match &mut cli.command {
         Command::Record(args) => commands::record::run(args).map(ExitCode::from),
+        Command::Watch(args) => commands::watch::run(args).map(|()| ExitCode::SUCCESS),
         Command::List(args) => commands::list::run(args).map(|()| ExitCode::SUCCESS),
         Command::Sample(args) => commands::sample::run(args).map(|()| ExitCode::SUCCESS),
         Command::Diff(args) => commands::diff::run(args).map(|()| ExitCode::SUCCESS),

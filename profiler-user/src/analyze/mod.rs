@@ -15,6 +15,8 @@
 //! - [`goroutines`]: Go calls keyed by goroutine, not by thread;
 //! - [`overhead`]: the overhead governor's estimates (what the probes cost,
 //!   which functions to detach);
+//! - [`flight`]: `watch`'s flight recorder, the watched thread's recent
+//!   samples;
 //! - [`dedup`]: the second copy of a hit two generations of links reported
 //!   while both were attached, dropped.
 mod calltree;
@@ -22,6 +24,7 @@ pub mod cpu_fold;
 pub mod cpu_profile;
 pub mod dedup;
 pub mod dispatch;
+pub mod flight;
 pub mod goroutines;
 pub mod overhead;
 pub mod processes;

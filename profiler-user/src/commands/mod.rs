@@ -8,3 +8,4 @@ pub mod record;
 pub mod report;
 pub mod sample;
 pub mod tables;
+pub mod watch;

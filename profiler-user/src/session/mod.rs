@@ -2,6 +2,9 @@
 //!
 //! - [`record`]: a `record` session, plan → attach → collect → finish;
 //! - [`sample`]: a `sample` session, attach → collect → write;
+//! - [`watch`]: a `watch` session, always on: the targets found and
+//!   followed, each watched without uprobes, a line per stall as it
+//!   happens;
 //! - [`replay`]: `profile.data` through the same pipeline (`report`);
 //! - [`pipeline`]: builds the sinks the same way for `record` and `report`,
 //!   from the `profile.data` header;
@@ -36,3 +39,4 @@ mod ring_reader;
 pub mod sample;
 pub mod sinks;
 mod status;
+pub mod watch;

@@ -19,6 +19,14 @@ pub fn line(notice: &Notice) -> String {
             "profiler: slow dispatch {} [{key}] {verdict}",
             fmt_ns(*duration_ns)
         ),
+        Notice::Excluded {
+            duration_ns,
+            reason,
+            ..
+        } => format!(
+            "profiler: not a stall of the program: an iteration of {} while {reason}",
+            fmt_ns(*duration_ns)
+        ),
         Notice::Hang {
             index,
             tid,

@@ -135,6 +135,11 @@ pub struct Sinks {
     /// Tail calls kept open until their callee returns; every function
     /// event passes it first.
     pub tails: TailCalls,
+    /// `watch`'s flight recorder: every sample of the watched thread.
+    pub flight: Option<crate::analyze::flight::FlightRecorder>,
+    /// The dispatcher's notices are kept here for the session to tell
+    /// (`watch`), not printed (None: printed as they come).
+    pub kept_notices: Option<Vec<crate::analyze::dispatch::Notice>>,
     /// The events it passes on (reused).
     call_buf: Vec<Event>,
 }
@@ -290,6 +295,9 @@ impl Sinks {
                             if let Some(tl) = &mut self.timeline {
                                 tl.sample(ev.tid, ev.ts_ns, user.len());
                             }
+                        }
+                        if let Some(f) = &mut self.flight {
+                            f.record(ev.ts_ns, user);
                         }
                         let end = stacks.as_ref().map_or(0, StackEvent::user_end);
                         d.on_sample(ev.ts_ns, user, kernel.unwrap_or_default(), end);
@@ -545,7 +553,9 @@ impl Sinks {
     fn tell_notices(&mut self) {
         if let Some(d) = &mut self.dispatch {
             let notices = d.take_notices();
-            if !notices.is_empty() {
+            if let Some(kept) = &mut self.kept_notices {
+                kept.extend(notices);
+            } else if !notices.is_empty() {
                 notices::tell(&notices, self.hang_log.as_deref());
             }
         }
@@ -608,6 +618,8 @@ impl Sinks {
             catch_up: None,
             pending_detach: Vec::new(),
             tails: TailCalls::default(),
+            flight: None,
+            kept_notices: None,
             call_buf: Vec::new(),
         }
     }

@@ -26,6 +26,14 @@ impl Status {
         }
     }
 
+    /// Never drawn (`watch`, whose processes each have a collector).
+    pub fn off() -> Self {
+        Status {
+            enabled: false,
+            ..Self::new()
+        }
+    }
+
     /// Redraws the line if a second has passed.
     pub fn update(&mut self, elapsed: Duration, stacks: &Stacks, counters: &CounterMap) {
         if !self.enabled || elapsed < self.last_draw + Duration::from_secs(1) {

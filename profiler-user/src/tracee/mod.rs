@@ -14,7 +14,9 @@
 //! - [`exits`]: where a function's frame ends (its `ret`s and tail calls),
 //!   what runs in a binary, the exit policy;
 //! - [`probe_set`]: several processes' selections as one, each function once;
-//! - [`find`]: processes by name (`--pid-of`), a process's parent.
+//! - [`find`]: processes by name (`--pid-of`), a process's parent;
+//! - [`watched`]: which processes `watch` watches (`--pid`, `--exe`,
+//!   `--cgroup`, `--unit`), found by scanning `/proc`.
 pub mod caps;
 pub mod cgroup;
 mod exec_chain;
@@ -28,3 +30,4 @@ pub mod process;
 pub mod select;
 pub mod symbols;
 mod usdt;
+pub mod watched;

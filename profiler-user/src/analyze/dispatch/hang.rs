@@ -7,7 +7,7 @@ impl Dispatcher {
     pub fn tick(&mut self, now_ns: u64) {
         let Some(open) = &mut self.open else { return };
         let running = now_ns.saturating_sub(open.start_ns);
-        if open.hang_told || running < self.cfg.hang_ns {
+        if open.hang_told || running < self.cfg.hang_ns || open.not_the_programs.is_some() {
             return;
         }
         let mut stack: Vec<String> = Vec::new();

@@ -123,6 +123,9 @@ struct Open {
     last_block: Option<(u64, Box<[u64]>)>,
     /// The probe hits inside it so far, in ns (see [`Dispatcher::set_costs`]).
     probe_ns: u64,
+    /// Why it is not the program's own stall, when something else held it
+    /// ([`Dispatcher::not_the_programs`]).
+    not_the_programs: Option<String>,
 }
 
 /// A slow dispatch, explained.
@@ -190,6 +193,16 @@ pub fn hang_stack_text(stack: &[String]) -> String {
     }
 }
 
+/// A slow dispatch as it was explained, for a session that tells each one
+/// as it happens (`watch`).
+#[derive(Debug, Clone)]
+pub struct Streamed {
+    /// The report entry.
+    pub slow: Slow,
+    /// Folded stacks of its full tree.
+    pub folded: Vec<String>,
+}
+
 /// What the dispatcher noticed that the user should hear of at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
@@ -201,6 +214,17 @@ pub enum Notice {
         key: String,
         /// Its one-line verdict.
         verdict: String,
+    },
+    /// A dispatch ended that was not the program's own stall: the process
+    /// was stopped or traced, or the system suspended, while it ran
+    /// ([`Dispatcher::not_the_programs`]). Neither slow nor counted.
+    Excluded {
+        /// Start, since the session began.
+        start_ns: u64,
+        /// Its wall time.
+        duration_ns: u64,
+        /// Why, in words.
+        reason: String,
     },
     /// A dispatch has run past `--hang` and is still running.
     Hang {
@@ -287,6 +311,11 @@ pub struct Dispatcher {
     /// Slow dispatches waiting for their frames' names (the symbolizer
     /// was still reading a binary when they ended), oldest first.
     deferred: VecDeque<Deferred>,
+    /// Slow dispatches explained and not taken yet ([`Self::stream`]).
+    streamed: Option<Vec<Streamed>>,
+    /// Dispatches that ended after something other than the program held
+    /// them ([`Self::not_the_programs`]), by reason.
+    pub excluded: Vec<(String, u64)>,
     /// Samples whose outermost frame waits for its name (as `deferred`):
     /// (frames, the walk's end, that frame's address).
     quality_deferred: Vec<(usize, u32, u64)>,
@@ -371,8 +400,40 @@ impl Dispatcher {
             stop_ns: u64::MAX,
             started_after_stop: 0,
             deferred: VecDeque::new(),
+            streamed: None,
+            excluded: Vec::new(),
             quality_deferred: Vec::new(),
         }
+    }
+
+    /// Keeps every slow dispatch as it is explained, for
+    /// [`Self::take_streamed`] (a session that tells each as it happens).
+    pub fn stream(&mut self) {
+        self.streamed.get_or_insert_with(Vec::new);
+    }
+
+    /// The dispatch open now is held by something other than the program
+    /// (`reason`: it was stopped, or the system suspended): when it ends it
+    /// is told as [`Notice::Excluded`], neither slow nor counted, and it is
+    /// not reported as a hang. False when no dispatch is open.
+    pub fn not_the_programs(&mut self, reason: &str) -> bool {
+        match &mut self.open {
+            Some(open) => {
+                open.not_the_programs
+                    .get_or_insert_with(|| reason.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Names a sampled user stack (innermost first) as the trees do.
+    pub fn name_user_stack(&mut self, user: &[u64]) -> Vec<String> {
+        self.symbolizer
+            .user_stack(user)
+            .iter()
+            .map(|n| frames::display(n).to_string())
+            .collect()
     }
 
     /// Recording: names that take long to read do not stop the caller
@@ -656,6 +717,7 @@ impl Dispatcher {
             last_sample: None,
             last_block: None,
             probe_ns: 0,
+            not_the_programs: None,
         });
         self.next_index += 1;
         self.first_start_ns.get_or_insert(ts_ns);
@@ -775,6 +837,21 @@ impl Dispatcher {
         let mut split = split.unwrap_or(tracked);
         split.on_cpu_ns = split.on_cpu_ns.saturating_sub(probe_ns);
         let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
+        if let Some(reason) = open.not_the_programs {
+            match self.excluded.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, n)) => *n += 1,
+                None => self.excluded.push((reason.clone(), 1)),
+            }
+            self.notices.push(Notice::Excluded {
+                start_ns,
+                duration_ns,
+                reason,
+            });
+            self.recs.clear();
+            let wakers = std::mem::take(&mut self.waker_pids);
+            self.symbolizer.forget_mappings(&wakers);
+            return;
+        }
         // Other processes that woke it: named (or not needed) once it is
         // explained; their mappings would otherwise pile up, one set per
         // waker process.

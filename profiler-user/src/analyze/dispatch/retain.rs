@@ -11,7 +11,9 @@ use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
 
-use super::{explain, stats::quantile_of, tree::FlatNode, wakers, Dispatcher, Notice, Slow};
+use super::{
+    explain, stats::quantile_of, tree::FlatNode, wakers, Dispatcher, Notice, Slow, Streamed,
+};
 
 /// Longest slow dispatches kept in detail per group.
 pub const KEEP_WORST: usize = 10;
@@ -70,9 +72,13 @@ impl Durations {
     /// The 95th percentile: exact (nearest rank) while the values are
     /// kept, else from the histogram (within 1%, never above the maximum).
     pub fn p95_ns(&self) -> u64 {
+        self.quantile_ns(0.95)
+    }
+    /// The `q` quantile (0 to 1), as [`Self::p95_ns`] is the 0.95th.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
         match &self.hist {
-            Some(h) => h.value_at_quantile(0.95).min(self.max_ns),
-            None => quantile_of(&self.exact, 0.95),
+            Some(h) => h.value_at_quantile(q).min(self.max_ns),
+            None => quantile_of(&self.exact, q),
         }
     }
     /// Whether [`Self::p95_ns`] is exact.
@@ -151,6 +157,12 @@ impl Dispatcher {
     /// in detail while it is among its group's longest or the most recent.
     pub(super) fn add_slow(&mut self, slow: explain::Explained) {
         let explain::Explained { slow, folded } = slow;
+        if let Some(stream) = &mut self.streamed {
+            stream.push(Streamed {
+                slow: slow.clone(),
+                folded: folded.clone(),
+            });
+        }
         self.notices.push(Notice::Slow {
             duration_ns: slow.duration_ns,
             key: slow.key.clone(),
@@ -201,6 +213,15 @@ impl Dispatcher {
         let s = self.slow.remove(at);
         self.slow_dropped += 1;
         self.kept.evicted.push(s);
+    }
+
+    /// The slow dispatches explained since the last call, oldest first,
+    /// with their folded trees ([`Self::stream`] turns this on).
+    pub fn take_streamed(&mut self) -> Vec<Streamed> {
+        self.streamed
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The slow dispatches let go from detail since the last call, for the

@@ -1,0 +1,265 @@
+//! A `profiler watch` session, always on, the way BlockCanary and Matrix
+//! run inside an app: the targets found and followed (`--pid`, `--exe`,
+//! `--cgroup`, `--unit`; a new process that matches is picked up within a
+//! second, one that exits is dropped), each watched on a thread of its own
+//! ([`worker`]: the loop's waits, the scheduler, the in-dispatch sampler
+//! and its flight recorder, no uprobes), and every stall written as it
+//! happens ([`journal`]: `stalls.jsonl`, `groups.json`, the groups'
+//! reports, within `--max-disk`).
+//!
+//! Signals: SIGINT and SIGTERM end it with everything flushed (exit 0);
+//! SIGHUP reopens `stalls.jsonl` (log rotation); SIGUSR1 writes a snapshot
+//! of each process's flight recorder (`snapshots/`).
+mod journal;
+mod worker;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+pub use self::journal::{GROUPS, STALLS};
+use crate::{
+    cli::WatchArgs,
+    output::watch::{StallLine, StallReport},
+    tracee::watched::Matcher,
+    Error, Result,
+};
+
+/// How often `/proc` is scanned for new processes that match.
+const SCAN_EVERY: Duration = Duration::from_millis(200);
+/// A process whose watch failed is tried again after this long.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// How long the end waits for the workers to flush.
+const END_WAIT: Duration = Duration::from_secs(10);
+
+/// What a worker tells the journal.
+pub enum Msg {
+    /// Watching a process from now on.
+    Watching,
+    /// A stall ended.
+    Stall(Box<StallMsg>),
+    /// A hang, still running.
+    Hang { line: Box<StallLine> },
+    /// An iteration that was not the program's stall.
+    Excluded { reason: String },
+    /// SIGUSR1's snapshot of a flight recorder.
+    Snapshot {
+        pid: u32,
+        comm: String,
+        samples: usize,
+        keep_ns: u64,
+        folded: Vec<String>,
+    },
+    /// The watch of a process ended, and why.
+    Stopped { pid: u32, reason: String },
+}
+
+/// A stall, with what its report needs.
+pub struct StallMsg {
+    pub report: StallReport,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static HUP: AtomicBool = AtomicBool::new(false);
+static USR1: AtomicBool = AtomicBool::new(false);
+
+/// Flags set by SIGINT/SIGTERM, SIGHUP and SIGUSR1 (the workers' tokio
+/// loops see SIGINT and SIGTERM too, and end).
+fn install_signals() -> Result<()> {
+    for (sig, flag) in [
+        (libc::SIGINT, &STOP),
+        (libc::SIGTERM, &STOP),
+        (libc::SIGHUP, &HUP),
+        (libc::SIGUSR1, &USR1),
+    ] {
+        // SAFETY: the action only stores to an atomic, which is
+        // async-signal-safe.
+        unsafe { signal_hook_registry::register(sig, move || flag.store(true, Ordering::SeqCst)) }
+            .map_err(|e| Error::io("installing a signal handler", e))?;
+    }
+    Ok(())
+}
+
+/// A process being watched.
+struct Watched {
+    thread: JoinHandle<()>,
+    snapshot: Arc<AtomicBool>,
+}
+
+/// Runs `profiler watch` until SIGINT/SIGTERM, `--duration`, or every
+/// `--pid` given has exited (when only PIDs were given).
+pub fn run(args: &WatchArgs) -> Result<()> {
+    let mut matcher = Matcher::new(
+        &args.pid,
+        &args.exe,
+        args.cgroup.as_deref(),
+        args.unit.as_deref(),
+    )?;
+    let mut journal = journal::Journal::open(
+        &args.out,
+        journal::Limits {
+            max_disk: args.max_disk,
+            per_hour: args.max_reports_per_hour,
+            worst: args.worst,
+        },
+    )?;
+    install_signals()?;
+    let wargs = worker::WorkerArgs::of(args);
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let mut watched: HashMap<u32, Watched> = HashMap::new();
+    let mut failed: HashMap<u32, Instant> = HashMap::new();
+    let started = Instant::now();
+    let mut last_scan: Option<Instant> = None;
+    let mut ever = false;
+    eprintln!(
+        "profiler: watching {} for stalls over {} (stalls.jsonl and groups.json in {}); stop with Ctrl-C",
+        describe(args, &matcher),
+        crate::text::fmt_ns(args.dispatch.threshold.as_nanos() as u64),
+        journal.dir().display()
+    );
+    let mut said_waiting = false;
+    loop {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if last_scan.is_none_or(|t| t.elapsed() >= SCAN_EVERY) {
+            last_scan = Some(Instant::now());
+            let now = matcher.scan();
+            failed.retain(|pid, at| now.contains(pid) && at.elapsed() < RETRY_AFTER);
+            for pid in now {
+                if watched.contains_key(&pid) || failed.contains_key(&pid) {
+                    continue;
+                }
+                let snapshot = Arc::new(AtomicBool::new(false));
+                let (tx, wargs, snap) = (tx.clone(), wargs.clone(), snapshot.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("watch-{pid}"))
+                    .spawn(move || worker::run(pid, wargs, tx, snap))
+                    .map_err(|e| Error::io("starting a watch thread", e))?;
+                watched.insert(pid, Watched { thread, snapshot });
+                ever = true;
+            }
+            if watched.is_empty() && !said_waiting && !matcher.pids_only() {
+                said_waiting = true;
+                eprintln!("profiler: no process matches yet; waiting for one to start");
+            }
+            if watched.is_empty() && matcher.pids_only() && ever {
+                eprintln!("profiler: every process given with --pid has exited");
+                break;
+            }
+        }
+        if HUP.swap(false, Ordering::SeqCst) {
+            journal.reopen()?;
+            eprintln!(
+                "profiler: SIGHUP: {} reopened",
+                journal.dir().join(STALLS).display()
+            );
+        }
+        if USR1.swap(false, Ordering::SeqCst) {
+            for w in watched.values() {
+                w.snapshot.store(true, Ordering::SeqCst);
+            }
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(msg) => {
+                handle(&mut journal, &mut watched, &mut failed, msg)?;
+                while let Ok(msg) = rx.try_recv() {
+                    handle(&mut journal, &mut watched, &mut failed, msg)?;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("we hold a sender"),
+        }
+        journal.flush_groups(false)?;
+    }
+    // The workers end on SIGINT/SIGTERM; a stop of our own sends one.
+    if !STOP.load(Ordering::SeqCst) && !watched.is_empty() {
+        // SAFETY: raise has no preconditions; SIGTERM's handlers are ours.
+        unsafe { libc::raise(libc::SIGTERM) };
+    }
+    drop(tx);
+    let deadline = Instant::now() + END_WAIT;
+    while !watched.is_empty() && Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(msg) => handle(&mut journal, &mut watched, &mut failed, msg)?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    for (_, w) in watched.drain() {
+        let _ = w.thread.join();
+    }
+    journal.flush_groups(true)?;
+    eprintln!(
+        "profiler: watch ended; {} and {} in {}",
+        journal.dir().join(STALLS).display(),
+        GROUPS,
+        journal.dir().display()
+    );
+    Ok(())
+}
+
+/// The targets, in words.
+fn describe(args: &WatchArgs, m: &Matcher) -> String {
+    let mut what: Vec<String> = args.pid.iter().map(|p| format!("PID {p}")).collect();
+    what.extend(
+        args.exe
+            .iter()
+            .map(|e| format!("every process of {}", e.display())),
+    );
+    if let Some(c) = m.cgroup() {
+        what.push(match &args.unit {
+            Some(u) => format!("unit {u} (cgroup {c})"),
+            None => format!("cgroup {c}"),
+        });
+    }
+    what.join(", ")
+}
+
+fn handle(
+    journal: &mut journal::Journal,
+    watched: &mut HashMap<u32, Watched>,
+    failed: &mut HashMap<u32, Instant>,
+    msg: Msg,
+) -> Result<()> {
+    match msg {
+        Msg::Watching => journal.watching(),
+        Msg::Stall(s) => {
+            journal.stall(s.report)?;
+        }
+        Msg::Hang { line } => journal.hang(*line)?,
+        Msg::Excluded { reason, .. } => journal.excluded(&reason),
+        Msg::Snapshot {
+            pid,
+            comm,
+            samples,
+            keep_ns,
+            folded,
+        } => {
+            let dir = journal.snapshot(pid, &comm, samples, keep_ns, &folded)?;
+            eprintln!(
+                "profiler: SIGUSR1: PID {pid}'s flight recorder ({samples} samples) written to {}",
+                dir.display()
+            );
+        }
+        Msg::Stopped { pid, reason } => {
+            eprintln!("profiler: stopped watching PID {pid}: {reason}");
+            if let Some(w) = watched.remove(&pid) {
+                let _ = w.thread.join();
+            }
+            if !reason.starts_with("it ") && reason != "the watch was stopped" {
+                failed.insert(pid, Instant::now());
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,578 @@
+//! One watched process: its own eBPF object (the loop's waits, the
+//! scheduler, the in-dispatch sampler and wakers; no uprobes), its rings
+//! drained by the collector `record` uses into the same dispatcher, on a
+//! thread of its own. Each tick hands what the dispatcher explained to the
+//! journal ([`Msg`]), and checks what would make an iteration's time not
+//! the program's: the process stopped, the system suspended, events lost.
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc::Sender,
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use super::{Msg, StallMsg};
+use crate::{
+    analyze::{
+        dispatch::{self, Dispatcher, Notice, Streamed},
+        flight::FlightRecorder,
+        stacks::Stacks,
+    },
+    attach::{
+        probes::{self, CounterMap, Probes, Tracking},
+        rings::RingSpec,
+        task_btf,
+    },
+    cli::{RingMode, UnwindMode, WatchArgs},
+    output::watch::{nest, StallLine, StallReport, MAX_LINE_NODES},
+    session::{
+        collector::{self, Steer, StopReason},
+        ring_reader::Rings,
+        sinks::Sinks,
+        status::Status,
+    },
+    tracee::{process, select},
+    unwind::tables::Tables,
+    Error, Result,
+};
+
+/// Most samples the flight recorder holds (at 997 Hz, 5 s of a busy loop).
+const FLIGHT_MAX: usize = 5_000;
+/// How often the kernel's loss counters are read.
+const LOSS_EVERY: Duration = Duration::from_millis(100);
+/// A gap between ticks past this means the agent was behind (starved of
+/// CPU, stopped): what ran meanwhile was not watched as it happened.
+const BEHIND: Duration = Duration::from_millis(500);
+/// A suspend shorter than this is not told (clock adjustments).
+const SUSPEND_MIN_NS: u64 = 50_000_000;
+
+/// What a worker needs of the command line.
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    pub thread: String,
+    pub threshold_ns: u64,
+    pub hang_ns: u64,
+    pub frame_interval_ns: u64,
+    pub full_tree: bool,
+    pub dispatch_hz: u64,
+    pub wakers: bool,
+    pub ring_size: u32,
+    pub unwind: UnwindMode,
+    pub unwind_memory: Option<u64>,
+    pub keep_ns: u64,
+}
+
+impl WorkerArgs {
+    pub fn of(a: &WatchArgs) -> Self {
+        WorkerArgs {
+            thread: a.dispatch.thread.clone(),
+            threshold_ns: a.dispatch.threshold.as_nanos() as u64,
+            hang_ns: a.dispatch.hang.as_nanos() as u64,
+            frame_interval_ns: a.dispatch.frame_interval.as_nanos() as u64,
+            full_tree: a.dispatch.full_tree,
+            dispatch_hz: a.dispatch.dispatch_hz,
+            wakers: !a.dispatch.no_wakers,
+            ring_size: a.ring_size,
+            unwind: a.unwind,
+            unwind_memory: a.unwind_memory,
+            keep_ns: a.keep.as_nanos() as u64,
+        }
+    }
+}
+
+/// Watches process `pid` until it exits (or the watch is stopped), telling
+/// `tx` everything; the last message is always [`Msg::Stopped`].
+pub fn run(pid: u32, args: WorkerArgs, tx: Sender<Msg>, snapshot: Arc<AtomicBool>) {
+    let reason = match watch(pid, &args, &tx, &snapshot) {
+        Ok(r) => r,
+        Err(e) => match process::thread_alive(pid, pid) {
+            false => "it exited".to_string(),
+            true => crate::error::chain(&e),
+        },
+    };
+    let _ = tx.send(Msg::Stopped { pid, reason });
+}
+
+fn watch(
+    pid: u32,
+    args: &WorkerArgs,
+    tx: &Sender<Msg>,
+    snapshot: &Arc<AtomicBool>,
+) -> Result<String> {
+    let target = process::Target::open(pid)?;
+    let (tid, thread_name) = target.resolve_thread(&args.thread)?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_string();
+    let exe = target.exe.display().to_string();
+    let tracking = Tracking {
+        mode: profiler_common::track::ONE,
+        offsets: task_btf::task_offsets().ok(),
+    };
+    let unwind = match args.unwind {
+        UnwindMode::Copy => UnwindMode::Tables,
+        u => u,
+    };
+    let rows = crate::unwind::budget::rows(args.unwind_memory, false, Some(pid));
+    let mut probes = Probes::load(
+        pid,
+        probes::Watch {
+            tid,
+            wakers: args.wakers,
+            wait_loop: true,
+        },
+        RingSpec {
+            mode: RingMode::PerCpu,
+            size: args.ring_size,
+        },
+        probes::Samplers {
+            all: false,
+            cpu: false,
+            off_cpu: false,
+        },
+        (unwind, rows),
+        tracking,
+    )?;
+    probes.attach_process_events(tracking)?;
+    let tables = match unwind {
+        UnwindMode::Tables => {
+            let mut t = Tables::take(probes.ebpf_mut(), rows)?;
+            t.add_process(pid);
+            Some(t)
+        }
+        _ => None,
+    };
+    probes.prepare_watch(args.dispatch_hz)?;
+    let session_start_ns = crate::clock::monotonic_ns();
+    let mut rings = Rings::new(probes.take_rings())?;
+    let counters = probes.take_counters()?;
+    probes.attach_watch(args.dispatch_hz)?;
+    if !target.alive() {
+        return Err(Error::TargetGone(pid));
+    }
+    let mut d = Dispatcher::new(
+        dispatch::Config {
+            tid,
+            thread_name: thread_name.clone(),
+            rule: select::FALLBACK_RULE.to_string(),
+            threshold_ns: args.threshold_ns,
+            hang_ns: args.hang_ns,
+            frame_interval_ns: args.frame_interval_ns,
+            full_tree: args.full_tree,
+            sample_period_ns: 1_000_000_000u64.checked_div(args.dispatch_hz).unwrap_or(0),
+            wakers: args.wakers,
+            wait_loop: true,
+        },
+        pid,
+        Vec::new(),
+        Vec::new(),
+        session_start_ns,
+    );
+    d.live();
+    d.stream();
+    let mut sinks = Sinks::new(pid, Stacks::new(0), Some(d), None);
+    sinks.tables = tables;
+    sinks.flight = Some(FlightRecorder::new(args.keep_ns, FLIGHT_MAX));
+    sinks.kept_notices = Some(Vec::new());
+    sinks.loop_sp = Some(probes.loop_sp()?);
+    if let (Some((nr, wargs, sp)), Some(d)) = (process::thread_wait(pid, tid), &mut sinks.dispatch)
+    {
+        d.loop_wait.at_attach(
+            nr as u32,
+            wargs[0].min(profiler_common::wait::FD_MAX) as u32,
+            sp,
+        );
+        if let (Some(sp), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
+            map.set(sp);
+        }
+    }
+    sinks.catch_up = probes.take_catch_up();
+    sinks.exe = std::fs::canonicalize(&target.exe)
+        .ok()
+        .or_else(|| Some(target.exe.clone()));
+    let thread = match tid == pid {
+        true => "its main thread".to_string(),
+        false => format!("thread {tid} ({thread_name})"),
+    };
+    let attached = format!(
+        "profiler: watching PID {pid} ({comm}, {exe}), {thread}: its loop's waits, the scheduler and samples at {} Hz; no uprobes",
+        args.dispatch_hz
+    );
+    let _ = tx.send(Msg::Watching);
+    let mut steer = WatchSteer {
+        tx: tx.clone(),
+        snapshot: snapshot.clone(),
+        counters: &counters,
+        ctx: Ctx {
+            pid,
+            tid,
+            comm,
+            exe,
+            session_start_ns,
+            keep_ns: args.keep_ns,
+        },
+        last_tick: Instant::now(),
+        last_loss: Instant::now(),
+        lost: 0,
+        suspended_ns: crate::clock::suspended_ns(),
+        uncertain: Vec::new(),
+        told_stopped: false,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("starting the runtime", e))?;
+    let mut status = Status::off();
+    let collected = rt.block_on(collector::collect(
+        &mut rings,
+        &mut sinks,
+        &target.pidfd,
+        None,
+        collector::Live {
+            counters: &counters,
+            status: &mut status,
+            attached: &attached,
+        },
+        &mut steer,
+    ));
+    sinks.stop_at(crate::clock::monotonic_ns());
+    sinks.catch_up = None;
+    drop(probes);
+    sinks.flush(&mut rings);
+    sinks.finish_dispatches();
+    steer.forward(&mut sinks);
+    Ok(match collected {
+        Ok(StopReason::TargetExited) => "it exited".into(),
+        Ok(StopReason::TargetExeced) => "it exec'd another program".into(),
+        Ok(StopReason::Signal(_)) => "the watch was stopped".into(),
+        Ok(r) => r.as_str().to_string(),
+        Err(_) if !target.alive() => "it exited".into(),
+        Err(e) => crate::error::chain(&e),
+    })
+}
+
+/// What every message of this process carries.
+#[derive(Debug, Clone)]
+struct Ctx {
+    pid: u32,
+    tid: u32,
+    comm: String,
+    exe: String,
+    session_start_ns: u64,
+    keep_ns: u64,
+}
+
+/// The tick's work for `watch`: forwards what the dispatcher explained,
+/// and marks what was not the program's own time.
+struct WatchSteer<'a> {
+    tx: Sender<Msg>,
+    snapshot: Arc<AtomicBool>,
+    counters: &'a CounterMap,
+    ctx: Ctx,
+    last_tick: Instant,
+    last_loss: Instant,
+    lost: u64,
+    suspended_ns: u64,
+    /// Windows (CLOCK_MONOTONIC) in which events were lost or the agent
+    /// was behind, and why; the oldest dropped past a minute.
+    uncertain: Vec<(u64, u64, String)>,
+    told_stopped: bool,
+}
+
+impl Steer for WatchSteer<'_> {
+    fn on_tick(&mut self, sinks: &mut Sinks) -> Result<()> {
+        let now = Instant::now();
+        let now_ns = crate::clock::monotonic_ns();
+        let gap = now - self.last_tick;
+        self.last_tick = now;
+        if gap > BEHIND {
+            let from = now_ns.saturating_sub(gap.as_nanos() as u64);
+            self.uncertain.push((
+                from,
+                now_ns,
+                format!(
+                    "the agent was behind for {}",
+                    crate::text::fmt_ns(gap.as_nanos() as u64)
+                ),
+            ));
+        }
+        if now - self.last_loss >= LOSS_EVERY {
+            self.last_loss = now;
+            let c = self.counters.read();
+            let lost = c.lost + c.lost_sched;
+            if lost > self.lost {
+                self.uncertain.push((
+                    now_ns.saturating_sub(LOSS_EVERY.as_nanos() as u64 * 2),
+                    now_ns,
+                    format!("{} events lost (a ring was full)", lost - self.lost),
+                ));
+                self.lost = lost;
+            }
+            self.uncertain
+                .retain(|(_, to, _)| *to + 60_000_000_000 > now_ns);
+        }
+        if let Some(d) = &mut sinks.dispatch {
+            self.not_the_programs(d, now_ns);
+        }
+        if self.snapshot.swap(false, Ordering::Relaxed) {
+            self.snapshot(sinks, now_ns);
+        }
+        self.forward(sinks);
+        Ok(())
+    }
+}
+
+impl WatchSteer<'_> {
+    /// A stopped or traced process, or a suspended system, holds the open
+    /// iteration: it is not the program's stall.
+    fn not_the_programs(&mut self, d: &mut Dispatcher, now_ns: u64) {
+        let suspended = crate::clock::suspended_ns();
+        let slept = suspended.saturating_sub(self.suspended_ns);
+        self.suspended_ns = suspended;
+        if slept >= SUSPEND_MIN_NS && d.not_the_programs("the system was suspended") {
+            eprintln!(
+                "profiler: the system was suspended for {}: PID {}'s iteration open then is not counted as a stall",
+                crate::text::fmt_ns(slept),
+                self.ctx.pid
+            );
+        }
+        if !d.is_open() {
+            self.told_stopped = false;
+            return;
+        }
+        let _ = now_ns;
+        if let Some(state @ ('T' | 't')) = thread_state(self.ctx.pid, self.ctx.tid) {
+            let (why, what) = match state {
+                'T' => ("the process was stopped (SIGSTOP)", "SIGSTOP"),
+                _ => (
+                    "the process was stopped by a debugger (ptrace)",
+                    "traced by a debugger",
+                ),
+            };
+            d.not_the_programs(why);
+            if !self.told_stopped {
+                self.told_stopped = true;
+                eprintln!(
+                    "profiler: PID {} is stopped ({what}): the iteration it stopped in is not counted as a stall, nor told as a hang",
+                    self.ctx.pid
+                );
+            }
+        }
+    }
+
+    /// Everything the dispatcher told since the last call, to the journal.
+    fn forward(&mut self, sinks: &mut Sinks) {
+        let notices = sinks
+            .kept_notices
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let Some(d) = &mut sinks.dispatch else { return };
+        for n in notices {
+            let msg = match n {
+                Notice::Hang {
+                    index,
+                    running_ns,
+                    stack,
+                    ..
+                } => Msg::Hang {
+                    line: Box::new(self.hang_line(d, index, running_ns, &stack)),
+                },
+                Notice::Excluded { reason, .. } => Msg::Excluded { reason },
+                Notice::Slow { .. } => continue,
+            };
+            let _ = self.tx.send(msg);
+        }
+        for s in d.take_streamed() {
+            let report = self.report(d, sinks.flight.as_ref(), s);
+            let _ = self.tx.send(Msg::Stall(Box::new(StallMsg { report })));
+        }
+    }
+
+    fn hang_line(
+        &self,
+        d: &Dispatcher,
+        index: u64,
+        running_ns: u64,
+        stack: &[String],
+    ) -> StallLine {
+        let now = crate::clock::monotonic_ns();
+        let start_ns = now.saturating_sub(running_ns);
+        let key = stack
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "(loop iteration)".into());
+        let _ = d;
+        StallLine {
+            pid: self.ctx.pid,
+            tid: self.ctx.tid,
+            comm: self.ctx.comm.clone(),
+            exe: self.ctx.exe.clone(),
+            index,
+            start_ns,
+            time: crate::clock::rfc3339(crate::clock::unix_of_monotonic(start_ns)),
+            duration_ns: running_ns,
+            on_cpu_ns: 0,
+            blocked_ns: 0,
+            runnable_ns: 0,
+            key: key.clone(),
+            group: String::new(),
+            verdict: format!(
+                "still running after {}: {}",
+                crate::text::fmt_ns(running_ns),
+                dispatch::hang_stack_text(stack)
+            ),
+            waker: None,
+            tree: "sampled".into(),
+            samples: 0,
+            hang: true,
+            uncertain: None,
+            rate_limited: false,
+            report: None,
+            call_tree: None,
+        }
+    }
+
+    /// A stall's line and full report, with the flight recorder's samples
+    /// of the `keep` before it.
+    fn report(
+        &mut self,
+        d: &mut Dispatcher,
+        flight: Option<&FlightRecorder>,
+        s: Streamed,
+    ) -> StallReport {
+        let Streamed { slow, folded } = s;
+        let start_ns = self.ctx.session_start_ns + slow.start_ns;
+        let end_ns = start_ns + slow.duration_ns + slow.probe_ns;
+        let uncertain: Vec<&str> = self
+            .uncertain
+            .iter()
+            .filter(|(from, to, _)| *from < end_ns && *to > start_ns)
+            .map(|(_, _, why)| why.as_str())
+            .collect();
+        let mut uncertain = match uncertain.is_empty() {
+            true => None,
+            false => Some(uncertain.join("; ")),
+        };
+        if slow.truncated {
+            let why = "its records overflowed the agent's buffer: the tree is cut".to_string();
+            uncertain = Some(uncertain.map_or(why.clone(), |u| format!("{u}; {why}")));
+        }
+        let mut before: Vec<(String, u64)> = Vec::new();
+        if let Some(f) = flight {
+            let from = start_ns.saturating_sub(f.keep_ns());
+            let stacks: Vec<Box<[u64]>> =
+                f.between(from, start_ns).map(|(_, u)| u.clone()).collect();
+            for user in stacks {
+                let mut names = d.name_user_stack(&user);
+                names.reverse();
+                let line = names.join(";").replace(' ', "_");
+                match before.iter_mut().find(|(l, _)| *l == line) {
+                    Some((_, n)) => *n += 1,
+                    None => before.push((line, 1)),
+                }
+            }
+        }
+        let waker = slow
+            .wakers
+            .first()
+            .map(|w| format!("{} in {}", w.who(), w.function));
+        let mut wakers = Vec::new();
+        for w in &slow.wakers {
+            wakers.push(format!(
+                "woken by {} in {}: blocked {}",
+                w.who(),
+                w.function,
+                crate::text::fmt_ns(w.blocked_ns)
+            ));
+        }
+        let line = StallLine {
+            pid: self.ctx.pid,
+            tid: self.ctx.tid,
+            comm: self.ctx.comm.clone(),
+            exe: self.ctx.exe.clone(),
+            index: slow.index,
+            start_ns,
+            time: crate::clock::rfc3339(crate::clock::unix_of_monotonic(start_ns)),
+            duration_ns: slow.duration_ns,
+            on_cpu_ns: slow.split.on_cpu_ns,
+            blocked_ns: slow.split.blocked_ns,
+            runnable_ns: slow.split.runnable_ns,
+            key: slow.key.clone(),
+            group: String::new(),
+            verdict: slow.verdict.clone(),
+            waker,
+            tree: "sampled".into(),
+            samples: slow.samples,
+            hang: false,
+            uncertain,
+            rate_limited: false,
+            report: None,
+            call_tree: nest(&slow.tree, slow.duration_ns, MAX_LINE_NODES),
+        };
+        StallReport {
+            line,
+            folded,
+            before: before
+                .into_iter()
+                .map(|(l, n)| format!("{l} {n}"))
+                .collect(),
+            keep_ns: self.ctx.keep_ns,
+            blocking_stacks: slow.blocking_stacks.clone(),
+            wakers,
+        }
+    }
+
+    /// SIGUSR1: the flight recorder's last `keep`, as a report of its own.
+    fn snapshot(&mut self, sinks: &mut Sinks, now_ns: u64) {
+        let (Some(d), Some(f)) = (&mut sinks.dispatch, &sinks.flight) else {
+            return;
+        };
+        let from = now_ns.saturating_sub(f.keep_ns());
+        let stacks: Vec<Box<[u64]>> = f.between(from, u64::MAX).map(|(_, u)| u.clone()).collect();
+        let mut folded: Vec<(String, u64)> = Vec::new();
+        for user in &stacks {
+            let mut names = d.name_user_stack(user);
+            names.reverse();
+            let line = names.join(";").replace(' ', "_");
+            match folded.iter_mut().find(|(l, _)| *l == line) {
+                Some((_, n)) => *n += 1,
+                None => folded.push((line, 1)),
+            }
+        }
+        let _ = self.tx.send(Msg::Snapshot {
+            pid: self.ctx.pid,
+            comm: self.ctx.comm.clone(),
+            samples: stacks.len(),
+            keep_ns: self.ctx.keep_ns,
+            folded: folded
+                .into_iter()
+                .map(|(l, n)| format!("{l} {n}"))
+                .collect(),
+        });
+    }
+}
+
+/// The state letter of thread `tid` (`R`, `S`, `D`, `T` stopped, `t`
+/// traced, ...), from `/proc/PID/task/TID/stat`.
+fn thread_state(pid: u32, tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_thread_runs() {
+        let me = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        assert_eq!(thread_state(me, tid), Some('R'));
+        assert_eq!(thread_state(me, u32::MAX), None);
+    }
+}
