@@ -250,6 +250,38 @@ impl Recording {
         }
     }
 
+    /// Runs `cmd` and waits (at most [`timeout`]) for a stderr line
+    /// containing `needle`.
+    pub fn spawn_until(cmd: Command, needle: &str) -> Recording {
+        let mut rec = Recording {
+            run: Running::spawn(cmd),
+        };
+        rec.wait_for_line(needle, timeout());
+        rec
+    }
+
+    /// Waits (at most `limit`) for a new stderr line containing `needle`,
+    /// and returns it; panics, showing stderr, when none comes.
+    pub fn wait_for_line(&mut self, needle: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.run.stderr_rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no stderr line containing {needle:?} within {limit:?}: {:?}",
+                    self.run.stderr.lock().unwrap()
+                ),
+            }
+        }
+    }
+
+    /// stderr so far, line by line.
+    pub fn stderr_so_far(&self) -> Vec<String> {
+        self.run.stderr.lock().unwrap().clone()
+    }
+
     /// The profiler's PID.
     pub fn pid(&self) -> u32 {
         self.run.child.id()

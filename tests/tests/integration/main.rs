@@ -50,3 +50,4 @@ mod tracing;
 mod unwind_budget;
 mod unwinding;
 mod waker;
+mod watch;

@@ -1,0 +1,356 @@
+//! `profiler watch`: always on, one line per stall in `stalls.jsonl` as it
+//! happens, targets followed across restarts, no false stalls, bounded
+//! disk. The target is `stall_server` (`fixtures/stall_server.c`), an epoll
+//! loop whose stalls (on-CPU and asleep, of known lengths) it logs itself,
+//! as they end, with CLOCK_MONOTONIC.
+use profiler_tests::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn stall_server() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_c("stall_server.c", "stall_server", &["-O1"]))
+}
+
+/// One stall as the server logged it.
+#[derive(Debug, Clone, Copy)]
+struct Truth {
+    cpu: bool,
+    start_ns: u64,
+    duration_ns: u64,
+}
+
+/// A stall_server run: started, its stalls read as it logs them.
+struct Server {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    pid: u32,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(stall_server())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start stall_server");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let ready = lines.recv_timeout(Duration::from_secs(10)).expect("ready line");
+        let pid = ready.strip_prefix("ready ").unwrap().parse().unwrap();
+        Server { child, lines, pid }
+    }
+
+    /// Reads stall lines until `done`; returns them.
+    fn run_to_end(&mut self, limit: Duration) -> Vec<Truth> {
+        let deadline = Instant::now() + limit;
+        let mut stalls = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).expect("stall_server ended its run");
+            if line == "done" {
+                break;
+            }
+            stalls.push(parse_truth(&line));
+        }
+        assert!(self.child.wait().unwrap().success());
+        stalls
+    }
+
+    /// Waits for the next stall line.
+    fn next_stall(&mut self) -> Truth {
+        parse_truth(&self.lines.recv_timeout(Duration::from_secs(30)).expect("a stall"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn parse_truth(line: &str) -> Truth {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(f[0], "stall", "{line}");
+    Truth {
+        cpu: f[1] == "cpu",
+        start_ns: f[2].parse().unwrap(),
+        duration_ns: f[3].parse().unwrap(),
+    }
+}
+
+fn watcher(out: &Path, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(profiler_bin());
+    cmd.args(["watch", "--out"]).arg(out).args(extra);
+    cmd
+}
+
+/// The lines of `stalls.jsonl` (every one must parse).
+fn lines(out: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(out.join("stalls.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+fn lines_of(out: &Path, pid: u32) -> Vec<Value> {
+    lines(out)
+        .into_iter()
+        .filter(|l| l["pid"] == pid && l["hang"] != true)
+        .collect()
+}
+
+/// Waits up to `limit` for `n` lines of `pid`.
+fn wait_lines(out: &Path, pid: u32, n: usize, limit: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let l = lines_of(out, pid);
+        if l.len() >= n || Instant::now() > deadline {
+            return l;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Each line is one of the server's stalls: the same start (the line's
+/// iteration begins before the handler measures, by at most a few ms), a
+/// duration within 2% (plus 2 ms for the loop's own work around the
+/// handler), and the split of its kind.
+fn assert_matches(lines: &[Value], truth: &[Truth]) {
+    assert_eq!(lines.len(), truth.len(), "one line per stall: {lines:#?}\n{truth:#?}");
+    for (l, t) in lines.iter().zip(truth) {
+        let start = l["start_ns"].as_u64().unwrap();
+        let dur = l["duration_ns"].as_u64().unwrap();
+        assert!(
+            start <= t.start_ns && t.start_ns - start < 5_000_000,
+            "line starts at {start}, the stall at {}: {l}",
+            t.start_ns
+        );
+        let slack = t.duration_ns / 50 + 2_000_000;
+        assert!(
+            dur.abs_diff(t.duration_ns) <= slack,
+            "line lasts {dur} ns, the stall {} ns: {l}",
+            t.duration_ns
+        );
+        let (on_cpu, blocked, runnable) = (
+            l["on_cpu_ns"].as_u64().unwrap(),
+            l["blocked_ns"].as_u64().unwrap(),
+            l["runnable_ns"].as_u64().unwrap(),
+        );
+        let key = l["key"].as_str().unwrap();
+        if t.cpu {
+            // Waiting for a CPU is part of running on this 2-CPU machine.
+            assert!(on_cpu + runnable >= dur * 9 / 10 && blocked < dur / 10, "{l}");
+            assert!(key.contains("spin_stall"), "{l}");
+        } else {
+            assert!(blocked >= dur * 9 / 10, "{l}");
+            assert!(key.contains("sleep_stall"), "{l}");
+        }
+        assert_eq!(l["tree"], "sampled");
+        assert_eq!(l["group"].as_str().unwrap().len(), 16, "{l}");
+        assert!(l["time"].as_str().unwrap().ends_with('Z'), "{l}");
+        assert!(l["call_tree"]["children"].is_array(), "{l}");
+    }
+}
+
+#[test]
+fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
+    require_root!();
+    let before = prof_prog_ids();
+    let out = TempDir::new("watch-exe");
+    let exe = stall_server().display().to_string();
+    let mut w = Recording::spawn_until(
+        watcher(out.path(), &["--exe", &exe, "--threshold", "100ms"]),
+        "no process matches yet",
+    );
+    // First stall 2.5 s after the start: the watch has attached by then.
+    let mut first = Server::start(&["6", "2500", "300"]);
+    w.wait_for_line(&format!("watching PID {}", first.pid), Duration::from_secs(5));
+    let truth1 = first.run_to_end(Duration::from_secs(60));
+    // Written within a second of each stall's end: all there before the
+    // second run starts.
+    let lines1 = wait_lines(out.path(), first.pid, truth1.len(), Duration::from_secs(1));
+    assert_matches(&lines1, &truth1);
+    w.wait_for_line(&format!("stopped watching PID {}: it exited", first.pid), Duration::from_secs(5));
+    let mut second = Server::start(&["4", "2500", "300"]);
+    assert_ne!(second.pid, first.pid);
+    w.wait_for_line(&format!("watching PID {}", second.pid), Duration::from_secs(5));
+    let truth2 = second.run_to_end(Duration::from_secs(60));
+    let lines2 = wait_lines(out.path(), second.pid, truth2.len(), Duration::from_secs(1));
+    assert_matches(&lines2, &truth2);
+    let fin = w.stop(libc::SIGTERM);
+    assert!(fin.status.success(), "{fin:?}");
+    // No line without a stall.
+    assert_eq!(lines(out.path()).len(), truth1.len() + truth2.len());
+    let groups = read_json(out.path(), "groups.json");
+    assert_eq!(groups["stalls"], (truth1.len() + truth2.len()) as u64);
+    let g = groups["groups"].as_array().unwrap();
+    assert_eq!(g.len(), 2, "an on-CPU and an asleep group: {groups}");
+    for e in g {
+        let reports = e["reports"].as_array().unwrap();
+        assert!(!reports.is_empty(), "{e}");
+        let r = reports[0].as_str().unwrap();
+        let text = std::fs::read_to_string(out.path().join(format!("{r}.txt"))).unwrap();
+        assert!(text.contains("before it began"), "{text}");
+    }
+    assert_none_left_since(&before, &[]);
+}
+
+#[test]
+fn a_stopped_process_is_neither_a_stall_nor_a_hang() {
+    require_root!();
+    let before = prof_prog_ids();
+    let out = TempDir::new("watch-stop");
+    let mut server = Server::start(&["2", "2500", "6000"]);
+    let pid = server.pid.to_string();
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid, "--hang", "1s"]),
+        &format!("watching PID {pid}"),
+    );
+    let t1 = server.next_stall();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(server.pid as i32, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_secs(5));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(server.pid as i32, libc::SIGCONT) }, 0);
+    let t2 = server.next_stall();
+    let rest = server.run_to_end(Duration::from_secs(30));
+    assert!(rest.is_empty());
+    let got = wait_lines(out.path(), server.pid, 2, Duration::from_secs(2));
+    let fin = w.stop(libc::SIGTERM);
+    assert!(fin.status.success(), "{fin:?}");
+    assert_matches(&got, &[t1, t2]);
+    assert!(
+        lines(out.path()).iter().all(|l| l["hang"] != true),
+        "no hang while stopped"
+    );
+    let stopped: Vec<&String> = fin.stderr.iter().filter(|l| l.contains("is stopped")).collect();
+    assert_eq!(stopped.len(), 1, "one line says it was stopped: {:?}", fin.stderr);
+    assert!(!fin.stderr.iter().any(|l| l.contains("HANG")), "{:?}", fin.stderr);
+    let groups = read_json(out.path(), "groups.json");
+    assert_eq!(groups["stalls"], 2);
+    assert_eq!(groups["excluded"][0][1], 1, "{groups}");
+    assert_none_left_since(&before, &[]);
+}
+
+#[test]
+fn the_disk_cap_holds_and_groups_count_every_stall() {
+    require_root!();
+    let out = TempDir::new("watch-cap");
+    // 400 stalls of 30-50 ms, 10 ms apart.
+    let mut server = Server::start(&["400", "2500", "10", "30"]);
+    let pid = server.pid.to_string();
+    let w = Recording::spawn_until(
+        watcher(
+            out.path(),
+            &["--pid", &pid, "--threshold", "20ms", "--max-disk", "2M"],
+        ),
+        &format!("watching PID {pid}"),
+    );
+    let truth = server.run_to_end(Duration::from_secs(120));
+    assert_eq!(truth.len(), 400);
+    let fin = w.wait();
+    assert!(fin.status.success(), "{fin:?}");
+    assert!(
+        fin.stderr.iter().any(|l| l.contains("every process given with --pid has exited")),
+        "{:?}",
+        fin.stderr
+    );
+    let groups = read_json(out.path(), "groups.json");
+    assert_eq!(groups["stalls"], 400, "{groups}");
+    let counted: u64 = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 400);
+    let size = du(out.path());
+    assert!(size <= 2 << 20, "{size} bytes on disk, over --max-disk 2M");
+    let mut on_disk = 0;
+    for e in std::fs::read_dir(out.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "jsonl") {
+            for l in std::fs::read_to_string(&p).unwrap().lines() {
+                let _: Value = serde_json::from_str(l).unwrap();
+                on_disk += 1;
+            }
+        }
+    }
+    assert_eq!(on_disk + groups["lines_deleted"].as_u64().unwrap(), 400);
+}
+
+fn du(d: &Path) -> u64 {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            match e.file_type().unwrap().is_dir() {
+                true => du(&e.path()),
+                false => e.metadata().unwrap().len(),
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn after_a_sigkill_every_line_parses_and_a_new_watcher_appends() {
+    require_root!();
+    let before = prof_prog_ids();
+    let out = TempDir::new("watch-kill");
+    let mut server = Server::start(&["5", "2500", "1500"]);
+    let pid = server.pid.to_string();
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid]),
+        &format!("watching PID {pid}"),
+    );
+    server.next_stall();
+    server.next_stall();
+    wait_lines(out.path(), server.pid, 2, Duration::from_secs(1));
+    let killed = w.stop(libc::SIGKILL);
+    assert!(!killed.status.success());
+    let first = lines_of(out.path(), server.pid);
+    assert_eq!(first.len(), 2, "{first:?}");
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid]),
+        &format!("watching PID {pid}"),
+    );
+    let rest = server.run_to_end(Duration::from_secs(30));
+    let fin = w.wait();
+    assert!(fin.status.success(), "{fin:?}");
+    let all = lines_of(out.path(), server.pid);
+    // The first watcher's lines stay, the second's follow them; a stall
+    // while neither watched is not there.
+    assert!(all.len() > 2 && all.len() <= 2 + rest.len(), "{all:?}");
+    assert_eq!(all[..2], first[..]);
+    let groups = read_json(out.path(), "groups.json");
+    assert_eq!(groups["stalls"], all.len() as u64, "counts carried on: {groups}");
+    assert_none_left_since(&before, &[]);
+}
+
+#[test]
+fn watch_refuses_bad_input_in_one_line() {
+    require_root!();
+    let out = TempDir::new("watch-bad");
+    let dir = out.path().display().to_string();
+    for (args, needle) in [
+        (vec!["watch", "--out", &dir], "nothing to watch"),
+        (vec!["watch", "--out", &dir, "--exe", "/nonexistent/app"], "--exe /nonexistent/app"),
+        (vec!["watch", "--out", &dir, "--pid", "99999999", "--max-disk", "10K"], "--max-disk"),
+    ] {
+        let fin = profiler(&args);
+        assert_error(&fin, needle, true);
+    }
+}
