@@ -33,9 +33,11 @@ pub const WATCH_TASK: u32 = 1;
 /// again). The waker sampler samples the target's other threads only then.
 pub const WATCH_BLOCKED: u32 = 2;
 
-/// [`WATCH_MAP`] slot: 1 while the watched thread runs an iteration of its
+/// [`WATCH_MAP`] slot: while the watched thread runs an iteration of its
 /// event loop (from the return of the loop's wait to its next entry), with
-/// [`WAIT_LOOP_GLOBAL`] set. Like [`WATCH_DEPTH`], it opens the samplers.
+/// [`WAIT_LOOP_GLOBAL`] set, the time the iteration began
+/// (`bpf_ktime_get_ns`); 0 otherwise. Like [`WATCH_DEPTH`], it opens the
+/// samplers.
 pub const WATCH_ITER: u32 = 3;
 
 /// [`WATCH_MAP`] slot, written by the agent: the user stack pointer of the
@@ -61,8 +63,13 @@ pub const CATCH_UP_ARMED: u64 = 1;
 /// [`WATCH_CATCH_UP`]: done.
 pub const CATCH_UP_DONE: u64 = 2;
 
+/// [`WATCH_MAP`] slot: the in-dispatch sampler's ticks while an iteration
+/// is younger than `SAMPLE_FULL_AFTER_NS` (`watch`'s lower early rate:
+/// one in `SAMPLE_EARLY_EVERY` is taken).
+pub const WATCH_EARLY_TICKS: u32 = 7;
+
 /// Number of slots in [`WATCH_MAP`].
-pub const WATCH_SLOTS: u32 = 7;
+pub const WATCH_SLOTS: u32 = 8;
 
 /// LRU hash of thread ids already announced with a [`CommEvent`].
 pub const SEEN_THREADS_MAP: &str = "SEEN_THREADS";

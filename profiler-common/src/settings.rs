@@ -19,6 +19,15 @@ pub const WATCH_TID_GLOBAL: &str = "WATCH_TID";
 /// (`WakerEvent`s and the waker sampler), 0 for `record --no-wakers`.
 pub const WAKERS_GLOBAL: &str = "WAKERS";
 
+/// Global (`.rodata`, u32): the in-dispatch sampler takes one tick in this
+/// many while an iteration of the loop is younger than
+/// [`SAMPLE_FULL_AFTER_NS_GLOBAL`] (1: every tick; `watch`'s flight rate).
+pub const SAMPLE_EARLY_EVERY_GLOBAL: &str = "SAMPLE_EARLY_EVERY";
+
+/// Global (`.rodata`, u64): how old an iteration is, in ns, before the
+/// in-dispatch sampler takes every tick (0: from its start).
+pub const SAMPLE_FULL_AFTER_NS_GLOBAL: &str = "SAMPLE_FULL_AFTER_NS";
+
 /// Global (`.rodata`): 1 to bound the watched thread's dispatches by its
 /// event loop's wait syscalls (`prof_sys_enter`/`prof_sys_exit` attached),
 /// 0 otherwise.

@@ -176,9 +176,31 @@ pub fn prof_sample(ctx: PerfEventContext) -> u32 {
     if tid == WATCH_TID.load() && tid != 0 && in_dispatch() {
         // SAFETY: a BPF helper with no arguments and no preconditions.
         let ts_ns = unsafe { bpf_ktime_get_ns() };
+        if early_skip(ts_ns) {
+            return 0;
+        }
         emit_stacks(&ctx, ts_ns, tid, KIND_SAMPLE, 0);
     }
     0
+}
+
+/// True when this tick is not taken: an iteration of the loop younger
+/// than `SAMPLE_FULL_AFTER_NS` is sampled at one tick in
+/// `SAMPLE_EARLY_EVERY` (`watch`); a dispatch function's frame, and an
+/// older iteration, at every tick.
+#[inline(always)]
+fn early_skip(ts_ns: u64) -> bool {
+    let every = u64::from(SAMPLE_EARLY_EVERY.load());
+    if every <= 1 || watch_get(WATCH_DEPTH) > 0 {
+        return false;
+    }
+    let began = watch_get(WATCH_ITER);
+    if began == 0 || ts_ns.saturating_sub(began) >= SAMPLE_FULL_AFTER_NS.load() {
+        return false;
+    }
+    let ticks = watch_get(WATCH_EARLY_TICKS).wrapping_add(1);
+    watch_set(WATCH_EARLY_TICKS, ticks);
+    ticks % every != 0
 }
 
 /// CPU profile: one `cpu-clock` tick on some CPU. Counts the (process,

@@ -52,6 +52,15 @@ pub(crate) static TASK_SIGNAL_LIVE_OFFSETS: Setting<[u32; 2]> = Setting::new([0;
 pub(crate) static URETPROBE_OFFSETS: Setting<[u32; profiler_common::uret::COUNT]> =
     Setting::new([0; profiler_common::uret::COUNT]);
 
+/// Set by the agent at load time: while an iteration of the loop is
+/// younger than `SAMPLE_FULL_AFTER_NS`, the in-dispatch sampler takes one
+/// tick in this many (`watch`: a low rate until a stall may be starting).
+#[unsafe(no_mangle)]
+pub(crate) static SAMPLE_EARLY_EVERY: Setting<u32> = Setting::new(1);
+
+#[unsafe(no_mangle)]
+pub(crate) static SAMPLE_FULL_AFTER_NS: Setting<u64> = Setting::new(0);
+
 /// Set by the agent at load time: the watched thread (0: none).
 #[unsafe(no_mangle)]
 pub(crate) static WATCH_TID: Setting<u32> = Setting::new(0);

@@ -136,11 +136,12 @@ fn on_exit(tid: u32, regs: *const pt_regs, nr: u64) {
         let loop_sp = watch_get(WATCH_LOOP_SP);
         loop_sp == 0 || sp >= loop_sp
     };
-    if is_loop {
-        watch_set(WATCH_ITER, 1);
-    }
     // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
+    if is_loop {
+        // When it began: the sampler's early rate counts from here.
+        watch_set(WATCH_ITER, ts_ns.max(1));
+    }
     emit_event(
         ts_ns,
         tid,

@@ -458,6 +458,16 @@ pub struct WatchArgs {
     /// the group's first).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub worst: usize,
+    /// The flight recorder's rate: an iteration of the loop is sampled at
+    /// about this many Hz until it has run `--full-rate-after`, then at
+    /// `--dispatch-hz` (an idle thread, in its loop's wait, is not
+    /// sampled at all).
+    #[arg(long, default_value_t = 99, value_parser = parse_hz, value_name = "HZ")]
+    pub flight_hz: u64,
+    /// How long an iteration runs before it is sampled at the full
+    /// `--dispatch-hz` (default: a quarter of `--threshold`).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub full_rate_after: Option<Duration>,
     /// Stop after this long (otherwise on Ctrl-C or SIGTERM).
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,

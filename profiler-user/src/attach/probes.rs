@@ -186,6 +186,10 @@ pub struct Watch {
     /// Bound its dispatches by its event loop's wait syscalls
     /// (`prof_sys_enter`/`prof_sys_exit`).
     pub wait_loop: bool,
+    /// While an iteration of its loop is younger than `.1` ns, the
+    /// in-dispatch sampler takes one tick in `.0` (`watch`'s flight rate;
+    /// (0 or 1, _): every tick).
+    pub early: (u32, u64),
 }
 
 /// Which processes the probes count ([`profiler_common::track`]).
@@ -559,6 +563,16 @@ impl Probes {
                 true,
             )
             .override_global(SAMPLE_ALL_GLOBAL, &u32::from(samplers.all), true)
+            .override_global(
+                profiler_common::SAMPLE_EARLY_EVERY_GLOBAL,
+                &watch.early.0.max(1),
+                true,
+            )
+            .override_global(
+                profiler_common::SAMPLE_FULL_AFTER_NS_GLOBAL,
+                &watch.early.1,
+                true,
+            )
             .override_global(profiler_common::DWARF_MODE_GLOBAL, &u32::from(dwarf), true)
             .override_global(WAKEUP_BYTES_GLOBAL, &wakeup_bytes, true)
             .override_global(UNWIND_MODE_GLOBAL, &mode, true)
@@ -921,6 +935,7 @@ impl Probes {
             tid,
             wakers,
             wait_loop,
+            ..
         } = self.watch;
         for (name, tp) in [
             (PROG_SCHED_SWITCH, "sched_switch"),

@@ -46,7 +46,9 @@ impl Server {
                 let _ = tx.send(l);
             }
         });
-        let ready = lines.recv_timeout(Duration::from_secs(10)).expect("ready line");
+        let ready = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("ready line");
         let pid = ready.strip_prefix("ready ").unwrap().parse().unwrap();
         Server { child, lines, pid }
     }
@@ -57,7 +59,10 @@ impl Server {
         let mut stalls = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("stall_server ended its run");
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("stall_server ended its run");
             if line == "done" {
                 break;
             }
@@ -69,7 +74,12 @@ impl Server {
 
     /// Waits for the next stall line.
     fn next_stall(&mut self) -> Truth {
-        parse_truth(&self.lines.recv_timeout(Duration::from_secs(30)).expect("a stall"))
+        parse_truth(
+            &self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a stall"),
+        )
     }
 }
 
@@ -128,7 +138,11 @@ fn wait_lines(out: &Path, pid: u32, n: usize, limit: Duration) -> Vec<Value> {
 /// duration within 2% (plus 2 ms for the loop's own work around the
 /// handler), and the split of its kind.
 fn assert_matches(lines: &[Value], truth: &[Truth]) {
-    assert_eq!(lines.len(), truth.len(), "one line per stall: {lines:#?}\n{truth:#?}");
+    assert_eq!(
+        lines.len(),
+        truth.len(),
+        "one line per stall: {lines:#?}\n{truth:#?}"
+    );
     for (l, t) in lines.iter().zip(truth) {
         let start = l["start_ns"].as_u64().unwrap();
         let dur = l["duration_ns"].as_u64().unwrap();
@@ -151,7 +165,10 @@ fn assert_matches(lines: &[Value], truth: &[Truth]) {
         let key = l["key"].as_str().unwrap();
         if t.cpu {
             // Waiting for a CPU is part of running on this 2-CPU machine.
-            assert!(on_cpu + runnable >= dur * 9 / 10 && blocked < dur / 10, "{l}");
+            assert!(
+                on_cpu + runnable >= dur * 9 / 10 && blocked < dur / 10,
+                "{l}"
+            );
             assert!(key.contains("spin_stall"), "{l}");
         } else {
             assert!(blocked >= dur * 9 / 10, "{l}");
@@ -176,16 +193,25 @@ fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
     );
     // First stall 2.5 s after the start: the watch has attached by then.
     let mut first = Server::start(&["6", "2500", "300"]);
-    w.wait_for_line(&format!("watching PID {}", first.pid), Duration::from_secs(5));
+    w.wait_for_line(
+        &format!("watching PID {}", first.pid),
+        Duration::from_secs(5),
+    );
     let truth1 = first.run_to_end(Duration::from_secs(60));
     // Written within a second of each stall's end: all there before the
     // second run starts.
     let lines1 = wait_lines(out.path(), first.pid, truth1.len(), Duration::from_secs(1));
     assert_matches(&lines1, &truth1);
-    w.wait_for_line(&format!("stopped watching PID {}: it exited", first.pid), Duration::from_secs(5));
+    w.wait_for_line(
+        &format!("stopped watching PID {}: it exited", first.pid),
+        Duration::from_secs(5),
+    );
     let mut second = Server::start(&["4", "2500", "300"]);
     assert_ne!(second.pid, first.pid);
-    w.wait_for_line(&format!("watching PID {}", second.pid), Duration::from_secs(5));
+    w.wait_for_line(
+        &format!("watching PID {}", second.pid),
+        Duration::from_secs(5),
+    );
     let truth2 = second.run_to_end(Duration::from_secs(60));
     let lines2 = wait_lines(out.path(), second.pid, truth2.len(), Duration::from_secs(1));
     assert_matches(&lines2, &truth2);
@@ -236,9 +262,22 @@ fn a_stopped_process_is_neither_a_stall_nor_a_hang() {
         lines(out.path()).iter().all(|l| l["hang"] != true),
         "no hang while stopped"
     );
-    let stopped: Vec<&String> = fin.stderr.iter().filter(|l| l.contains("is stopped")).collect();
-    assert_eq!(stopped.len(), 1, "one line says it was stopped: {:?}", fin.stderr);
-    assert!(!fin.stderr.iter().any(|l| l.contains("HANG")), "{:?}", fin.stderr);
+    let stopped: Vec<&String> = fin
+        .stderr
+        .iter()
+        .filter(|l| l.contains("is stopped"))
+        .collect();
+    assert_eq!(
+        stopped.len(),
+        1,
+        "one line says it was stopped: {:?}",
+        fin.stderr
+    );
+    assert!(
+        !fin.stderr.iter().any(|l| l.contains("HANG")),
+        "{:?}",
+        fin.stderr
+    );
     let groups = read_json(out.path(), "groups.json");
     assert_eq!(groups["stalls"], 2);
     assert_eq!(groups["excluded"][0][1], 1, "{groups}");
@@ -264,7 +303,9 @@ fn the_disk_cap_holds_and_groups_count_every_stall() {
     let fin = w.wait();
     assert!(fin.status.success(), "{fin:?}");
     assert!(
-        fin.stderr.iter().any(|l| l.contains("every process given with --pid has exited")),
+        fin.stderr
+            .iter()
+            .any(|l| l.contains("every process given with --pid has exited")),
         "{:?}",
         fin.stderr
     );
@@ -336,7 +377,11 @@ fn after_a_sigkill_every_line_parses_and_a_new_watcher_appends() {
     assert!(all.len() > 2 && all.len() <= 2 + rest.len(), "{all:?}");
     assert_eq!(all[..2], first[..]);
     let groups = read_json(out.path(), "groups.json");
-    assert_eq!(groups["stalls"], all.len() as u64, "counts carried on: {groups}");
+    assert_eq!(
+        groups["stalls"],
+        all.len() as u64,
+        "counts carried on: {groups}"
+    );
     assert_none_left_since(&before, &[]);
 }
 
@@ -347,8 +392,22 @@ fn watch_refuses_bad_input_in_one_line() {
     let dir = out.path().display().to_string();
     for (args, needle) in [
         (vec!["watch", "--out", &dir], "nothing to watch"),
-        (vec!["watch", "--out", &dir, "--exe", "/nonexistent/app"], "--exe /nonexistent/app"),
-        (vec!["watch", "--out", &dir, "--pid", "99999999", "--max-disk", "10K"], "--max-disk"),
+        (
+            vec!["watch", "--out", &dir, "--exe", "/nonexistent/app"],
+            "--exe /nonexistent/app",
+        ),
+        (
+            vec![
+                "watch",
+                "--out",
+                &dir,
+                "--pid",
+                "99999999",
+                "--max-disk",
+                "10K",
+            ],
+            "--max-disk",
+        ),
     ] {
         let fin = profiler(&args);
         assert_error(&fin, needle, true);

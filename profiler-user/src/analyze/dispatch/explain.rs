@@ -135,13 +135,17 @@ pub(super) fn explain(
     probe_ns: u64,
     split: Split,
 ) -> Explained {
+    // Weighed by the periods each stands for (`watch` samples an
+    // iteration's start at a lower rate).
     let code_samples = recs
         .iter()
-        .filter(|r| match r {
-            Rec::Sample(_, _, kernel) => !d.probe_sample(kernel),
-            _ => false,
+        .map(|r| match r {
+            Rec::Sample(ts, _, kernel) if !d.probe_sample(kernel) => {
+                d.sample_periods(open.start_ns, *ts)
+            }
+            _ => 0,
         })
-        .count() as u64;
+        .sum::<u64>();
     let sample_ns = sample_weight(d.cfg.sample_period_ns, code_samples, split);
     let mut tree: Option<Tree> = None;
     let mut stack: Vec<Frame> = Vec::new();
@@ -210,7 +214,8 @@ pub(super) fn explain(
                 let detached = matches!(rec, Rec::Detached(_));
                 close(d, &mut tree, &mut stack, &f, ev.ts_ns, detached);
             }
-            Rec::Sample(_, user, kernel) => {
+            Rec::Sample(ts, user, kernel) => {
+                let periods = d.sample_periods(open.start_ns, *ts);
                 let (Some(t), Some(top)) = (&mut tree, stack.last()) else {
                     continue;
                 };
@@ -222,7 +227,7 @@ pub(super) fn explain(
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
                 if !chain.is_empty() {
-                    t.add_chain(top.node, &chain, Kind::Sampled, sample_ns);
+                    t.add_chain(top.node, &chain, Kind::Sampled, sample_ns * periods);
                 }
             }
             Rec::Block(ts, user, kernel) => {

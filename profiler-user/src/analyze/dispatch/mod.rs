@@ -84,11 +84,7 @@ pub enum Rec {
     Detached(Event),
     /// A cpu-clock sample: time, and user and kernel stacks, innermost
     /// first (the kernel's empty when it ran in user mode).
-    Sample(
-        #[expect(dead_code, reason = "recorded by on_sample, read by nothing yet")] u64,
-        Box<[u64]>,
-        Box<[u64]>,
-    ),
+    Sample(u64, Box<[u64]>, Box<[u64]>),
     /// Switched out blocked, with user and kernel stacks.
     Block(u64, Box<[u64]>, Box<[u64]>),
     /// Woken or switched back in.
@@ -311,6 +307,9 @@ pub struct Dispatcher {
     /// Slow dispatches waiting for their frames' names (the symbolizer
     /// was still reading a binary when they ended), oldest first.
     deferred: VecDeque<Deferred>,
+    /// The in-dispatch sampler's early rate (`watch`): one tick in `.0`
+    /// while an iteration is younger than `.1` ns ([`Self::set_early_rate`]).
+    early: (u64, u64),
     /// Slow dispatches explained and not taken yet ([`Self::stream`]).
     streamed: Option<Vec<Streamed>>,
     /// Dispatches that ended after something other than the program held
@@ -400,9 +399,26 @@ impl Dispatcher {
             stop_ns: u64::MAX,
             started_after_stop: 0,
             deferred: VecDeque::new(),
+            early: (1, 0),
             streamed: None,
             excluded: Vec::new(),
             quality_deferred: Vec::new(),
+        }
+    }
+
+    /// The in-dispatch sampler takes one tick in `every` while an iteration
+    /// is younger than `full_after_ns` (`watch`): each of those samples
+    /// stands for `every` of the later ones in a tree.
+    pub fn set_early_rate(&mut self, every: u32, full_after_ns: u64) {
+        self.early = (u64::from(every.max(1)), full_after_ns);
+    }
+
+    /// How many of the sampler's periods a sample at `ts_ns` of the
+    /// iteration that began at `start_ns` stands for.
+    fn sample_periods(&self, start_ns: u64, ts_ns: u64) -> u64 {
+        match ts_ns.saturating_sub(start_ns) < self.early.1 {
+            true => self.early.0,
+            false => 1,
         }
     }
 

@@ -44,6 +44,7 @@ impl<'a> Recorder<'a> {
                 tid: self.watch_tid,
                 wakers: !args.dispatch.no_wakers,
                 wait_loop: self.wait_loop,
+                early: (1, 0),
             },
             RingSpec {
                 mode: args.rings,

@@ -62,6 +62,10 @@ pub struct WorkerArgs {
     pub unwind: UnwindMode,
     pub unwind_memory: Option<u64>,
     pub keep_ns: u64,
+    /// One tick in this many taken while an iteration is younger than
+    /// `full_after_ns`.
+    pub early_every: u32,
+    pub full_after_ns: u64,
 }
 
 impl WorkerArgs {
@@ -78,6 +82,11 @@ impl WorkerArgs {
             unwind: a.unwind,
             unwind_memory: a.unwind_memory,
             keep_ns: a.keep.as_nanos() as u64,
+            early_every: (a.dispatch.dispatch_hz / a.flight_hz.max(1)).max(1) as u32,
+            full_after_ns: a
+                .full_rate_after
+                .unwrap_or(a.dispatch.threshold / 4)
+                .as_nanos() as u64,
         }
     }
 }
@@ -123,6 +132,7 @@ fn watch(
             tid,
             wakers: args.wakers,
             wait_loop: true,
+            early: (args.early_every, args.full_after_ns),
         },
         RingSpec {
             mode: RingMode::PerCpu,
@@ -173,6 +183,7 @@ fn watch(
     );
     d.live();
     d.stream();
+    d.set_early_rate(args.early_every, args.full_after_ns);
     let mut sinks = Sinks::new(pid, Stacks::new(0), Some(d), None);
     sinks.tables = tables;
     sinks.flight = Some(FlightRecorder::new(args.keep_ns, FLIGHT_MAX));
@@ -198,8 +209,10 @@ fn watch(
         false => format!("thread {tid} ({thread_name})"),
     };
     let attached = format!(
-        "profiler: watching PID {pid} ({comm}, {exe}), {thread}: its loop's waits, the scheduler and samples at {} Hz; no uprobes",
-        args.dispatch_hz
+        "profiler: watching PID {pid} ({comm}, {exe}), {thread}: its loop's waits, the scheduler, and samples of each iteration at {} Hz, {} Hz once it has run {}; no uprobes",
+        args.dispatch_hz / u64::from(args.early_every),
+        args.dispatch_hz,
+        crate::text::fmt_ns(args.full_after_ns)
     );
     let _ = tx.send(Msg::Watching);
     let mut steer = WatchSteer {
