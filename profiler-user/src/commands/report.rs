@@ -15,6 +15,18 @@ use crate::{
 
 /// Runs `profiler report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
+    let watched = args.recording.join(crate::session::watch::STALLS);
+    if args.recording.is_dir() && watched.is_file() && !args.recording.join("profile.data").exists()
+    {
+        if args.threshold.is_some() || args.hang.is_some() || args.out.is_some() {
+            return Err(crate::Error::Usage(format!(
+                "{} is a `watch` directory: its reports are rendered again in place, \
+                 with the thresholds they were found with; drop --out, --threshold and --hang",
+                args.recording.display()
+            )));
+        }
+        return crate::session::watch::render(&args.recording);
+    }
     let file = if args.recording.is_dir() {
         args.recording.join("profile.data")
     } else {

@@ -208,6 +208,70 @@ pub fn run(args: &WatchArgs) -> Result<()> {
     Ok(())
 }
 
+/// `profiler report DIR` on a watch's directory: every report's `.txt`
+/// and `.svg` rendered again from its `.json`, and the groups printed.
+pub fn render(dir: &std::path::Path) -> Result<()> {
+    use crate::output::watch::{report_svg, report_text, GroupsFile};
+    let groups: GroupsFile = std::fs::read(dir.join(GROUPS))
+        .map_err(|e| Error::io(format!("reading {}", dir.join(GROUPS).display()), e))
+        .and_then(|b| {
+            serde_json::from_slice(&b).map_err(|e| Error::Output {
+                path: dir.join(GROUPS),
+                reason: format!("not a groups.json this profiler wrote ({e})"),
+            })
+        })?;
+    let mut rendered = 0;
+    let mut text = format!(
+        "{} stalls in {} groups, {} hangs, from {} processes\n",
+        groups.stalls,
+        groups.groups.len(),
+        groups.hangs,
+        groups.processes_watched
+    );
+    for g in &groups.groups {
+        text.push_str(&format!(
+            "#{} [{}] count {}  total {}  max {}  p95 {}  last {}\n  verdict: {}\n",
+            g.group,
+            g.key,
+            g.count,
+            crate::text::fmt_ns(g.total_ns),
+            crate::text::fmt_ns(g.max_ns),
+            crate::text::fmt_ns(g.p95_ns),
+            g.last_seen,
+            g.verdict
+        ));
+        for base in &g.reports {
+            let json = dir.join(format!("{base}.json"));
+            let Ok(bytes) = std::fs::read(&json) else {
+                continue;
+            };
+            let r: StallReport = serde_json::from_slice(&bytes).map_err(|e| Error::Output {
+                path: json.clone(),
+                reason: format!("not a report this profiler wrote ({e})"),
+            })?;
+            let out = |x: &str| dir.join(format!("{base}.{x}"));
+            let write = |p: std::path::PathBuf, b: &[u8]| {
+                std::fs::write(&p, b).map_err(|e| Error::Output {
+                    path: p.clone(),
+                    reason: e.to_string(),
+                })
+            };
+            write(out("txt"), report_text(&r).as_bytes())?;
+            if let Some(svg) = report_svg(&r) {
+                write(out("svg"), &svg)?;
+            }
+            text.push_str(&format!("  report: {base}.txt\n"));
+            rendered += 1;
+        }
+    }
+    print!("{text}");
+    eprintln!(
+        "profiler: rendered {rendered} reports again in {}",
+        dir.display()
+    );
+    Ok(())
+}
+
 /// The targets, in words.
 fn describe(args: &WatchArgs, m: &Matcher) -> String {
     let mut what: Vec<String> = args.pid.iter().map(|p| format!("PID {p}")).collect();
