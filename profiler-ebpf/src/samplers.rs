@@ -200,7 +200,7 @@ fn early_skip(ts_ns: u64) -> bool {
     }
     let ticks = watch_get(WATCH_EARLY_TICKS).wrapping_add(1);
     watch_set(WATCH_EARLY_TICKS, ticks);
-    ticks % every != 0
+    !ticks.is_multiple_of(every)
 }
 
 /// CPU profile: one `cpu-clock` tick on some CPU. Counts the (process,

@@ -55,7 +55,7 @@ impl StopReason {
 
 /// How often the ring is drained when the kernel does not wake us (it only
 /// wakes us once a quarter of the ring is pending).
-const DRAIN_TICK: Duration = Duration::from_millis(10);
+pub const DRAIN_TICK: Duration = Duration::from_millis(10);
 
 struct Fd(RawFd);
 impl AsRawFd for Fd {
@@ -72,6 +72,9 @@ pub struct Live<'a> {
     pub status: &'a mut Status,
     /// The `attached` line, printed once SIGINT and SIGTERM are handled.
     pub attached: &'a str,
+    /// How often the rings are drained when the kernel does not wake us,
+    /// and the ticks run ([`DRAIN_TICK`]; `watch` takes longer ones).
+    pub tick: Duration,
 }
 
 /// What a live session does to its own probes while it runs: probe the new
@@ -109,6 +112,7 @@ pub async fn collect(
         counters,
         status,
         attached,
+        tick: every,
     } = live;
     let one_target = sinks.processes.is_none();
     let io = |what: &str, e: std::io::Error| Error::io(what.to_string(), e);
@@ -129,7 +133,7 @@ pub async fn collect(
     eprintln!("{attached}");
     let deadline = sleep_or_forever(duration);
     tokio::pin!(deadline);
-    let mut tick = tokio::time::interval(DRAIN_TICK);
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let start = Instant::now();
     let mut last_tick = start;
@@ -157,7 +161,7 @@ pub async fn collect(
                 // dry (a flood of events, a slow machine) would starve the
                 // ticks: hangs, the tables of a program just exec'd, the
                 // governor. A tick that is due runs here then.
-                if last_tick.elapsed() >= DRAIN_TICK {
+                if last_tick.elapsed() >= every {
                     last_tick = Instant::now();
                     on_tick(sinks, counters, status, start, steer)?;
                 }

@@ -213,6 +213,7 @@ impl<'a> Attached<'a> {
                 counters: &counters,
                 status: &mut status,
                 attached: &attached,
+                tick: collector::DRAIN_TICK,
             },
             steer.as_mut(),
         ));
