@@ -91,6 +91,18 @@ impl Matcher {
             e.id = FileId::of(&e.path).or(e.id);
         }
         let me = std::process::id();
+        if self.pids_only() {
+            // Nothing new can match: no need to read every process.
+            let mut pids: Vec<u32> = self
+                .pids
+                .iter()
+                .copied()
+                .filter(|&p| p != me && Path::new(&format!("/proc/{p}/exe")).exists())
+                .collect();
+            pids.sort_unstable();
+            pids.dedup();
+            return pids;
+        }
         let Ok(dir) = fs::read_dir("/proc") else {
             return Vec::new();
         };

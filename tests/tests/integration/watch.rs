@@ -413,3 +413,65 @@ fn watch_refuses_bad_input_in_one_line() {
         assert_error(&fin, needle, true);
     }
 }
+
+#[test]
+fn a_hang_is_a_line_while_it_runs_and_another_when_it_ends() {
+    require_root!();
+    let out = TempDir::new("watch-hang");
+    // Two stalls of 600 and 600 ms (the first two of a 600-ms base).
+    let mut server = Server::start(&["2", "2500", "1000", "600"]);
+    let pid = server.pid.to_string();
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid, "--hang", "300ms"]),
+        &format!("watching PID {pid}"),
+    );
+    let truth = server.run_to_end(Duration::from_secs(30));
+    let fin = w.wait();
+    assert!(fin.status.success(), "{fin:?}");
+    let all = lines(out.path());
+    let hangs: Vec<&Value> = all.iter().filter(|l| l["hang"] == true).collect();
+    assert_eq!(hangs.len(), 2, "a hang line per stall: {all:#?}");
+    for h in &hangs {
+        let running = h["duration_ns"].as_u64().unwrap();
+        assert!((300_000_000..600_000_000).contains(&running), "{h}");
+        assert_eq!(h["pid"], server.pid);
+    }
+    assert_matches(&lines_of(out.path(), server.pid), &truth);
+    let told: Vec<&String> = fin.stderr.iter().filter(|l| l.contains("HANG")).collect();
+    assert_eq!(told.len(), 2, "{:?}", fin.stderr);
+}
+
+#[test]
+fn sighup_reopens_the_lines_and_sigusr1_writes_the_flight_recorder() {
+    require_root!();
+    let out = TempDir::new("watch-signals");
+    let mut server = Server::start(&["3", "2500", "1500"]);
+    let pid = server.pid.to_string();
+    let mut w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid]),
+        &format!("watching PID {pid}"),
+    );
+    server.next_stall();
+    wait_lines(out.path(), server.pid, 1, Duration::from_secs(1));
+    // logrotate: moved away, then SIGHUP.
+    std::fs::rename(out.join("stalls.jsonl"), out.join("stalls.jsonl.1")).unwrap();
+    w.signal(libc::SIGHUP);
+    w.wait_for_line("SIGHUP", Duration::from_secs(5));
+    w.signal(libc::SIGUSR1);
+    let told = w.wait_for_line("flight recorder", Duration::from_secs(5));
+    assert!(told.contains(&format!("PID {pid}")), "{told}");
+    let rest = server.run_to_end(Duration::from_secs(30));
+    let fin = w.wait();
+    assert!(fin.status.success(), "{fin:?}");
+    let moved = std::fs::read_to_string(out.join("stalls.jsonl.1")).unwrap();
+    assert_eq!(moved.lines().count(), 1);
+    assert_eq!(lines_of(out.path(), server.pid).len(), rest.len());
+    let snaps: Vec<_> = std::fs::read_dir(out.join("snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    let text = std::fs::read_to_string(&snaps[0]).unwrap();
+    assert!(text.contains("the flight recorder of PID"), "{text}");
+}
