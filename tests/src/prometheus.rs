@@ -70,7 +70,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("prometheus.log");
         let child = Command::new(&bin)
             .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--storage.tsdb.retention.time=1h")
             .stdin(Stdio::null())
@@ -82,12 +85,12 @@ impl Prometheus {
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("prometheus exited ({status}) at start:\n{}", server.log_tail());
+                panic!(
+                    "prometheus exited ({status}) at start:\n{}",
+                    server.log_tail()
+                );
             }
-            if server
-                .get("/-/ready")
-                .is_ok_and(|(code, _)| code == 200)
-            {
+            if server.get("/-/ready").is_ok_and(|(code, _)| code == 200) {
                 eprintln!(
                     "prometheus ready on 127.0.0.1:{port} in {:.1} s",
                     started.elapsed().as_secs_f64()
@@ -150,7 +153,10 @@ impl Prometheus {
     /// The query's single value, or `None` while its vector is empty.
     pub fn value(&self, promql: &str) -> Option<f64> {
         let found = self.query(promql);
-        assert!(found.len() <= 1, "{promql}: more than one series: {found:?}");
+        assert!(
+            found.len() <= 1,
+            "{promql}: more than one series: {found:?}"
+        );
         found.first().map(|s| s.value)
     }
 
@@ -170,7 +176,10 @@ impl Prometheus {
                 return found;
             }
             if started.elapsed() > timeout {
-                let targets = self.get("/api/v1/targets").map(|(_, b)| b).unwrap_or_default();
+                let targets = self
+                    .get("/api/v1/targets")
+                    .map(|(_, b)| b)
+                    .unwrap_or_default();
                 panic!(
                     "{promql}: still {found:?} after {} s; targets: {targets}\n{}",
                     timeout.as_secs(),

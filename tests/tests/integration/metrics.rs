@@ -104,9 +104,15 @@ fn a_real_prometheus_scrapes_a_hostile_name() {
             .map(|s| s.value)
     };
     assert_eq!(up(good.addr), Some(1.0), "{ups:?}");
-    assert_eq!(up(broken.addr), Some(0.0), "the control scrape must fail: {ups:?}");
+    assert_eq!(
+        up(broken.addr),
+        Some(0.0),
+        "the control scrape must fail: {ups:?}"
+    );
 
-    let sum = prom.wait_for(r#"sum(profiler_stalls_total{pid="4242"})"#, wait, |s| !s.is_empty());
+    let sum = prom.wait_for(r#"sum(profiler_stalls_total{pid="4242"})"#, wait, |s| {
+        !s.is_empty()
+    });
     assert_eq!(sum[0].value, 10.0);
     // The label comes back decoded, and matches as PromQL spells it.
     let g1 = prom.query(r#"profiler_stalls_total{group="g1"}"#);
@@ -129,7 +135,9 @@ fn a_real_prometheus_scrapes_a_hostile_name() {
     assert!(median > 0.1 && median <= 1.0, "{median}");
     assert_eq!(prom.value("profiler_watched_processes"), Some(1.0));
     // The broken target's series never got in.
-    assert!(prom.query(r#"profiler_stalls_total{pid="4243"}"#).is_empty());
+    assert!(prom
+        .query(r#"profiler_stalls_total{pid="4243"}"#)
+        .is_empty());
     assert!(good.scrapes.load(Ordering::SeqCst) >= 1);
     assert!(broken.scrapes.load(Ordering::SeqCst) >= 1);
 }
