@@ -20,6 +20,13 @@
 //! ([`CAPABILITIES`]), under the hardening that still lets it trace
 //! ([`HARDENING`]); docs/watch-ops.md explains each.
 
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::util::find_program;
+
 /// Where the units go in a Debian 12 package (`/lib`, not `/usr/lib`,
 /// until the /usr-merge's moves: DEP 17).
 pub const UNIT_DIR: &str = "lib/systemd/system";
@@ -208,45 +215,75 @@ pub fn logrotate() -> String {
     .to_owned()
 }
 
+/// Copies the host's own units (the targets ours depend on) into
+/// `root`'s unit directory, for `systemd-analyze verify --root`; false,
+/// with nothing done, where systemd-analyze or the units are missing.
+pub fn host_units_into(root: &Path) -> Result<bool> {
+    let host = Path::new("/").join(UNIT_DIR);
+    if find_program("systemd-analyze").is_none() || !host.is_dir() {
+        return Ok(false);
+    }
+    let units = root.join(UNIT_DIR);
+    std::fs::create_dir_all(&units).with_context(|| format!("creating {}", units.display()))?;
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg("--no-clobber")
+        .arg(format!("{}/.", host.display()))
+        .arg(&units)
+        .status()
+        .context("running cp")?;
+    if !ok.success() {
+        bail!("copying {} into {}", host.display(), units.display());
+    }
+    Ok(true)
+}
+
+/// `systemd-analyze verify --root ROOT UNIT`: whether it passed, and all
+/// it said. It exits 0 on a bad value or an unknown key, only warning: a
+/// clean unit is a success with nothing said.
+pub fn verify(root: &Path, unit: &str) -> Result<(bool, String)> {
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no", "--generators=no"])
+        .arg(format!("--root={}", root.display()))
+        .arg(unit)
+        .output()
+        .context("running systemd-analyze")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), said))
+}
+
+/// The units to verify: an instance of the template, and the other.
+pub const VERIFIED: [&str; 2] = ["profiler-watch@redis-server.service", CONFIGURED];
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
+    use std::path::PathBuf;
 
-    /// A root for `systemd-analyze verify --root`: the host's own units
-    /// (the targets ours depend on), ours, and stand-ins for the
-    /// programs their Exec lines name.
+    /// A root for `systemd-analyze verify --root`: the host's own units,
+    /// ours, and stand-ins for the programs their Exec lines name.
     fn verify_root(tag: &str, template: &str, configured: &str) -> Option<PathBuf> {
-        let host_units = Path::new("/lib/systemd/system");
-        if crate::util::find_program("systemd-analyze").is_none() || !host_units.is_dir() {
+        let root = std::env::temp_dir().join(format!("xtask-units-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        if !host_units_into(&root).unwrap() {
             eprintln!(
-                "SKIP dist::systemd: systemd-analyze or /lib/systemd/system missing; run `cargo xtask setup` \
-                 (Debian package systemd)"
+                "SKIP dist::systemd: systemd-analyze or /lib/systemd/system missing; run \
+                 `cargo xtask setup` (Debian package systemd)"
             );
             return None;
         }
-        let root = std::env::temp_dir().join(format!("xtask-units-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
         let units = root.join(UNIT_DIR);
-        std::fs::create_dir_all(&units).unwrap();
-        let ok = Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", host_units.display()))
-            .arg(&units)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "copying the host's units");
         std::fs::write(units.join(TEMPLATE), template).unwrap();
         std::fs::write(units.join(CONFIGURED), configured).unwrap();
-        for (path, body) in [
-            ("usr/bin/profiler", "#!/bin/sh\n"),
-            ("bin/kill", "#!/bin/sh\n"),
-        ] {
+        for path in ["usr/bin/profiler", "bin/kill"] {
             let file = root.join(path);
             std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, body).unwrap();
+            std::fs::write(&file, "#!/bin/sh\n").unwrap();
             std::fs::set_permissions(&file, PermissionsExt::from_mode(0o755)).unwrap();
         }
         let defaults = root.join(DEFAULTS);
@@ -255,30 +292,13 @@ mod tests {
         Some(root)
     }
 
-    /// `systemd-analyze verify`'s exit status and everything it said
-    /// (it exits 0 on a bad value or an unknown key, only warning).
-    fn verify(root: &Path, unit: &str) -> (bool, String) {
-        let out = Command::new("systemd-analyze")
-            .args(["verify", "--man=no", "--generators=no"])
-            .arg(format!("--root={}", root.display()))
-            .arg(unit)
-            .output()
-            .expect("running systemd-analyze");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), said)
-    }
-
     #[test]
     fn units_verify_clean() {
         let Some(root) = verify_root("clean", &template_unit(), &configured_unit()) else {
             return;
         };
-        for unit in ["profiler-watch@redis-server.service", CONFIGURED] {
-            let (ok, said) = verify(&root, unit);
+        for unit in VERIFIED {
+            let (ok, said) = verify(&root, unit).unwrap();
             assert!(ok && said.trim().is_empty(), "{unit}: {said}");
         }
         std::fs::remove_dir_all(&root).unwrap();
@@ -294,7 +314,7 @@ mod tests {
         let Some(root) = verify_root("broken", &broken, &configured_unit()) else {
             return;
         };
-        let (ok, said) = verify(&root, "profiler-watch@redis-server.service");
+        let (ok, said) = verify(&root, VERIFIED[0]).unwrap();
         assert!(!ok, "{said}");
         for words in ["stric", "NoSuchKey", "/usr/bin/profilerx"] {
             assert!(said.contains(words), "{words}: {said}");
@@ -329,7 +349,7 @@ mod tests {
 
     #[test]
     fn logrotate_reads_the_snippet() {
-        if crate::util::find_program("logrotate").is_none() {
+        if find_program("logrotate").is_none() {
             eprintln!("SKIP dist::systemd: logrotate missing; run `cargo xtask setup` (Debian package logrotate)");
             return;
         }

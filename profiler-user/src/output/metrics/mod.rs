@@ -226,7 +226,8 @@ impl Metrics {
     }
 
     /// The loop's iterations' share of wall time over the last window,
-    /// 0 to 1 (`profiler_loop_busy_ratio`).
+    /// 0 to 1 (`profiler_loop_busy_ratio`). Ignored for a PID not watched
+    /// now (a gauge of a process that is gone would describe nothing).
     pub fn set_busy_ratio(&mut self, pid: u32, ratio: f64) {
         if let Some(p) = self.live(pid) {
             p.busy_ratio = Some(ratio);
@@ -234,7 +235,7 @@ impl Metrics {
     }
 
     /// The probes' estimated share of the watched thread's time
-    /// (`profiler_probe_overhead_ratio`).
+    /// (`profiler_probe_overhead_ratio`). Ignored for a PID not watched now.
     pub fn set_probe_overhead(&mut self, pid: u32, ratio: f64) {
         if let Some(p) = self.live(pid) {
             p.overhead_ratio = Some(ratio);
