@@ -4,7 +4,7 @@
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use profiler_tests::prometheus::{binary_or_skip, Prometheus};
@@ -140,4 +140,112 @@ fn a_real_prometheus_scrapes_a_hostile_name() {
         .is_empty());
     assert!(good.scrapes.load(Ordering::SeqCst) >= 1);
     assert!(broken.scrapes.load(Ordering::SeqCst) >= 1);
+}
+
+/// The registry `profiler watch` feeds (`profiler::metrics`), served by its
+/// own `--metrics` listener, scraped every second by a real server: counts
+/// exact, hostile and non-UTF-8 names intact, the group cap folding, and
+/// later changes picked up.
+#[test]
+fn a_real_prometheus_scrapes_the_registry() {
+    use profiler::metrics::{serve, Metrics, Origin};
+    if binary_or_skip("metrics::a_real_prometheus_scrapes_the_registry").is_none() {
+        return;
+    }
+    let ms = Duration::from_millis;
+    let metrics = Arc::new(Mutex::new(Metrics::new(2)));
+    {
+        let mut m = metrics.lock().unwrap();
+        m.add_process(4301, b"a\"b\n{c}", Some(Origin::Exe(b"/usr/bin/x")));
+        m.add_process(
+            4302,
+            b"py\xffthon",
+            Some(Origin::Unit(b"redis-server.service")),
+        );
+        // A cap of 2: g3 is counted under other.
+        for (pid, group, d) in [
+            (4301, "g1", 60),
+            (4301, "g1", 300),
+            (4301, "g2", 1200),
+            (4301, "g3", 80),
+            (4302, "g1", 20),
+        ] {
+            m.stall(pid, group, ms(d));
+        }
+        m.hang(4301);
+        m.set_busy_ratio(4301, 0.75);
+        m.set_probe_overhead(4301, 0.004);
+        m.set_lost(12);
+    }
+    let server = serve("127.0.0.1:0", Arc::clone(&metrics)).expect("--metrics listener");
+    let prom = Prometheus::start(&[server.local_addr()]);
+    let wait = Duration::from_secs(30);
+    let up = prom.wait_for("up", wait, |s| !s.is_empty());
+    assert_eq!(up[0].value, 1.0, "{up:?}");
+
+    let sum = prom.wait_for(r#"sum(profiler_stalls_total{pid="4301"})"#, wait, |s| {
+        !s.is_empty()
+    });
+    assert_eq!(sum[0].value, 4.0);
+    let by_group = prom.query(r#"profiler_stalls_total{pid="4301"}"#);
+    let mut groups: Vec<(&str, f64)> = by_group
+        .iter()
+        .map(|s| (s.labels["group"].as_str(), s.value))
+        .collect();
+    groups.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(groups, [("g1", 2.0), ("g2", 1.0), ("other", 1.0)]);
+    for s in &by_group {
+        assert_eq!(s.labels["comm"], "a\"b\n{c}");
+        assert_eq!(s.labels["exe"], "/usr/bin/x");
+    }
+    let py = prom.query(r#"profiler_stalls_total{pid="4302"}"#);
+    assert_eq!(py.len(), 1, "{py:?}");
+    assert_eq!(py[0].labels["comm"], "py\u{FFFD}thon");
+    assert_eq!(py[0].labels["unit"], "redis-server.service");
+    // g1's 60 and 300 ms stalls: one at or under 0.1 s, both under 0.5 s.
+    let bucket = |le: &str| {
+        prom.value(&format!(
+            r#"profiler_stall_seconds_bucket{{pid="4301",group="g1",le="{le}"}}"#
+        ))
+    };
+    assert_eq!(bucket("0.05"), Some(0.0));
+    assert_eq!(bucket("0.1"), Some(1.0));
+    assert_eq!(bucket("0.5"), Some(2.0));
+    assert_eq!(bucket("+Inf"), Some(2.0));
+    let sum_s = prom
+        .value(r#"profiler_stall_seconds_sum{pid="4301",group="g1"}"#)
+        .unwrap();
+    assert!((sum_s - 0.36).abs() < 1e-9, "{sum_s}");
+    assert_eq!(prom.value(r#"profiler_hangs_total{pid="4301"}"#), Some(1.0));
+    assert_eq!(prom.value(r#"profiler_hangs_total{pid="4302"}"#), Some(0.0));
+    assert_eq!(
+        prom.value(r#"profiler_loop_busy_ratio{pid="4301"}"#),
+        Some(0.75)
+    );
+    assert_eq!(
+        prom.value(r#"profiler_probe_overhead_ratio{pid="4301"}"#),
+        Some(0.004)
+    );
+    assert_eq!(prom.value("profiler_lost_events_total"), Some(12.0));
+    assert_eq!(prom.value("profiler_watched_processes"), Some(2.0));
+
+    // Later changes reach the server with the next scrapes.
+    {
+        let mut m = metrics.lock().unwrap();
+        m.stall(4301, "g2", ms(150));
+        m.remove_process(4302);
+    }
+    prom.wait_for(r#"sum(profiler_stalls_total{pid="4301"})"#, wait, |s| {
+        s.first().is_some_and(|s| s.value == 5.0)
+    });
+    prom.wait_for("profiler_watched_processes", wait, |s| {
+        s.first().is_some_and(|s| s.value == 1.0)
+    });
+    // The gone process's gauges went at once; its counts stay for now.
+    assert_eq!(
+        prom.value(r#"profiler_stalls_total{pid="4302"}"#),
+        Some(1.0)
+    );
+    drop(prom);
+    drop(server);
 }

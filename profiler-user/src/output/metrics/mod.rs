@@ -38,9 +38,6 @@
 //!
 //! The registry is not synchronized itself: the session holds it in an
 //! `Arc<Mutex<Metrics>>`, which [`serve`] shares with the HTTP thread.
-// Nothing calls the registry until `profiler watch` (issue 42) does.
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod http;
 #[cfg(test)]
 mod tests;
@@ -49,8 +46,6 @@ mod text;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-// Until `watch` uses them, as above.
-#[allow(unused_imports)]
 pub use http::{parse_addr, serve, Server};
 
 /// Distinct `group` values each metric keeps by default.
