@@ -90,7 +90,7 @@ UMask=0027
 # CAP_SYS_PTRACE reads other users' /proc/PID/{exe,maps,mem,root};
 # CAP_DAC_READ_SEARCH searches their /proc/PID/map_files (unwind tables);
 # CAP_SYSLOG names kernel frames where kernel.kptr_restrict is 1.
-CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_SYSLOG
+CapabilityBoundingSet=@CAPABILITIES@
 NoNewPrivileges=yes
 # The eBPF maps are charged to the memory cgroup (kernels 5.11 and
 # later); descriptors: one per probed binary, ring and CPU sampler.
@@ -116,8 +116,15 @@ MemoryDenyWriteExecute=yes
 SystemCallArchitectures=native
 ";
 
+/// [`HARDENING`] with [`CAPABILITIES`] in its bounding set.
+fn hardening() -> String {
+    let caps: Vec<&str> = CAPABILITIES.iter().map(|(cap, _)| *cap).collect();
+    HARDENING.replace("@CAPABILITIES@", &caps.join(" "))
+}
+
 /// `profiler-watch@.service`.
 pub fn template_unit() -> String {
+    let hardening = hardening();
     format!(
         "\
 # profiler watch on one systemd unit: `systemctl enable --now
@@ -137,7 +144,7 @@ EnvironmentFile=-/etc/default/profiler-watch
 ExecStart=/usr/bin/profiler watch --unit %i.service --out /var/lib/profiler/watch/%i $PROFILER_WATCH_ARGS
 StateDirectory=profiler/watch profiler/watch/%i
 StateDirectoryMode=0750
-{HARDENING}
+{hardening}
 [Install]
 WantedBy=multi-user.target
 "
@@ -146,6 +153,7 @@ WantedBy=multi-user.target
 
 /// `profiler-watch.service`.
 pub fn configured_unit() -> String {
+    let hardening = hardening();
     format!(
         "\
 # profiler watch on the targets /etc/default/profiler-watch names
@@ -163,7 +171,7 @@ EnvironmentFile=/etc/default/profiler-watch
 ExecStart=/usr/bin/profiler watch --out /var/lib/profiler/watch/default $PROFILER_WATCH_TARGETS $PROFILER_WATCH_ARGS
 StateDirectory=profiler/watch profiler/watch/default
 StateDirectoryMode=0750
-{HARDENING}
+{hardening}
 [Install]
 WantedBy=multi-user.target
 "
