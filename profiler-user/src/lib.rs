@@ -20,6 +20,11 @@ pub(crate) mod untrusted;
 pub(crate) mod unwind;
 
 pub use error::{Error, Result};
+/// `profiler watch`'s Prometheus registry and `--metrics` listener, public
+/// so that the integration tests have a real Prometheus server scrape it
+/// (tests/tests/integration/metrics.rs).
+#[doc(hidden)]
+pub use output::metrics;
 /// The `profile.data` reader over bytes (what `profiler report` reads; a
 /// fuzz target's entry point): never panics, bounded memory.
 pub use session::datafile::{parse as parse_profile_data, Damage, Data as ProfileData};

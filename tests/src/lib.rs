@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod fixture;
 pub mod kernel;
 pub mod outputs;
+pub mod prometheus;
 pub mod recording;
 
 pub use build::{

@@ -44,6 +44,14 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("chromium", "chromium"),
     // zstd's C code in the static build (`cargo xtask dist`).
     ("musl-gcc", "musl-tools"),
+    // A real Prometheus server scrapes the metrics (tests metrics.rs,
+    // tests/src/prometheus.rs).
+    ("prometheus", "prometheus"),
+    // The .deb's systemd units are verified, its logrotate snippet read,
+    // and the package checked with lintian (xtask dist's tests).
+    ("systemd-analyze", "systemd"),
+    ("logrotate", "logrotate"),
+    ("lintian", "lintian"),
     // The unwind-budget tests map big libraries the fixture seldom calls
     // (tests unwind_budget.rs): a path stands for a library.
     ("/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1", "libllvm15"),

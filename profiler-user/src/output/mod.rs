@@ -7,13 +7,16 @@
 //! - [`dispatches`]: dispatches.txt, dispatches.json, dispatch-N.svg;
 //! - [`html`]: report.html, one self-contained page over all of them;
 //! - [`timeline`]: trace.json, streamed while recording;
-//! - [`export`]: other tools' formats (pprof, Chrome trace, diff);
 //! - [`watch`]: `watch`'s lines, reports and groups, as data, and the
-//!   reports' text and flame graphs.
+//!   reports' text and flame graphs;
+//! - [`metrics`]: `profiler watch`'s Prometheus metrics and their `--metrics`
+//!   listener;
+//! - [`export`]: other tools' formats (pprof, Chrome trace, diff).
 mod dir;
 mod dispatches;
 pub mod export;
 pub mod html;
+pub mod metrics;
 pub mod report;
 pub mod timeline;
 pub mod watch;

@@ -31,6 +31,7 @@ mod launch;
 mod libs;
 mod loss;
 mod mappings;
+mod metrics;
 mod offcpu;
 mod perfmap;
 mod presets;

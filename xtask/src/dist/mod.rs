@@ -6,13 +6,15 @@
 //!   (`man/`), bash, zsh and fish completions (`completions/`) and the
 //!   license files;
 //! - `profiler_VERSION_amd64.deb` (`deb.rs`, built with `dpkg-deb`): the
-//!   same files in their Debian places.
+//!   same files in their Debian places, and `profiler watch` as a systemd
+//!   service (`systemd.rs`).
 //!
 //! The completions come from the built binary (`profiler completions
 //! SHELL`), the man pages from its clap definitions (`man.rs`).
 
 mod deb;
 pub mod man;
+mod systemd;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
