@@ -1,7 +1,9 @@
 //! CPython frames: finds the processes that run CPython (a mapped binary
-//! exporting `_PyRuntime` and `Py_Version`), tells the kernel where their
+//! exporting `_PyRuntime`; `Py_Version`, or before 3.11 its file name,
+//! gives the version), tells the kernel where their
 //! frames are (`PY_PROCS`, with the field offsets of their version), and
-//! names the frames the kernel walked (`py:qualname (file.py:line)`) from
+//! names the frames the kernel walked (`py:qualname (file.py:line)`; before
+//! 3.11, whose code objects have no qualified name, `py:name (file.py:line)`) from
 //! their code objects, read through `/proc/PID/mem`.
 //!
 //! The offsets come from a table per minor version (`LAYOUTS`, in
@@ -28,14 +30,16 @@ use aya::{
     Ebpf,
 };
 use object::{Object, ObjectSegment};
-use profiler_common::python::{self as common, PyCodeNotice, PyProc, PY_NEWS_MAP, PY_PROCS_MAP};
+use profiler_common::python::{
+    self as common, PyCodeNotice, PyProc, NONE, PY_NEWS_MAP, PY_PROCS_MAP,
+};
 
 use super::proc_mem::Mem;
 use crate::tracee::process::FileKey;
 use crate::{error::chain, Error, Result};
 pub use layouts::{layout, proc_entry, Layout, SUPPORTED};
 use layouts::{BYTES_DATA, OB_TYPE, STR_LENGTH, STR_STATE, VAR_SIZE};
-pub use lines::line_of;
+pub use lines::Format;
 
 mod layouts;
 mod lines;
@@ -100,14 +104,15 @@ struct Code {
     qualname: String,
     file: String,
     first: i32,
-    /// `co_linetable`.
+    /// `co_linetable` (`co_lnotab` before 3.10).
     table: Vec<u8>,
+    format: Format,
 }
 
 impl Code {
     /// `py:qualname (file:line)` of instruction `index`.
     fn name(&self, index: u64) -> String {
-        let line = match line_of(&self.table, self.first, index) {
+        let line = match self.format.line(&self.table, self.first, index) {
             Some(line) => line.to_string(),
             None => "?".into(),
         };
@@ -154,6 +159,9 @@ pub struct Python {
     files: HashMap<FileKey, Option<Binary>>,
     /// Versions already said to be unsupported.
     told: Vec<(u32, u32)>,
+    /// `task_struct.thread.fsbase`, read from the kernel's BTF when a
+    /// CPython before 3.11 is first met ([`NONE`]: not found).
+    fsbase: Option<u32>,
 }
 
 impl Python {
@@ -195,6 +203,7 @@ impl Python {
             reader: Some(reader),
             files: HashMap::new(),
             told: Vec::new(),
+            fsbase: None,
         })
     }
 
@@ -241,7 +250,7 @@ impl Python {
             if !self.told.contains(&(major, minor)) {
                 self.told.push((major, minor));
                 let version = match minor {
-                    0 => "a Python older than 3.11".to_string(),
+                    0 => "a Python whose version its file name does not tell".to_string(),
                     _ => format!("Python {major}.{minor}"),
                 };
                 eprintln!(
@@ -251,7 +260,22 @@ impl Python {
             }
             return true;
         };
-        let entry = proc_entry(layout, bias.wrapping_add(bin.runtime));
+        let fsbase = match layout.frame_objects() {
+            true => *self
+                .fsbase
+                .get_or_insert_with(|| crate::attach::task_btf::fsbase_offset().unwrap_or(NONE)),
+            false => NONE,
+        };
+        if layout.frame_objects() && fsbase == NONE {
+            if !self.told.contains(&(major, minor)) {
+                self.told.push((major, minor));
+                eprintln!(
+                    "profiler: note: {path} (PID {pid}) is Python 3.{minor}, whose threads are found                      by their fs base, and this kernel's BTF does not say where task_struct keeps it;                      its stacks show the interpreter's native frames only"
+                );
+            }
+            return true;
+        }
+        let entry = proc_entry(layout, bias.wrapping_add(bin.runtime), fsbase);
         if self.procs.insert(pid, entry, 0).is_ok() {
             if let Ok(mut g) = PROCS.lock() {
                 g.get_or_insert_with(HashMap::new).insert(
@@ -440,6 +464,7 @@ fn read_code(mem: &Mem, proc: &Proc, code: u64) -> Option<Read> {
         file,
         first,
         table,
+        format: Format::of(l.minor),
     }))
 }
 
