@@ -2,9 +2,10 @@
 //! ([`PyProc`], written by the agent per process) and how a frame
 //! is carried in a stack's `u64` slots ([`encode`]).
 //!
-//! The kernel walks the thread's `_PyInterpreterFrame` chain and appends
-//! one tagged slot per Python frame after the native frames; the agent
-//! names each from its code object and splices them in under the native
+//! The kernel walks the thread's frame chain (`_PyInterpreterFrame`s from
+//! 3.11, `PyFrameObject`s before: [`PyProc::style`]) and appends one
+//! tagged slot per Python frame after the native frames; the agent names
+//! each from its code object and splices them in under the native
 //! `_PyEval_EvalFrameDefault` frame that runs them.
 
 /// Hash of tgid -> [`PyProc`].
@@ -38,6 +39,17 @@ pub const NONE: u32 = u32::MAX;
 /// evaluator pushes (3.12 and later): not a Python function.
 pub const OWNED_BY_CSTACK: u8 = 3;
 
+/// [`PyProc::style`] of 3.11 and later: `_PyInterpreterFrame`s, several
+/// to an evaluator call, the instruction a pointer into the code object.
+pub const STYLE_INTERP: u32 = 0;
+/// [`PyProc::style`] of 3.10: `PyFrameObject`s, one to an evaluator call
+/// (each is the outermost of its call), `f_lasti` an `int` counting code
+/// units; the thread state's `thread_id` is its `pthread_self()`.
+pub const STYLE_LASTI_UNITS: u32 = 1;
+/// [`PyProc::style`] of 3.8 and 3.9: as [`STYLE_LASTI_UNITS`], with
+/// `f_lasti` counting bytes.
+pub const STYLE_LASTI_BYTES: u32 = 2;
+
 /// Tag in the top bits of a Python frame's slot (user addresses stay
 /// below 2^47, kernel ones start at 0xffff…).
 pub const TAG: u64 = 0xa << 60;
@@ -62,25 +74,38 @@ pub struct PyProc {
     pub interp_threads: u32,
     /// `PyThreadState.next`.
     pub tstate_next: u32,
-    /// `PyThreadState.native_thread_id` (the kernel's thread id).
+    /// `PyThreadState.native_thread_id` (the kernel's thread id), or
+    /// `.thread_id` before 3.11 (`pthread_self()`: the thread's fs base,
+    /// `task_struct` at [`PyProc::task_fsbase`]).
     pub tstate_native_tid: u32,
-    /// `PyThreadState.cframe` (3.11, 3.12) or `.current_frame` (3.13).
+    /// `PyThreadState.cframe` (3.11, 3.12), `.current_frame` (3.13), or
+    /// `.frame` (before 3.11).
     pub tstate_frame: u32,
     /// `_PyCFrame.current_frame`, or [`NONE`] when `tstate_frame` is
     /// the frame itself.
     pub cframe_frame: u32,
-    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13), or
+    /// `PyFrameObject.f_code`.
     pub frame_code: u32,
-    /// `_PyInterpreterFrame.previous`.
+    /// `_PyInterpreterFrame.previous`, or `PyFrameObject.f_back`.
     pub frame_previous: u32,
-    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13).
+    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13), or
+    /// `PyFrameObject.f_lasti`.
     pub frame_instr: u32,
-    /// `_PyInterpreterFrame.owner`.
+    /// `_PyInterpreterFrame.owner`, or [`NONE`].
     pub frame_owner: u32,
     /// `_PyInterpreterFrame.is_entry` (3.11), or [`NONE`].
     pub frame_is_entry: u32,
-    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts.
+    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts (3.11
+    /// and later).
     pub code_adaptive: u32,
+    /// How the frames are kept: [`STYLE_INTERP`], [`STYLE_LASTI_UNITS`]
+    /// or [`STYLE_LASTI_BYTES`].
+    pub style: u32,
+    /// `task_struct.thread.fsbase` in the running kernel, for the styles
+    /// that find a thread's state by its `pthread_self()` ([`NONE`]:
+    /// unknown).
+    pub task_fsbase: u32,
     /// Zero.
     pub pad: u32,
 }

@@ -1,9 +1,13 @@
-//! CPython frames (3.11 and later): for a process the agent found running
+//! CPython frames (3.8 and later): for a process the agent found running
 //! CPython (`PY_PROCS`, with the offsets of its version), finds the
-//! current thread's `PyThreadState` (by its `native_thread_id`, from the
-//! interpreter's thread list, cached per thread) and walks its
-//! `_PyInterpreterFrame` chain, innermost first, keeping each frame's code
-//! object and instruction index ([`python::encode`]). The agent names them.
+//! current thread's `PyThreadState` (by its `native_thread_id`; before
+//! 3.11, by its `thread_id`, the thread's `pthread_self()`, which is its
+//! fs base: from the interpreter's thread list, cached per thread) and
+//! walks its frame chain, innermost first, keeping each frame's code
+//! object and instruction index ([`python::encode`]): the
+//! `_PyInterpreterFrame` chain from 3.11, the `PyFrameObject` chain
+//! (`f_back`, `f_lasti`) before, where each frame is the outermost of its
+//! evaluator call. The agent names them.
 //!
 //! One frame per `bpf_loop` iteration, state in per-CPU maps, as in the
 //! table unwinder. A process without an entry costs one hash lookup.
@@ -11,14 +15,17 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_user, generated::bpf_loop},
+    helpers::{
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::bpf_loop,
+    },
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
     python::{
         self, PyCodeNotice, PyProc, MAX_PY_FRAMES, NONE, OWNED_BY_CSTACK, PY_CODES_CAPACITY,
-        PY_NEWS_BYTES, PY_PROCS_CAPACITY,
+        PY_NEWS_BYTES, PY_PROCS_CAPACITY, STYLE_INTERP, STYLE_LASTI_BYTES,
     },
     COUNTER_PY_NOTICES_LOST,
 };
@@ -64,6 +71,9 @@ struct PyWalk {
     cap: u32,
     tid: u32,
     found: u32,
+    /// What the thread state's `native_thread_id` (or `thread_id`) holds
+    /// for the current thread.
+    want: u64,
     /// The frame to read next; the thread state being checked, in the
     /// thread search.
     at: u64,
@@ -77,6 +87,12 @@ static PY_WALK: PerCpuArray<PyWalk> = PerCpuArray::with_max_entries(1, 0);
 fn read_u64(addr: u64) -> Option<u64> {
     // SAFETY: bpf_probe_read_user copes with any address.
     unsafe { bpf_probe_read_user(addr as *const u64) }.ok()
+}
+
+#[inline(always)]
+fn read_u32(addr: u64) -> Option<u32> {
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_user(addr as *const u32) }.ok()
 }
 
 #[inline(always)]
@@ -98,7 +114,7 @@ extern "C" fn thread_step(_index: u32, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     let tid = read_u64(w.at.wrapping_add(u64::from(w.proc.tstate_native_tid)));
-    if tid == Some(u64::from(w.tid)) {
+    if tid == Some(w.want) {
         w.found = 1;
         return 1;
     }
@@ -116,12 +132,12 @@ extern "C" fn thread_step(_index: u32, _ctx: *mut c_void) -> i64 {
 #[inline(always)]
 fn thread_state(w: *mut PyWalk) -> Option<u64> {
     // SAFETY: `w` points at this CPU's scratch value.
-    let (tid, proc) = unsafe { ((*w).tid, (*w).proc) };
+    let (tid, want, proc) = unsafe { ((*w).tid, (*w).want, (*w).proc) };
     // SAFETY: the value is copied out.
     if let Some(cached) = unsafe { PY_THREADS.get(tid) }.copied() {
         if cached.tstate != 0 {
             let native = read_u64(cached.tstate + u64::from(proc.tstate_native_tid));
-            if native == Some(u64::from(tid)) {
+            if native == Some(want) {
                 return Some(cached.tstate);
             }
         // SAFETY: a BPF helper with no arguments and no preconditions.
@@ -171,6 +187,30 @@ extern "C" fn frame_step(_index: u32, _ctx: *mut c_void) -> i64 {
         return 1;
     }
     let p = &w.proc;
+    if p.style != STYLE_INTERP {
+        // A `PyFrameObject`: its own evaluator call's outermost frame.
+        let (Some(code), Some(lasti), Some(back)) = (
+            read_u64(frame.wrapping_add(u64::from(p.frame_code))),
+            read_u32(frame.wrapping_add(u64::from(p.frame_instr))),
+            read_u64(frame.wrapping_add(u64::from(p.frame_previous))),
+        ) else {
+            return 1;
+        };
+        w.at = back;
+        // -1 before its first instruction.
+        let lasti = match lasti as i32 {
+            ..0 => 0,
+            l => l as u64,
+        };
+        let index = if p.style == STYLE_LASTI_BYTES {
+            lasti / 2
+        } else {
+            lasti
+        };
+        w.frames[n as usize & (MAX_PY_FRAMES as usize - 1)] = python::encode(code, index, true);
+        w.n = n + 1;
+        return 0;
+    }
     let (Some(owner), Some(previous)) = (
         read_u8(frame.wrapping_add(u64::from(p.frame_owner))),
         read_u64(frame.wrapping_add(u64::from(p.frame_previous))),
@@ -219,11 +259,24 @@ pub fn walk(pid: u32, tid: u32, cap: u32) -> Option<(*const u64, u32)> {
     // SAFETY: the value is copied out.
     let proc = *unsafe { PY_PROCS.get(pid) }?;
     let w = PY_WALK.get_ptr_mut(0)?;
+    let want = if proc.style == STYLE_INTERP {
+        u64::from(tid)
+    } else {
+        // SAFETY: a BPF helper with no arguments; the task is only read
+        // through bpf_probe_read_kernel, which copes with any address.
+        let task = unsafe { bpf_get_current_task() };
+        // SAFETY: as said.
+        unsafe {
+            bpf_probe_read_kernel(task.wrapping_add(u64::from(proc.task_fsbase)) as *const u64)
+        }
+        .ok()?
+    };
     // SAFETY: per-CPU scratch, only through the raw pointer (see
     // `thread_state`).
     unsafe {
         (*w).proc = proc;
         (*w).tid = tid;
+        (*w).want = want;
         (*w).n = 0;
         (*w).cap = cap;
     }

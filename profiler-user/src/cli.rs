@@ -388,7 +388,8 @@ pub struct StageArgs {
 #[derive(Debug, Args)]
 pub struct DispatchArgs {
     /// Thread whose dispatches are watched: `main` (tid == pid), a TID or a
-    /// thread name.
+    /// thread name (one longer than the 15 characters Linux keeps matches
+    /// the thread named its first 15, said on stderr).
     #[arg(long, default_value = "main", value_name = "main|TID|NAME")]
     pub thread: String,
     /// A dispatch at least this long is slow and explained.

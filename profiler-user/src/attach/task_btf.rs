@@ -133,6 +133,19 @@ fn member(btf: &Btf, st: &btf_rs::Struct, name: &str) -> Option<(u32, Type)> {
     None
 }
 
+/// `task_struct.thread.fsbase`: a user thread's fs base, which glibc on
+/// x86-64 makes its `pthread_self()` (CPython before 3.11 knows its
+/// threads by it); None without BTF.
+pub fn fsbase_offset() -> Option<u32> {
+    let btf = vmlinux().ok()?;
+    let task = struct_named(&btf, "task_struct")?;
+    let (thread_at, thread) = member(&btf, &task, "thread")?;
+    let Type::Struct(thread) = thread else {
+        return None;
+    };
+    Some(thread_at + member(&btf, &thread, "fsbase")?.0)
+}
+
 /// Reads [`UretprobeOffsets`] from the kernel's BTF.
 pub fn uretprobe_offsets() -> Result<UretprobeOffsets> {
     let fail = |why: &str| {
@@ -198,6 +211,18 @@ mod tests {
             "{o:?}"
         );
         assert_ne!(o.ri_next, o.ri_orig_ret_vaddr);
+    }
+
+    #[test]
+    fn fsbase_offset_of_this_kernel_is_inside_task_struct() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipped: this kernel has no BTF");
+            return;
+        }
+        let fs = super::fsbase_offset().expect("task_struct.thread.fsbase");
+        let o = super::task_offsets().expect("task_struct");
+        // `thread` is the last member but one of task_struct, far past pid.
+        assert!(fs > o.pid && fs.is_multiple_of(8), "{fs} {o:?}");
     }
 
     #[test]

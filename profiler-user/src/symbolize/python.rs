@@ -1,13 +1,16 @@
 //! CPython frames: finds the processes that run CPython (a mapped binary
-//! exporting `_PyRuntime` and `Py_Version`), tells the kernel where their
+//! exporting `_PyRuntime`; `Py_Version`, or before 3.11 its file name,
+//! gives the version), tells the kernel where their
 //! frames are (`PY_PROCS`, with the field offsets of their version), and
-//! names the frames the kernel walked (`py:qualname (file.py:line)`) from
+//! names the frames the kernel walked (`py:qualname (file.py:line)`; before
+//! 3.11, whose code objects have no qualified name, `py:name (file.py:line)`) from
 //! their code objects, read through `/proc/PID/mem`.
 //!
-//! The offsets come from a table per minor version ([`LAYOUTS`]), each
-//! entry checked against that version's own headers by the test
-//! `python_layouts_match_the_headers` (tests/), which compiles `offsetof`
-//! for every field with each CPython on the machine. A version not in the
+//! The offsets come from a table per minor version (`LAYOUTS`, in
+//! `python/layouts.rs`), each entry checked against that version's own
+//! headers by the test `layouts_match_each_installed_cpythons_headers`,
+//! which compiles `offsetof` for every field with each CPython on the
+//! machine; line numbers from `python/lines.rs`. A version not in the
 //! table gets one line on stderr and native frames only.
 //!
 //! A code object is read when the kernel first stores a stack holding it
@@ -34,144 +37,18 @@ use profiler_common::python::{
 use super::proc_mem::Mem;
 use crate::tracee::process::FileKey;
 use crate::{error::chain, Error, Result};
+pub use layouts::{layout, proc_entry, Layout, SUPPORTED};
+use layouts::{BYTES_DATA, OB_TYPE, STR_LENGTH, STR_STATE, VAR_SIZE};
+pub use lines::Format;
+
+mod layouts;
+mod lines;
 
 /// The native function that runs Python frames.
 pub const EVAL_FRAME: &str = "_PyEval_EvalFrameDefault";
 
 /// Prefix of a Python frame's name.
 pub const PREFIX: &str = "py:";
-
-/// Where one minor version keeps what the kernel and the namer read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    pub minor: u32,
-    pub runtime_interpreters_head: u32,
-    pub interp_threads_head: u32,
-    pub tstate_next: u32,
-    pub tstate_native_thread_id: u32,
-    /// `cframe` (3.11, 3.12) or `current_frame` (3.13).
-    pub tstate_frame: u32,
-    /// `_PyCFrame.current_frame`, or [`NONE`].
-    pub cframe_current_frame: u32,
-    pub frame_code: u32,
-    pub frame_previous: u32,
-    pub frame_instr: u32,
-    pub frame_owner: u32,
-    /// [`NONE`] after 3.11.
-    pub frame_is_entry: u32,
-    pub code_adaptive: u32,
-    pub code_filename: u32,
-    pub code_qualname: u32,
-    pub code_linetable: u32,
-    pub code_firstlineno: u32,
-    /// `sizeof(PyASCIIObject)`: where an ASCII string's characters start.
-    pub ascii_size: u32,
-    /// `sizeof(PyCompactUnicodeObject)`: where other compact strings' start.
-    pub compact_size: u32,
-}
-
-/// `PyASCIIObject.length`, `.state`, `PyVarObject.ob_size`, `PyObject.ob_type`
-/// and `PyBytesObject.ob_sval`: the same in every version supported.
-const STR_LENGTH: u64 = 16;
-const STR_STATE: u64 = 32;
-const VAR_SIZE: u64 = 16;
-const OB_TYPE: u64 = 8;
-const BYTES_DATA: u64 = 32;
-
-/// The versions whose frames are walked, checked against their headers.
-pub const LAYOUTS: [Layout; 3] = [
-    Layout {
-        minor: 11,
-        runtime_interpreters_head: 40,
-        interp_threads_head: 16,
-        tstate_next: 8,
-        tstate_native_thread_id: 160,
-        tstate_frame: 56,
-        cframe_current_frame: 8,
-        frame_code: 32,
-        frame_previous: 48,
-        frame_instr: 56,
-        frame_owner: 69,
-        frame_is_entry: 68,
-        code_adaptive: 184,
-        code_filename: 112,
-        code_qualname: 128,
-        code_linetable: 136,
-        code_firstlineno: 72,
-        ascii_size: 48,
-        compact_size: 72,
-    },
-    Layout {
-        minor: 12,
-        runtime_interpreters_head: 40,
-        interp_threads_head: 72,
-        tstate_next: 8,
-        tstate_native_thread_id: 144,
-        tstate_frame: 56,
-        cframe_current_frame: 0,
-        frame_code: 0,
-        frame_previous: 8,
-        frame_instr: 56,
-        frame_owner: 70,
-        frame_is_entry: NONE,
-        code_adaptive: 192,
-        code_filename: 112,
-        code_qualname: 128,
-        code_linetable: 136,
-        code_firstlineno: 68,
-        ascii_size: 40,
-        compact_size: 56,
-    },
-    Layout {
-        minor: 13,
-        runtime_interpreters_head: 632,
-        interp_threads_head: 7344,
-        tstate_next: 8,
-        tstate_native_thread_id: 160,
-        tstate_frame: 72,
-        cframe_current_frame: NONE,
-        frame_code: 0,
-        frame_previous: 8,
-        frame_instr: 56,
-        frame_owner: 70,
-        frame_is_entry: NONE,
-        code_adaptive: 200,
-        code_filename: 112,
-        code_qualname: 128,
-        code_linetable: 136,
-        code_firstlineno: 68,
-        ascii_size: 40,
-        compact_size: 56,
-    },
-];
-
-/// The versions [`LAYOUTS`] covers, for messages.
-pub const SUPPORTED: &str = "3.11, 3.12 and 3.13";
-
-/// The layout of CPython 3.`minor`.
-pub fn layout(minor: u32) -> Option<&'static Layout> {
-    LAYOUTS.iter().find(|l| l.minor == minor)
-}
-
-/// What the kernel needs for a process of `layout` whose `_PyRuntime` is at
-/// `runtime`.
-pub fn proc_entry(layout: &Layout, runtime: u64) -> PyProc {
-    PyProc {
-        interp_head: runtime + u64::from(layout.runtime_interpreters_head),
-        interp_threads: layout.interp_threads_head,
-        tstate_next: layout.tstate_next,
-        tstate_native_tid: layout.tstate_native_thread_id,
-        tstate_frame: layout.tstate_frame,
-        cframe_frame: layout.cframe_current_frame,
-        frame_code: layout.frame_code,
-        frame_previous: layout.frame_previous,
-        frame_instr: layout.frame_instr,
-        frame_owner: layout.frame_owner,
-        frame_is_entry: layout.frame_is_entry,
-        code_adaptive: layout.code_adaptive,
-        pad: 0,
-    }
-}
 
 /// What a binary exports that marks it as CPython (virtual addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,14 +104,15 @@ struct Code {
     qualname: String,
     file: String,
     first: i32,
-    /// `co_linetable`.
+    /// `co_linetable` (`co_lnotab` before 3.10).
     table: Vec<u8>,
+    format: Format,
 }
 
 impl Code {
     /// `py:qualname (file:line)` of instruction `index`.
     fn name(&self, index: u64) -> String {
-        let line = match line_of(&self.table, self.first, index) {
+        let line = match self.format.line(&self.table, self.first, index) {
             Some(line) => line.to_string(),
             None => "?".into(),
         };
@@ -281,6 +159,9 @@ pub struct Python {
     files: HashMap<FileKey, Option<Binary>>,
     /// Versions already said to be unsupported.
     told: Vec<(u32, u32)>,
+    /// `task_struct.thread.fsbase`, read from the kernel's BTF when a
+    /// CPython before 3.11 is first met ([`NONE`]: not found).
+    fsbase: Option<u32>,
 }
 
 impl Python {
@@ -322,6 +203,7 @@ impl Python {
             reader: Some(reader),
             files: HashMap::new(),
             told: Vec::new(),
+            fsbase: None,
         })
     }
 
@@ -368,7 +250,7 @@ impl Python {
             if !self.told.contains(&(major, minor)) {
                 self.told.push((major, minor));
                 let version = match minor {
-                    0 => "a Python older than 3.11".to_string(),
+                    0 => "a Python whose version its file name does not tell".to_string(),
                     _ => format!("Python {major}.{minor}"),
                 };
                 eprintln!(
@@ -378,7 +260,22 @@ impl Python {
             }
             return true;
         };
-        let entry = proc_entry(layout, bias.wrapping_add(bin.runtime));
+        let fsbase = match layout.frame_objects() {
+            true => *self
+                .fsbase
+                .get_or_insert_with(|| crate::attach::task_btf::fsbase_offset().unwrap_or(NONE)),
+            false => NONE,
+        };
+        if layout.frame_objects() && fsbase == NONE {
+            if !self.told.contains(&(major, minor)) {
+                self.told.push((major, minor));
+                eprintln!(
+                    "profiler: note: {path} (PID {pid}) is Python 3.{minor}, whose threads are found                      by their fs base, and this kernel's BTF does not say where task_struct keeps it;                      its stacks show the interpreter's native frames only"
+                );
+            }
+            return true;
+        }
+        let entry = proc_entry(layout, bias.wrapping_add(bin.runtime), fsbase);
         if self.procs.insert(pid, entry, 0).is_ok() {
             if let Ok(mut g) = PROCS.lock() {
                 g.get_or_insert_with(HashMap::new).insert(
@@ -567,68 +464,8 @@ fn read_code(mem: &Mem, proc: &Proc, code: u64) -> Option<Read> {
         file,
         first,
         table,
+        format: Format::of(l.minor),
     }))
-}
-
-/// The line of instruction `index` (code units) from a 3.11+ location
-/// table (`co_linetable`, PEP 626/657's format), starting at `first`.
-pub fn line_of(table: &[u8], first: i32, index: u64) -> Option<i32> {
-    let mut pos = 0usize;
-    let mut line = first;
-    let mut addr = 0u64;
-    let next = |pos: &mut usize| -> Option<u8> {
-        let b = *table.get(*pos)?;
-        *pos += 1;
-        Some(b)
-    };
-    let varint = |pos: &mut usize| -> Option<u32> {
-        let mut b = next(pos)?;
-        let mut val = u32::from(b & 63);
-        let mut shift = 0;
-        while b & 64 != 0 {
-            b = next(pos)?;
-            shift += 6;
-            if shift > 30 {
-                return None;
-            }
-            val |= u32::from(b & 63) << shift;
-        }
-        Some(val)
-    };
-    let svarint = |pos: &mut usize| -> Option<i32> {
-        let v = varint(pos)?;
-        Some(if v & 1 != 0 {
-            -((v >> 1) as i32)
-        } else {
-            (v >> 1) as i32
-        })
-    };
-    while pos < table.len() {
-        let b = next(&mut pos)?;
-        let code = (b >> 3) & 15;
-        let len = u64::from(b & 7) + 1;
-        let mut located = true;
-        match code {
-            15 => located = false,
-            14 => {
-                line += svarint(&mut pos)?;
-                varint(&mut pos)?;
-                varint(&mut pos)?;
-                varint(&mut pos)?;
-            }
-            13 => line += svarint(&mut pos)?,
-            10..=12 => {
-                line += i32::from(code) - 10;
-                pos += 2;
-            }
-            _ => pos += 1,
-        }
-        if index < addr + len {
-            return located.then_some(line);
-        }
-        addr += len;
-    }
-    None
 }
 
 /// Puts the Python frames of a stack (the kernel appends them after the
@@ -674,118 +511,6 @@ pub fn splice<T>(addrs: &[u64], frames: Vec<T>, is_eval: impl Fn(&T) -> bool) ->
 mod tests {
     use super::*;
 
-    /// The include directories of the CPythons on this machine (Debian's,
-    /// pyenv's) whose frames are walked.
-    fn installed_headers() -> Vec<std::path::PathBuf> {
-        let mut dirs: Vec<std::path::PathBuf> = (11..=13)
-            .map(|m| format!("/usr/include/python3.{m}").into())
-            .collect();
-        let pyenv = std::env::var_os("PYENV_ROOT")
-            .map(std::path::PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pyenv")));
-        if let Some(Ok(versions)) = pyenv.map(|p| std::fs::read_dir(p.join("versions"))) {
-            for v in versions.flatten() {
-                for m in 11..=13 {
-                    dirs.push(v.path().join(format!("include/python3.{m}")));
-                }
-            }
-        }
-        dirs.retain(|d| d.join("internal/pycore_frame.h").exists());
-        dirs
-    }
-
-    /// Every offset of [`LAYOUTS`] (and the constants shared by all
-    /// versions) against `offsetof` in each installed CPython's headers.
-    #[test]
-    fn layouts_match_each_installed_cpythons_headers() {
-        let dirs = installed_headers();
-        if dirs.is_empty() {
-            eprintln!("SKIP layouts_match_each_installed_cpythons_headers: no CPython 3.11+ headers (apt-get install python3.11-dev)");
-            return;
-        }
-        let tmp = std::env::temp_dir().join(format!("pyoffsets-{}", std::process::id()));
-        std::fs::create_dir_all(&tmp).unwrap();
-        let src = tmp.join("offsets.c");
-        std::fs::write(&src, include_str!("python_offsets.c")).unwrap();
-        for dir in dirs {
-            let exe = tmp.join("offsets");
-            let cc = std::process::Command::new("gcc")
-                .arg(format!("-I{}", dir.display()))
-                .arg("-o")
-                .arg(&exe)
-                .arg(&src)
-                .output()
-                .expect("gcc");
-            assert!(
-                cc.status.success(),
-                "{}: {}",
-                dir.display(),
-                String::from_utf8_lossy(&cc.stderr)
-            );
-            let out = std::process::Command::new(&exe)
-                .output()
-                .expect("run offsets");
-            let got: HashMap<String, u32> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| {
-                    let (k, v) = l.split_once(' ')?;
-                    Some((k.to_string(), v.parse().ok()?))
-                })
-                .collect();
-            let l =
-                layout(got["minor"]).unwrap_or_else(|| panic!("no layout for {}", dir.display()));
-            let frame = got.get("tstate_cframe").or(got.get("tstate_current_frame"));
-            let want = [
-                (
-                    "runtime_interpreters_head",
-                    Some(l.runtime_interpreters_head),
-                ),
-                ("interp_threads_head", Some(l.interp_threads_head)),
-                ("tstate_next", Some(l.tstate_next)),
-                ("tstate_native_thread_id", Some(l.tstate_native_thread_id)),
-                (
-                    "cframe_current_frame",
-                    (l.cframe_current_frame != NONE).then_some(l.cframe_current_frame),
-                ),
-                ("frame_code", Some(l.frame_code)),
-                ("frame_previous", Some(l.frame_previous)),
-                ("frame_instr", Some(l.frame_instr)),
-                ("frame_owner", Some(l.frame_owner)),
-                (
-                    "frame_is_entry",
-                    (l.frame_is_entry != NONE).then_some(l.frame_is_entry),
-                ),
-                ("code_adaptive", Some(l.code_adaptive)),
-                ("code_filename", Some(l.code_filename)),
-                ("code_qualname", Some(l.code_qualname)),
-                ("code_linetable", Some(l.code_linetable)),
-                ("code_firstlineno", Some(l.code_firstlineno)),
-                ("ascii_size", Some(l.ascii_size)),
-                ("compact_size", Some(l.compact_size)),
-                ("OB_TYPE", Some(OB_TYPE as u32)),
-                ("STR_LENGTH", Some(STR_LENGTH as u32)),
-                ("STR_STATE", Some(STR_STATE as u32)),
-                ("BYTES_DATA", Some(BYTES_DATA as u32)),
-                ("VAR_SIZE", Some(VAR_SIZE as u32)),
-            ];
-            assert_eq!(
-                frame,
-                Some(&l.tstate_frame),
-                "{}: tstate_frame",
-                dir.display()
-            );
-            for (name, value) in want {
-                assert_eq!(got.get(name).copied(), value, "{}: {name}", dir.display());
-            }
-            eprintln!(
-                "{}: 3.{} layout matches its headers",
-                dir.display(),
-                l.minor
-            );
-        }
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-
     #[test]
     fn versions_from_file_names() {
         assert_eq!(
@@ -797,42 +522,6 @@ mod tests {
             Some((3, 9))
         );
         assert_eq!(version_in_name("/usr/bin/python3"), None);
-    }
-
-    #[test]
-    fn line_table_entries_of_each_form() {
-        // Entries: short form (code 0, 2 units, line +0), one-line form
-        // (code 11: +1, 1 unit), no-column form (code 13, +3, 1 unit), no
-        // location (code 15, 1 unit), long form (code 14, -2, 2 units).
-        let table = [
-            0x80 | 1,
-            0x00,
-            0x80 | (11 << 3),
-            0x01,
-            0x02,
-            0x80 | (13 << 3),
-            6,
-            0x80 | (15 << 3),
-            0x80 | (14 << 3) | 1,
-            5,
-            0,
-            1,
-            1,
-        ];
-        let lines: Vec<_> = (0..8).map(|i| line_of(&table, 10, i)).collect();
-        assert_eq!(
-            lines,
-            [
-                Some(10),
-                Some(10),
-                Some(11),
-                Some(14),
-                None,
-                Some(12),
-                Some(12),
-                None
-            ]
-        );
     }
 
     #[test]

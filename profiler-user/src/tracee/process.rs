@@ -311,9 +311,54 @@ pub fn maps_file(pid: u32, id: FileId, path: &Path) -> bool {
     })
 }
 
+/// The characters of a thread's name Linux keeps (`TASK_COMM_LEN` less
+/// its NUL): `AWT-EventQueue-0` is seen as `AWT-EventQueue-`.
+pub const COMM_LEN: usize = 15;
+
+/// Whether the truncation note was said (once a run: `--thread` is
+/// resolved more than once).
+static TOLD_TRUNCATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// How `--thread NAME` matched a process's threads.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ByName {
+    /// A thread has that name (the first one, by TID).
+    Exact(u32, String),
+    /// None has it, the name is longer than [`COMM_LEN`], and one thread's
+    /// name is its first [`COMM_LEN`] bytes.
+    Truncated(u32, String),
+    /// As [`ByName::Truncated`], but several threads have that name.
+    Ambiguous(Vec<u32>, String),
+    None,
+}
+
+/// Matches `spec` against `threads` (TID and name, by TID).
+pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
+    if let Some((tid, name)) = threads.iter().find(|(_, n)| n == spec) {
+        return ByName::Exact(*tid, name.clone());
+    }
+    if spec.len() <= COMM_LEN {
+        return ByName::None;
+    }
+    // The kernel cuts bytes, and `comm` reads back lossily where that
+    // splits a character.
+    let cut = String::from_utf8_lossy(&spec.as_bytes()[..COMM_LEN]).into_owned();
+    let tids: Vec<u32> = threads
+        .iter()
+        .filter(|(_, n)| *n == cut)
+        .map(|(t, _)| *t)
+        .collect();
+    match tids[..] {
+        [] => ByName::None,
+        [tid] => ByName::Truncated(tid, cut),
+        _ => ByName::Ambiguous(tids, cut),
+    }
+}
+
 impl Target {
     /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
-    /// a thread name. Returns the tid and its name.
+    /// a thread name (one longer than Linux keeps matches its truncation,
+    /// [`by_name`]). Returns the tid and its name.
     pub fn resolve_thread(&self, spec: &str) -> Result<(u32, String)> {
         let pid = self.pid;
         let name_of = |tid: u32| thread_name(pid, tid);
@@ -329,28 +374,41 @@ impl Target {
         }
         let tasks = fs::read_dir(format!("/proc/{pid}/task"))
             .map_err(|e| Error::io(format!("listing /proc/{pid}/task"), e))?;
-        let mut names = Vec::new();
-        for entry in tasks.flatten() {
-            let Some(tid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if let Some(n) = name_of(tid) {
-                if n == spec {
-                    return Ok((tid, n));
+        let mut threads: Vec<(u32, String)> = tasks
+            .flatten()
+            .filter_map(|entry| {
+                let tid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+                Some((tid, name_of(tid)?))
+            })
+            .collect();
+        threads.sort();
+        match by_name(spec, &threads) {
+            ByName::Exact(tid, name) => Ok((tid, name)),
+            ByName::Truncated(tid, name) => {
+                if !TOLD_TRUNCATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!(
+                        "profiler: note: PID {pid} has no thread named {spec:?}, and Linux keeps a \
+                         thread's first {COMM_LEN} characters: watching thread {tid}, named {name:?}"
+                    );
                 }
-                names.push(n);
+                Ok((tid, name))
+            }
+            ByName::Ambiguous(tids, name) => Err(Error::Usage(format!(
+                "--thread {spec:?}: Linux keeps a thread's first {COMM_LEN} characters, and PID {pid} has {} \
+                 threads named {name:?} (TIDs {}); use --thread TID",
+                tids.len(),
+                tids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+            ))),
+            ByName::None => {
+                let mut names: Vec<String> = threads.into_iter().map(|(_, n)| n).collect();
+                names.sort();
+                names.dedup();
+                Err(Error::Usage(format!(
+                    "PID {pid} has no thread named {spec:?}; its threads are: {}; use --thread main, a TID or one of these names",
+                    names.join(", ")
+                )))
             }
         }
-        names.sort();
-        names.dedup();
-        Err(Error::Usage(format!(
-            "PID {pid} has no thread named {spec:?}; its threads are: {}; use --thread main, a TID or one of these names",
-            names.join(", ")
-        )))
     }
 }
 
@@ -511,6 +569,42 @@ mod tests {
         // PID 2 is kthreadd on Linux; this test process is a user process.
         assert_eq!(kernel_thread_name(2).as_deref(), Some("kthreadd"));
         assert_eq!(kernel_thread_name(std::process::id()), None);
+    }
+
+    #[test]
+    fn a_thread_name_longer_than_linux_keeps_matches_its_truncation() {
+        let t = |v: &[(u32, &str)]| -> Vec<(u32, String)> {
+            v.iter().map(|(t, n)| (*t, n.to_string())).collect()
+        };
+        let threads = t(&[(10, "java"), (11, "AWT-EventQueue-"), (12, "AWT-Shutdown")]);
+        // Its own name first, exactly.
+        assert_eq!(by_name("java", &threads), ByName::Exact(10, "java".into()));
+        assert_eq!(
+            by_name("AWT-EventQueue-", &threads),
+            ByName::Exact(11, "AWT-EventQueue-".into())
+        );
+        // 16 characters: its first 15.
+        assert_eq!(
+            by_name("AWT-EventQueue-0", &threads),
+            ByName::Truncated(11, "AWT-EventQueue-".into())
+        );
+        // 15 characters or fewer must match exactly.
+        assert_eq!(by_name("AWT-EventQueue", &threads), ByName::None);
+        assert_eq!(by_name("AWT-Shutdown-hook", &threads), ByName::None);
+        // A name that truncates to another thread's name but is not it.
+        assert_eq!(by_name("AWT-EventQueuX-0", &threads), ByName::None);
+        // Two threads with that truncation: refused, with both TIDs.
+        let two = t(&[(11, "AWT-EventQueue-"), (13, "AWT-EventQueue-")]);
+        assert_eq!(
+            by_name("AWT-EventQueue-1", &two),
+            ByName::Ambiguous(vec![11, 13], "AWT-EventQueue-".into())
+        );
+        // A cut inside a character reads back lossily, as /proc shows it.
+        let cut = String::from_utf8_lossy(&"abcdefghijklmné-x".as_bytes()[..15]).into_owned();
+        assert_eq!(
+            by_name("abcdefghijklmné-x", &t(&[(20, &cut)])),
+            ByName::Truncated(20, cut.clone())
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! CPython frames by PID (issue 22): a script started without flags, by
-//! every CPython 3.11+ on the machine (Debian's python3.11, pyenv's
-//! builds), sampled by PID: the samples in the interpreter carry the
-//! script's Python functions and lines, under the evaluator frames that
-//! run them, checked against the script's known call structure.
+//! CPython frames by PID (issue 22; 3.8-3.10, issue 44): a script started
+//! without flags, by every CPython 3.8+ on the machine (Debian's
+//! python3.11, pyenv's builds), sampled by PID: the samples in the
+//! interpreter carry the script's Python functions and lines, under the
+//! evaluator frames that run them, checked against the script's known
+//! call structure.
 use profiler_tests::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -48,8 +49,10 @@ fn pythons() -> Vec<PathBuf> {
 
 /// Of the samples of `stacks` in the evaluator, the share whose Python
 /// frames are `<module>` → `outer` → `middle` → `leaf` at the script's
-/// lines, and how many were in the evaluator.
-fn named_share(stacks: &[(Vec<String>, u64)], script: &Path) -> (f64, u64) {
+/// lines, and how many were in the evaluator. From 3.11 one evaluator call
+/// runs them all, and they are adjacent; before (`one_per_eval`) each has
+/// a call of its own, and each must be just inside an evaluator frame.
+fn named_share(stacks: &[(Vec<String>, u64)], script: &Path, one_per_eval: bool) -> (f64, u64) {
     let s = script.display();
     let chain = [
         format!("py:<module> ({s}:14)"),
@@ -63,6 +66,31 @@ fn named_share(stacks: &[(Vec<String>, u64)], script: &Path) -> (f64, u64) {
             continue;
         }
         in_eval += n;
+        let py: Vec<String>;
+        let frames = match one_per_eval {
+            false => frames,
+            true => {
+                // The evaluator frame's inlined callees (`_Py_DECREF_[i]`)
+                // stay with it.
+                let placed = frames.iter().enumerate().all(|(i, f)| {
+                    !f.starts_with("py:")
+                        || frames[..i]
+                            .iter()
+                            .rev()
+                            .find(|f| !f.ends_with("_[i]"))
+                            .is_some_and(|f| f == "_PyEval_EvalFrameDefault")
+                });
+                if !placed {
+                    continue;
+                }
+                py = frames
+                    .iter()
+                    .filter(|f| f.starts_with("py:"))
+                    .cloned()
+                    .collect();
+                &py
+            }
+        };
         let ok = frames.windows(4).any(|w| {
             w[..3].iter().zip(&chain).all(|(a, b)| a == b)
                 && w[3]
@@ -78,6 +106,59 @@ fn named_share(stacks: &[(Vec<String>, u64)], script: &Path) -> (f64, u64) {
     (named as f64 / in_eval.max(1) as f64, in_eval)
 }
 
+/// Samples [`SCRIPT`] run by `python` for 2 s by PID, and asserts that
+/// 95% of the samples in the evaluator carry its functions at its lines.
+/// Returns the script's process, still running.
+fn sampled_by_pid_carry_the_scripts_frames(python: &Path, script: &Path) -> Fixture {
+    let mut cmd = Command::new(python);
+    cmd.arg(script);
+    let fx = Fixture::spawn_cmd(cmd, python);
+    let out = TempDir::new("pyframes-out");
+    let fin = profiler(&[
+        "sample",
+        "--pid",
+        &fx.pid.to_string(),
+        "--duration",
+        "2s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{}: {fin:?}", python.display());
+    assert!(
+        !fin.stderr.iter().any(|l| l.contains("not walked")),
+        "{}: {:?}",
+        python.display(),
+        fin.stderr
+    );
+    let stacks = folded(&read(out.path(), "cpu.folded"));
+    let old = ["3.8", "3.9", "3.10"]
+        .iter()
+        .any(|v| python.to_string_lossy().ends_with(&format!("python{v}")));
+    let (share, total) = named_share(&stacks, script, old);
+    eprintln!(
+        "{}: <module>;outer;middle;leaf with their lines in {:.1}% of {total} samples in the evaluator",
+        python.display(),
+        share * 100.0
+    );
+    assert!(
+        total >= 100,
+        "{}: only {total} samples in the evaluator",
+        python.display()
+    );
+    assert!(
+        share >= 0.95,
+        "{}: {:.3} of {total}",
+        python.display(),
+        share
+    );
+    let txt = read(out.path(), "cpu.txt");
+    assert!(
+        txt.contains("samples in the interpreter (_PyEval_EvalFrameDefault)"),
+        "cpu.txt counts them: {txt}"
+    );
+    fx
+}
+
 #[test]
 fn python_frames_by_pid_in_every_installed_cpython() {
     require_root!();
@@ -90,43 +171,7 @@ fn python_frames_by_pid_in_every_installed_cpython() {
     let script = dir.join("app.py");
     std::fs::write(&script, SCRIPT).expect("write app.py");
     for python in &pythons {
-        let mut cmd = Command::new(python);
-        cmd.arg(&script);
-        let fx = Fixture::spawn_cmd(cmd, python);
-        let out = TempDir::new("pyframes-out");
-        let fin = profiler(&[
-            "sample",
-            "--pid",
-            &fx.pid.to_string(),
-            "--duration",
-            "2s",
-            "--out",
-            out.path().to_str().unwrap(),
-        ]);
-        assert!(fin.status.success(), "{}: {fin:?}", python.display());
-        let stacks = folded(&read(out.path(), "cpu.folded"));
-        let (share, total) = named_share(&stacks, &script);
-        eprintln!(
-            "{}: <module>;outer;middle;leaf with their lines in {:.1}% of {total} samples in the evaluator",
-            python.display(),
-            share * 100.0
-        );
-        assert!(
-            total >= 100,
-            "{}: only {total} samples in the evaluator",
-            python.display()
-        );
-        assert!(
-            share >= 0.95,
-            "{}: {:.3} of {total}",
-            python.display(),
-            share
-        );
-        let txt = read(out.path(), "cpu.txt");
-        assert!(
-            txt.contains("samples in the interpreter (_PyEval_EvalFrameDefault)"),
-            "cpu.txt counts them: {txt}"
-        );
+        let _running = sampled_by_pid_carry_the_scripts_frames(python, &script);
         if python == Path::new("/usr/bin/python3.11") {
             // System-wide, the same names (the Debian build only: one
             // system-wide session is enough).
@@ -147,7 +192,7 @@ fn python_frames_by_pid_in_every_installed_cpython() {
                 .into_iter()
                 .filter(|(s, _)| s[0] == "python3.11")
                 .collect();
-            let (share, total) = named_share(&mine, &script);
+            let (share, total) = named_share(&mine, &script, false);
             eprintln!("--all: named in {:.1}% of {total}", share * 100.0);
             assert!(
                 total >= 100 && share >= 0.95,
@@ -157,22 +202,21 @@ fn python_frames_by_pid_in_every_installed_cpython() {
     }
 }
 
-/// A Python older than the walker knows gets one line naming its version,
-/// and its native frames as before; never a Python name.
+/// A Python older than the walker knows (3.7) gets one line naming its
+/// version, and its native frames as before; never a Python name.
 #[test]
 fn an_unsupported_python_says_so_once_and_keeps_native_frames() {
     require_root!();
-    let old = pythons_before_311();
-    let Some(python) = old.first() else {
-        eprintln!("SKIP an_unsupported_python_says_so_once_and_keeps_native_frames: no CPython 3.8-3.10 (pyenv)");
+    let Some(python) = pyenv_pythons(7..=7).into_iter().next() else {
+        eprintln!("SKIP an_unsupported_python_says_so_once_and_keeps_native_frames: no CPython 3.7 (pyenv)");
         return;
     };
     let dir = TempDir::new("pyold");
     let script = dir.join("app.py");
     std::fs::write(&script, SCRIPT).expect("write app.py");
-    let mut cmd = Command::new(python);
+    let mut cmd = Command::new(&python);
     cmd.arg(&script);
-    let fx = Fixture::spawn_cmd(cmd, python);
+    let fx = Fixture::spawn_cmd(cmd, &python);
     let out = TempDir::new("pyold-out");
     let fin = profiler(&[
         "sample",
@@ -190,7 +234,8 @@ fn an_unsupported_python_says_so_once_and_keeps_native_frames() {
         .filter(|l| l.contains("whose frames are not walked"))
         .collect();
     assert_eq!(notes.len(), 1, "one line: {:?}", fin.stderr);
-    assert!(notes[0].contains("Python 3."), "{}", notes[0]);
+    assert!(notes[0].contains("Python 3.7"), "{}", notes[0]);
+    assert!(notes[0].contains("supported: 3.8 to 3.13"), "{}", notes[0]);
     let folded = read(out.path(), "cpu.folded");
     assert!(!folded.contains("py:"), "no Python names for it");
     assert!(
@@ -199,7 +244,9 @@ fn an_unsupported_python_says_so_once_and_keeps_native_frames() {
     );
 }
 
-fn pythons_before_311() -> Vec<PathBuf> {
+/// pyenv's `bin/python3.M` for each minor version `M` of `minors`
+/// installed, sorted.
+fn pyenv_pythons(minors: std::ops::RangeInclusive<u32>) -> Vec<PathBuf> {
     let pyenv = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
@@ -208,11 +255,156 @@ fn pythons_before_311() -> Vec<PathBuf> {
     };
     let mut v: Vec<PathBuf> = versions
         .flatten()
-        .flat_map(|v| (8..=10).map(move |m| v.path().join(format!("bin/python3.{m}"))))
+        .flat_map(|v| {
+            minors
+                .clone()
+                .map(move |m| v.path().join(format!("bin/python3.{m}")))
+        })
         .filter(|p| p.exists())
         .collect();
     v.sort();
     v
+}
+
+/// pyenv's CPython 3.`minor`, or None (said on stderr: `test` skips it).
+fn pyenv_python(test: &str, minor: u32) -> Option<PathBuf> {
+    let found = pyenv_pythons(minor..=minor).into_iter().next();
+    if found.is_none() {
+        eprintln!("SKIP {test} for 3.{minor}: no CPython 3.{minor} (pyenv install 3.{minor})");
+    }
+    found
+}
+
+/// CPython 3.8, 3.9 and 3.10 (issue 44): their `PyFrameObject` chains,
+/// found by each thread's `pthread_self()`, named from `co_name` and
+/// `co_lnotab` (3.8, 3.9) or 3.10's `co_linetable`.
+#[test]
+fn python_frames_by_pid_in_cpython_3_8_to_3_10() {
+    require_root!();
+    let dir = TempDir::new("pyframes-old");
+    let script = dir.join("app.py");
+    std::fs::write(&script, SCRIPT).expect("write app.py");
+    for minor in 8..=10 {
+        let test = "python_frames_by_pid_in_cpython_3_8_to_3_10";
+        if let Some(python) = pyenv_python(test, minor) {
+            sampled_by_pid_carry_the_scripts_frames(&python, &script);
+        }
+    }
+}
+
+/// An asyncio app on CPython 3.10: every 0.4 s a stall of 220 ms,
+/// alternately on the CPU (`blocking_parse`) and blocked (`time.sleep` in
+/// `staller`), each logged with its own clock.
+const ASYNCIO_APP: &str = r#"
+import asyncio, json, os, sys, time
+
+def blocking_parse():
+    t = time.monotonic()
+    x = 0
+    while time.monotonic() - t < 0.22:
+        for i in range(1000):
+            x += i * i % 7
+    return x
+
+async def ticker():
+    while True:
+        await asyncio.sleep(0.005)
+
+async def staller(log):
+    i = 0
+    while True:
+        await asyncio.sleep(0.4)
+        kind = "cpu" if i % 2 == 0 else "sleep"
+        t0 = time.monotonic_ns()
+        if kind == "cpu":
+            blocking_parse()
+        else:
+            time.sleep(0.22)
+        log.write(json.dumps({"kind": kind, "start_ns": t0, "end_ns": time.monotonic_ns()}) + "\n")
+        log.flush()
+        i += 1
+
+async def main():
+    with open(sys.argv[1], "w") as log:
+        await asyncio.gather(ticker(), staller(log))
+
+print("ready", os.getpid(), flush=True)
+asyncio.run(main())
+"#;
+
+/// `record --pid` on a 3.10 asyncio app: each slow dispatch that holds a
+/// stall of the app's log is keyed by the stall's Python function
+/// (`py:blocking_parse` on the CPU, `py:staller` around the sleep), and
+/// the in-dispatch samples carry Python frames.
+#[test]
+fn a_python_3_10_asyncio_stall_is_named_by_its_python_function() {
+    require_root!();
+    let test = "a_python_3_10_asyncio_stall_is_named_by_its_python_function";
+    let Some(python) = pyenv_python(test, 10) else {
+        return;
+    };
+    let dir = TempDir::new("asyncio310");
+    let app = dir.join("app.py");
+    let log = dir.join("stalls.log");
+    std::fs::write(&app, ASYNCIO_APP).expect("write app.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg(&app).arg(&log);
+    let fx = Fixture::spawn_cmd(cmd, &python);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = TempDir::new("asyncio310-out");
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &["--threshold", "100ms", "--duration", "5s"],
+    );
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    drop(fx);
+    let d = read_json(out.path(), "dispatches.json");
+    let with_py = num(&d["sampler"], "with_python_frames");
+    assert!(
+        with_py * 100 >= num(&d["sampler"], "samples") * 95,
+        "samples with Python frames: {}",
+        d["sampler"]
+    );
+    let stalls: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("stalls.log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("stall line"))
+        .collect();
+    let session_start = num(&d, "session_start_ns");
+    let (mut cpu, mut sleep) = (0, 0);
+    for g in d["slow"].as_array().expect("slow dispatches") {
+        let (s, e) = (
+            session_start + num(g, "start_ns"),
+            session_start + num(g, "start_ns") + num(g, "measured_ns"),
+        );
+        let Some(stall) = stalls
+            .iter()
+            .find(|st| num(st, "start_ns") >= s && num(st, "end_ns") <= e)
+        else {
+            continue;
+        };
+        let key = g["key"].as_str().unwrap_or_default();
+        let named = match stall["kind"].as_str() {
+            Some("cpu") => {
+                cpu += 1;
+                "py:blocking_parse ("
+            }
+            _ => {
+                sleep += 1;
+                "py:staller ("
+            }
+        };
+        assert!(key.contains(named), "the key names {named}…: {g}");
+    }
+    eprintln!(
+        "3.10 asyncio: {cpu} CPU stalls and {sleep} sleeps, each keyed by its Python function"
+    );
+    assert!(
+        cpu >= 3 && sleep >= 3,
+        "about 6 of each in 5 s: {cpu} and {sleep}"
+    );
 }
 
 /// An asyncio app that, told `go` on stdin, runs exactly five full

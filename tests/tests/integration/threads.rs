@@ -56,3 +56,86 @@ fn per_thread_counts_names_and_target_exit() {
         "self of thr_work {got} vs {want}"
     );
 }
+
+/// Issue 44: `--thread NAME` with a name longer than the 15 characters
+/// Linux keeps (`AWT-EventQueue-0`) watches the thread whose name is its
+/// truncation, and says so once; each of that thread's 5 slow dispatches
+/// is found, exactly. A name whose truncation no thread has is refused.
+#[test]
+fn a_thread_name_longer_than_linux_keeps_matches_its_truncation() {
+    require_root!();
+    let exe = build_c(
+        "long_thread_name.c",
+        "long_thread_name",
+        &["-O1", "-g", "-pthread"],
+    );
+    let mut fx = Fixture::spawn(&exe, &[]);
+    // The worker names itself as it starts.
+    let named = (0..100).any(|_| {
+        let found = std::fs::read_dir(format!("/proc/{}/task", fx.pid))
+            .map(|d| {
+                d.flatten().any(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == "AWT-EventQueue-")
+                })
+            })
+            .unwrap_or(false);
+        if !found {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        found
+    });
+    assert!(named, "the worker never named itself");
+    // Refused: no thread's name is the first 15 characters of this one.
+    let out = TempDir::new("long-name-refused");
+    let pid = fx.pid.to_string();
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &pid,
+        "--thread",
+        "AWT-EventQueuX-0",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert_error(&fin, "has no thread named \"AWT-EventQueuX-0\"", false);
+    let out = TempDir::new("long-name");
+    let rec = Recording::start(
+        fx.pid,
+        out.path(),
+        &[
+            "--thread",
+            "AWT-EventQueue-0",
+            "--dispatch",
+            "edt_dispatch",
+            "--threshold",
+            "100ms",
+        ],
+    );
+    let truth = fx.run();
+    let fin = rec.stop(libc::SIGINT);
+    fx.release();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    let tid = num(&truth, "tid");
+    let notes: Vec<&String> = fin
+        .stderr
+        .iter()
+        .filter(|l| l.contains("Linux keeps a thread's first 15 characters"))
+        .collect();
+    assert_eq!(notes.len(), 1, "said once: {:?}", fin.stderr);
+    assert!(
+        notes[0].contains(&format!("watching thread {tid}, named \"AWT-EventQueue-\"")),
+        "{}",
+        notes[0]
+    );
+    let d = read_json(out.path(), "dispatches.json");
+    assert_eq!(
+        num(&d["thread"], "tid"),
+        tid,
+        "the worker is watched: {}",
+        d["thread"]
+    );
+    assert_eq!(num(&d, "dispatches"), num(&truth, "dispatches"), "{d}");
+    let slow = d["slow"].as_array().expect("slow dispatches");
+    assert_eq!(slow.len() as u64, num(&truth, "slow"), "{slow:?}");
+}
