@@ -20,7 +20,7 @@ impl Dispatcher {
     /// Explains the slow dispatches (and names the samples' outermost
     /// frames) that wait for names, in order, until one is still not
     /// named.
-    fn explain_deferred(&mut self) {
+    pub(super) fn explain_deferred(&mut self) {
         while !self.quality_deferred.is_empty() || !self.deferred.is_empty() {
             if self.symbolizer.is_busy() {
                 return;
@@ -110,7 +110,7 @@ impl Dispatcher {
     }
 
     /// Counts a dispatch that ended, as lasting `duration_ns`.
-    fn counted(&mut self, open: &Open, start_ns: u64, duration_ns: u64) {
+    pub(super) fn counted(&mut self, open: &Open, start_ns: u64, duration_ns: u64) {
         self.stats.add(
             Worst {
                 duration_ns,
