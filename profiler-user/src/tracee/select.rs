@@ -476,7 +476,7 @@ fn add_python_gc(
 /// process, every outermost traced call.
 pub const FALLBACK_RULE: &str =
     "iterations of the watched thread's event loop, from the return of \
-     its wait syscall (epoll, poll, select, io_uring) to its next entry (no dispatch function \
+     its wait syscall (epoll, poll, select, io_uring, futex) to its next entry (no dispatch function \
      known: --dispatch names one)";
 /// [`FALLBACK_RULE`] with several traced processes.
 pub const FALLBACK_RULE_PER_PROCESS: &str =

@@ -631,7 +631,7 @@ impl Dispatcher {
         match (self.cfg.wait_loop, self.waits_seen) {
             (true, true) => format!("{}; {}", self.cfg.rule, self.loop_wait.describe()),
             (true, false) => "every outermost traced call on the watched thread: it never waited \
-                 in epoll, poll, select or io_uring, so no event loop was seen (--dispatch names a \
+                 in epoll, poll, select, io_uring or a futex, so no event loop was seen (--dispatch names a \
                  dispatch function)"
                 .to_string(),
             _ => self.cfg.rule.clone(),
