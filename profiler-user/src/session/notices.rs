@@ -19,6 +19,7 @@ pub fn line(notice: &Notice) -> String {
             "profiler: slow dispatch {} [{key}] {verdict}",
             fmt_ns(*duration_ns)
         ),
+        Notice::Note(line) => line.clone(),
         Notice::Hang {
             index,
             tid,

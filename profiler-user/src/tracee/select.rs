@@ -176,6 +176,8 @@ pub struct Selection {
     pub tail_callers: usize,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
+    /// The dispatch functions are a preset's (no `--dispatch`).
+    pub preset: bool,
     /// True when no dispatch function is known and every outermost traced
     /// call counts as one.
     pub dispatch_fallback: bool,
@@ -609,6 +611,7 @@ fn apply_presets(
         }
         if !sel.funcs.is_empty() {
             sel.dispatch_rule = format!("preset {name}: {}", joined(patterns.iter()));
+            sel.preset = true;
             return Ok(());
         }
     }

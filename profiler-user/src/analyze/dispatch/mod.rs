@@ -72,6 +72,9 @@ pub struct Config {
     /// Dispatches are the iterations of the thread's event loop, bounded
     /// by its wait syscalls (no dispatch function known).
     pub wait_loop: bool,
+    /// With `wait_loop`: the dispatch functions are a preset's, which
+    /// count only if the watched thread calls them ([`iterations`]).
+    pub preset: bool,
 }
 
 /// One buffered record of an open dispatch.
@@ -203,6 +206,8 @@ pub enum Notice {
         /// Its one-line verdict.
         verdict: String,
     },
+    /// A line to tell as it is (what the dispatcher decided).
+    Note(String),
     /// A dispatch has run past `--hang` and is still running.
     Hang {
         /// Ordinal among all dispatches.
@@ -257,6 +262,8 @@ pub struct Dispatcher {
     pub loop_wait: loop_wait::LoopWait,
     /// The thread has waited in its loop: iterations are bounded by waits.
     waits_seen: bool,
+    /// A preset's functions on trial ([`Config::preset`]).
+    preset: iterations::PresetTrial,
     /// Per function, when the governor's detach of it was done (`u64::MAX`:
     /// not): a frame of it can never see its return after that. A time, not
     /// a flag, so that a dispatch explained late (its names read meanwhile)
@@ -362,6 +369,7 @@ impl Dispatcher {
             notices: Vec::new(),
             loop_wait: loop_wait::LoopWait::new(session_start_ns),
             waits_seen: false,
+            preset: iterations::PresetTrial::default(),
             gone: Vec::new(),
             detaching: Vec::new(),
             ended_by_detach: 0,
@@ -514,11 +522,12 @@ impl Dispatcher {
             .iter()
             .map(|&f| self.closed_by_detach(f, ts_ns))
             .collect();
+        let by_waits = self.by_waits();
         let Some(open) = &mut self.open else { return };
         open.calls.truncate(open.calls.len() - popped.len());
         open.detached += by_detach.iter().filter(|&&d| d).count() as u32;
         // An event-loop iteration ends only at the loop's wait.
-        let empty = open.calls.is_empty() && !(self.cfg.wait_loop && self.waits_seen);
+        let empty = open.calls.is_empty() && !by_waits;
         let (last_ns, split) = open.last;
         self.record(Rec::Unwound(level, if empty { last_ns } else { ts_ns }));
         if empty {
@@ -544,6 +553,8 @@ impl Dispatcher {
             if ev.sp != 0 {
                 self.unwind_to(ev.sp, ev.ts_ns);
             }
+            self.preset
+                .called(self.is_dispatch.get(func as usize) == Some(&true));
             if self.open.is_none() {
                 if self.by_waits()
                     || !self
