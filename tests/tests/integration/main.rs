@@ -47,6 +47,7 @@ mod tables;
 mod tail_calls;
 mod teardown;
 mod threads;
+mod tk;
 mod tracing;
 mod unwind_budget;
 mod unwinding;
