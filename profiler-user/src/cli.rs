@@ -469,6 +469,10 @@ pub struct WatchArgs {
     /// `--dispatch-hz` (default: a quarter of `--threshold`).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub full_rate_after: Option<Duration>,
+    /// Serve Prometheus metrics (text format) at http://ADDR/metrics: a bare
+    /// port listens on 127.0.0.1 only, HOST:PORT there. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Stop after this long (otherwise on Ctrl-C or SIGTERM).
     #[arg(long, short = 'd', value_parser = parse_duration, value_name = "DUR")]
     pub duration: Option<Duration>,

@@ -475,3 +475,69 @@ fn sighup_reopens_the_lines_and_sigusr1_writes_the_flight_recorder() {
     let text = std::fs::read_to_string(&snaps[0]).unwrap();
     assert!(text.contains("the flight recorder of PID"), "{text}");
 }
+
+#[test]
+fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
+    require_root!();
+    if profiler_tests::prometheus::binary_or_skip(module_path!()).is_none() {
+        return;
+    }
+    let out = TempDir::new("watch-metrics");
+    // A process named `a"b\n{c}`: its executable's file name.
+    let hostile = out.join("a\"b\n{c}");
+    std::fs::copy(stall_server(), &hostile).unwrap();
+    let mut child = Command::new(&hostile)
+        .args(["4", "3000", "400"])
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let port = profiler_tests::prometheus::free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let w = Recording::spawn_until(
+        watcher(
+            &out.join("w"),
+            &[
+                "--pid",
+                &pid.to_string(),
+                "--metrics",
+                &port.to_string(),
+                "--duration",
+                "30s",
+            ],
+        ),
+        &format!("watching PID {pid}"),
+    );
+    let prom = profiler_tests::prometheus::Prometheus::start(&[addr]);
+    let mut text = String::new();
+    use std::io::Read as _;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let truth = text.lines().filter(|l| l.starts_with("stall ")).count();
+    assert_eq!(truth, 4);
+    // The series stay a while after the process exits.
+    let q = format!("sum(profiler_stalls_total{{pid=\"{pid}\"}})");
+    prom.wait_for(&q, Duration::from_secs(20), |s| {
+        s.first().is_some_and(|s| s.value == truth as f64)
+    });
+    let lines = lines_of(&out.join("w"), pid);
+    assert_eq!(lines.len(), truth, "{lines:?}");
+    let series = prom.query(&format!("profiler_stalls_total{{pid=\"{pid}\"}}"));
+    assert!(!series.is_empty());
+    for s in &series {
+        assert_eq!(
+            s.labels.get("comm").map(String::as_str),
+            Some("a\"b\n{c}"),
+            "{s:?}"
+        );
+    }
+    drop(prom);
+    let fin = w.stop(libc::SIGTERM);
+    assert!(fin.status.success(), "{fin:?}");
+}

@@ -301,6 +301,25 @@ impl LoopWait {
         }
     }
 
+    /// The share of the last `secs` complete seconds before `now_ns` that
+    /// the loop spent idle in its wait (a wait in progress counted); None
+    /// before the first complete second. Reads only those seconds.
+    pub fn recent_idle_share(&self, now_ns: u64, secs: u64) -> Option<f64> {
+        let full = now_ns.saturating_sub(self.session_start_ns) / 1_000_000_000;
+        let from = full.saturating_sub(secs);
+        if full == from {
+            return None;
+        }
+        let (lo, hi) = (from as usize, (full as usize).min(self.idle_per_s.len()));
+        let mut idle: u64 = self.idle_per_s.get(lo..hi).map_or(0, |s| s.iter().sum());
+        if let Some(since) = self.idle_since {
+            let start = self.session_start_ns + from * 1_000_000_000;
+            let end = self.session_start_ns + full * 1_000_000_000;
+            idle += end.min(now_ns).saturating_sub(since.max(start));
+        }
+        Some((idle as f64 / ((full - from) as f64 * 1e9)).clamp(0.0, 1.0))
+    }
+
     /// Idle nanoseconds in each second of the session so far (the last
     /// counts a wait still in progress up to `now_ns`, when given).
     pub fn idle_per_second(&self, now_ns: Option<u64>) -> Vec<u64> {

@@ -26,6 +26,7 @@ use std::{
 pub use self::journal::{GROUPS, STALLS};
 use crate::{
     cli::WatchArgs,
+    output::metrics::{Metrics, Origin},
     output::watch::{StallLine, StallReport},
     tracee::watched::Matcher,
     Error, Result,
@@ -41,7 +42,18 @@ const END_WAIT: Duration = Duration::from_secs(10);
 /// What a worker tells the journal.
 pub enum Msg {
     /// Watching a process from now on.
-    Watching,
+    Watching {
+        pid: u32,
+        comm: Vec<u8>,
+        exe: Vec<u8>,
+    },
+    /// A process's loop: its busy share of the last seconds, and the
+    /// events its kernel side lost so far.
+    Loop {
+        pid: u32,
+        busy: Option<f64>,
+        lost: u64,
+    },
     /// A stall ended.
     Stall(Box<StallMsg>),
     /// A hang, still running.
@@ -109,6 +121,29 @@ pub fn run(args: &WatchArgs) -> Result<()> {
             worst: args.worst,
         },
     )?;
+    let metrics = args.metrics.as_ref().map(|spec| {
+        let m = Arc::new(std::sync::Mutex::new(Metrics::new(
+            crate::output::metrics::DEFAULT_GROUP_CAP,
+        )));
+        (spec.clone(), m)
+    });
+    let _server = match &metrics {
+        Some((spec, m)) => {
+            let server = crate::output::metrics::serve(spec, m.clone())?;
+            eprintln!(
+                "profiler: Prometheus metrics at http://{}/metrics",
+                server.local_addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
+    let mut state = State {
+        metrics: metrics.map(|(_, m)| m),
+        unit: args.unit.clone(),
+        cgroup: matcher.cgroup().map(str::to_string),
+        lost: HashMap::new(),
+    };
     install_signals()?;
     let wargs = worker::WorkerArgs::of(args);
     let (tx, rx) = mpsc::channel::<Msg>();
@@ -171,9 +206,9 @@ pub fn run(args: &WatchArgs) -> Result<()> {
         }
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(msg) => {
-                handle(&mut journal, &mut watched, &mut failed, msg)?;
+                handle(&mut journal, &mut watched, &mut failed, &mut state, msg)?;
                 while let Ok(msg) = rx.try_recv() {
-                    handle(&mut journal, &mut watched, &mut failed, msg)?;
+                    handle(&mut journal, &mut watched, &mut failed, &mut state, msg)?;
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -190,7 +225,7 @@ pub fn run(args: &WatchArgs) -> Result<()> {
     let deadline = Instant::now() + END_WAIT;
     while !watched.is_empty() && Instant::now() < deadline {
         match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(msg) => handle(&mut journal, &mut watched, &mut failed, msg)?,
+            Ok(msg) => handle(&mut journal, &mut watched, &mut failed, &mut state, msg)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -289,18 +324,71 @@ fn describe(args: &WatchArgs, m: &Matcher) -> String {
     what.join(", ")
 }
 
+/// What the supervisor keeps beside the journal.
+struct State {
+    metrics: Option<Arc<std::sync::Mutex<Metrics>>>,
+    unit: Option<String>,
+    cgroup: Option<String>,
+    /// Events each process's kernel side lost, processes gone included.
+    lost: HashMap<u32, u64>,
+}
+
+impl State {
+    fn metrics(&self, f: impl FnOnce(&mut Metrics)) {
+        if let Some(m) = &self.metrics {
+            if let Ok(mut m) = m.lock() {
+                f(&mut m);
+            }
+        }
+    }
+}
+
 fn handle(
     journal: &mut journal::Journal,
     watched: &mut HashMap<u32, Watched>,
     failed: &mut HashMap<u32, Instant>,
+    state: &mut State,
     msg: Msg,
 ) -> Result<()> {
     match msg {
-        Msg::Watching => journal.watching(),
-        Msg::Stall(s) => {
-            journal.stall(s.report)?;
+        Msg::Watching { pid, comm, exe } => {
+            journal.watching();
+            let (unit, cgroup) = (state.unit.clone(), state.cgroup.clone());
+            state.metrics(|m| {
+                let origin = match (&unit, &cgroup) {
+                    (Some(u), _) => Origin::Unit(u.as_bytes()),
+                    (None, Some(c)) => Origin::Cgroup(c.as_bytes()),
+                    _ => Origin::Exe(&exe),
+                };
+                m.add_process(pid, &comm, Some(origin));
+                m.set_probe_overhead(pid, 0.0);
+            });
         }
-        Msg::Hang { line } => journal.hang(*line)?,
+        Msg::Loop { pid, busy, lost } => {
+            state.lost.insert(pid, lost);
+            let total = state.lost.values().sum();
+            state.metrics(|m| {
+                if let Some(b) = busy {
+                    m.set_busy_ratio(pid, b);
+                }
+                m.set_lost(total);
+            });
+        }
+        Msg::Stall(s) => {
+            let line = journal.stall(s.report)?;
+            state.metrics(|m| {
+                m.stall(
+                    line.pid,
+                    &line.group,
+                    Duration::from_nanos(line.duration_ns),
+                )
+            });
+        }
+        Msg::Hang { line } => {
+            let pid = line.pid;
+            journal.hang(*line)?;
+            state.metrics(|m| m.hang(pid));
+        }
         Msg::Excluded { reason, .. } => journal.excluded(&reason),
         Msg::Snapshot {
             pid,
@@ -317,6 +405,7 @@ fn handle(
         }
         Msg::Stopped { pid, reason } => {
             eprintln!("profiler: stopped watching PID {pid}: {reason}");
+            state.metrics(|m| m.remove_process(pid));
             if let Some(w) = watched.remove(&pid) {
                 let _ = w.thread.join();
             }

@@ -46,6 +46,21 @@ const FLIGHT_MAX: usize = 5_000;
 const TICK: Duration = Duration::from_millis(50);
 /// How often the kernel's loss counters are read.
 const LOSS_EVERY: Duration = Duration::from_millis(100);
+/// How often the loop's busy share and the losses go to the metrics.
+const BUSY_EVERY: Duration = Duration::from_secs(1);
+/// The seconds the busy share is over.
+const BUSY_OVER: u64 = 10;
+
+/// The share of the last complete seconds (at most [`BUSY_OVER`]) the
+/// thread spent outside its loop's wait: libuv's idle metric, inverted.
+fn busy_share(d: &Dispatcher, now_ns: u64) -> Option<f64> {
+    if !d.by_waits() {
+        return None;
+    }
+    let idle = d.loop_wait.recent_idle_share(now_ns, BUSY_OVER)?;
+    Some(1.0 - idle)
+}
+
 /// A gap between ticks past this means the agent was behind (starved of
 /// CPU, stopped): what ran meanwhile was not watched as it happened.
 const BEHIND: Duration = Duration::from_millis(500);
@@ -215,7 +230,18 @@ fn watch(
         args.dispatch_hz,
         crate::text::fmt_ns(args.full_after_ns)
     );
-    let _ = tx.send(Msg::Watching);
+    let _ = tx.send(Msg::Watching {
+        pid,
+        comm: std::fs::read(format!("/proc/{pid}/comm"))
+            .map(|mut c| {
+                if c.last() == Some(&b'\n') {
+                    c.pop();
+                }
+                c
+            })
+            .unwrap_or_default(),
+        exe: target.exe.as_os_str().as_encoded_bytes().to_vec(),
+    });
     let mut steer = WatchSteer {
         tx: tx.clone(),
         snapshot: snapshot.clone(),
@@ -230,6 +256,7 @@ fn watch(
         },
         last_tick: Instant::now(),
         last_loss: Instant::now(),
+        last_busy: Instant::now(),
         lost: 0,
         suspended_ns: crate::clock::suspended_ns(),
         uncertain: Vec::new(),
@@ -289,6 +316,7 @@ struct WatchSteer<'a> {
     ctx: Ctx,
     last_tick: Instant,
     last_loss: Instant,
+    last_busy: Instant,
     lost: u64,
     suspended_ns: u64,
     /// Windows (CLOCK_MONOTONIC) in which events were lost or the agent
@@ -318,6 +346,15 @@ impl Steer for WatchSteer<'_> {
             self.last_loss = now;
             let c = self.counters.read();
             let lost = c.lost + c.lost_sched;
+            if now - self.last_busy >= BUSY_EVERY {
+                self.last_busy = now;
+                let busy = sinks.dispatch.as_ref().and_then(|d| busy_share(d, now_ns));
+                let _ = self.tx.send(Msg::Loop {
+                    pid: self.ctx.pid,
+                    busy,
+                    lost,
+                });
+            }
             if lost > self.lost {
                 self.uncertain.push((
                     now_ns.saturating_sub(LOSS_EVERY.as_nanos() as u64 * 2),
