@@ -3,6 +3,7 @@
 //! first time may take seconds, and the thread that reads the rings does
 //! not wait for them while recording.
 use super::*;
+use crate::text::fmt_ns;
 
 /// Slow dispatches kept waiting for names at most: past this, the oldest
 /// is explained waiting (memory stays bounded if the symbolizer stalls).
@@ -22,6 +23,9 @@ pub(super) struct Deferred {
     /// What its records show of the probes' cost is taken out, and it is
     /// counted ([`Dispatcher::judge`]).
     judged: bool,
+    /// Under the threshold once the probes' estimated cost is out: slow
+    /// mainly because of them ([`Slow::probes_mainly`]).
+    probes_mainly: bool,
 }
 
 impl Dispatcher {
@@ -47,9 +51,13 @@ impl Dispatcher {
         // explained; their mappings would otherwise pile up, one set per
         // waker process.
         let wakers = std::mem::take(&mut self.waker_pids);
-        if duration_ns >= self.cfg.threshold_ns {
-            // Counted once what its own records show of the probes' cost
-            // is taken out too ([`Self::judge`]).
+        // Slow is the wall time the user felt, from its start to its end
+        // (an event loop's: between its waits), probes included: a loop
+        // that runs to a deadline lasts as long with probes or without, and
+        // their estimated cost is no proof that it would have been fast.
+        // What they cost is stated with it, and it is flagged when they
+        // made most of it ([`Self::judge`]).
+        if measured >= self.cfg.threshold_ns {
             let recs = std::mem::take(&mut self.recs);
             self.deferred.push_back(Deferred {
                 open,
@@ -60,6 +68,7 @@ impl Dispatcher {
                 split,
                 wakers,
                 judged: false,
+                probes_mainly: false,
             });
             self.explain_deferred();
         } else {
@@ -121,10 +130,7 @@ impl Dispatcher {
                         own_cost::measure(&x.recs, &mut self.symbolizer, self.cfg.sample_period_ns);
                     self.symbolizer.set_patience(patience);
                 }
-                if !self.judge(&mut x, own) {
-                    self.symbolizer.forget_mappings(&x.wakers);
-                    continue;
-                }
+                self.judge(&mut x, own);
             }
             let _ = self.symbolizer.take_missed();
             let slow = self.explain_one(&x);
@@ -149,14 +155,15 @@ impl Dispatcher {
     }
 
     /// Takes out of `x` what its records show of the probes' cost beyond
-    /// the calibrated hits ([`own_cost`]), and counts it; whether it is
-    /// still slow.
-    fn judge(&mut self, x: &mut Deferred, own: own_cost::Measured) -> bool {
+    /// the calibrated hits ([`own_cost`]), and counts it. It stays slow
+    /// (its wall time was over the threshold), flagged when it is under
+    /// the threshold without the probes' estimated cost.
+    fn judge(&mut self, x: &mut Deferred, own: own_cost::Measured) {
         x.judged = true;
         if self.costs.is_empty() {
             // Durations as measured (`--raw-durations`, or no calibration).
             self.counted(&x.open, x.start_ns, x.duration_ns);
-            return true;
+            return;
         }
         // The hits' calibrated cost is on a CPU, inside what the samples
         // see: the larger of the two, so nothing is taken out twice.
@@ -172,9 +179,8 @@ impl Dispatcher {
         x.split.blocked_ns -= blocked;
         self.probe_ns += extra;
         self.counted(&x.open, x.start_ns, x.duration_ns);
-        let slow = x.duration_ns >= self.cfg.threshold_ns;
-        self.slow_only_with_probes += u64::from(!slow);
-        slow
+        x.probes_mainly = x.duration_ns < self.cfg.threshold_ns;
+        self.slow_only_with_probes += u64::from(x.probes_mainly);
     }
 
     /// Counts a dispatch that ended, as lasting `duration_ns`.
@@ -193,7 +199,7 @@ impl Dispatcher {
     }
 
     fn explain_one(&mut self, x: &Deferred) -> explain::Explained {
-        explain::explain(
+        let mut e = explain::explain(
             self,
             &x.open,
             &x.recs,
@@ -201,6 +207,29 @@ impl Dispatcher {
             x.duration_ns,
             x.probe_ns,
             x.split,
-        )
+        );
+        e.slow.probes_mainly = x.probes_mainly;
+        e.slow
+            .verdict
+            .push_str(&probes_share(x.duration_ns, x.probe_ns, x.probes_mainly));
+        e
+    }
+}
+
+/// What a slow dispatch's verdict says of the probes' estimated share of
+/// its wall time (`duration_ns + probe_ns`): nothing when there was none.
+pub(super) fn probes_share(duration_ns: u64, probe_ns: u64, mainly: bool) -> String {
+    if probe_ns == 0 {
+        return String::new();
+    }
+    let lasted = fmt_ns(duration_ns + probe_ns);
+    let share = fmt_ns(probe_ns);
+    match mainly {
+        false => format!(" (lasted {lasted}, of which ~{share} in the profiler's probes)"),
+        true => format!(
+            " (lasted {lasted}, of which ~{share} in the profiler's probes: slow mainly because \
+             of them, under the threshold without their estimated cost; a loop that runs to a \
+             deadline lasts as long without them)"
+        ),
     }
 }

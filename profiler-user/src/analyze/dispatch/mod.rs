@@ -159,6 +159,9 @@ pub struct Slow {
     pub detached_frames: u32,
     /// The probes' cost taken out of `duration_ns` (measured: the sum).
     pub probe_ns: u64,
+    /// Its wall time was over the threshold, `duration_ns` is not: slow
+    /// mainly because of the probes (their estimated cost). Still slow.
+    pub probes_mainly: bool,
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -277,8 +280,9 @@ pub struct Dispatcher {
     costs: Vec<ProbeCost>,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     pub probe_ns: u64,
-    /// Dispatches over the threshold that fell under it once the probes'
-    /// cost their own records show was taken out ([`Self::judge`]).
+    /// Slow dispatches (wall time over the threshold) that are under it
+    /// once the probes' estimated cost is out: counted slow, flagged
+    /// ([`Slow::probes_mainly`]).
     pub slow_only_with_probes: u64,
     /// When the session stopped (`u64::MAX`: not yet).
     stop_ns: u64,

@@ -151,8 +151,10 @@ impl Dispatcher {
     /// in detail while it is among its group's longest or the most recent.
     pub(super) fn add_slow(&mut self, slow: explain::Explained) {
         let explain::Explained { slow, folded } = slow;
+        // The wall time the user felt, as the threshold judged it; the
+        // verdict says how much of it the probes took.
         self.notices.push(Notice::Slow {
-            duration_ns: slow.duration_ns,
+            duration_ns: slow.duration_ns + slow.probe_ns,
             key: slow.key.clone(),
             verdict: slow.verdict.clone(),
         });
@@ -248,6 +250,7 @@ mod tests {
                 wakers: Vec::new(),
                 detached_frames: 0,
                 probe_ns: 0,
+                probes_mainly: false,
             },
             folded: Vec::new(),
         }
