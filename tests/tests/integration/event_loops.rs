@@ -169,7 +169,7 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
 /// The asyncio app: a ticker every 5 ms, and every 0.4 s a stall of
 /// 220 ms, alternately on the CPU (`blocking_parse`) and blocked
 /// (`time.sleep`), each logged with its own clock.
-const ASYNCIO_APP: &str = r#"
+pub(crate) const ASYNCIO_APP: &str = r#"
 import asyncio, json, os, sys, time
 
 def blocking_parse():
