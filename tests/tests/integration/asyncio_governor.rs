@@ -15,6 +15,10 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
+/// How long after the session's start the loop's iterations are surely
+/// watched.
+const WATCHED_AFTER_NS: u64 = 250_000_000;
+
 #[test]
 fn asyncio_by_pid_counts_every_stall_and_the_governor_detaches_in_one_early_round() {
     require_root!();
@@ -123,8 +127,11 @@ fn asyncio_by_pid_counts_every_stall_and_the_governor_detaches_in_one_early_roun
     let (mut during, mut after) = (0, 0);
     for (i, st) in stalls.iter().enumerate() {
         let (start, end) = (num(st, "start_ns"), num(st, "end_ns"));
-        if start < session_start || end > session_end {
-            // Straddling the session's start or end: at most one dispatch.
+        // The session starts before its probes and the loop's waits are
+        // attached (tens of ms for 1,475 functions): a stall in its first
+        // 250 ms may sit in an iteration begun before the first wait seen,
+        // and one straddling the end may end after the stop.
+        if start < session_start + WATCHED_AFTER_NS || end > session_end {
             assert!(matched[i] <= 1, "{st}");
             continue;
         }
