@@ -68,6 +68,10 @@ struct SlowJson<'a> {
     measured_ns: u64,
     /// The probe hits' cost taken out.
     probe_ns: u64,
+    /// Slow (its measured wall time over the threshold) but under the
+    /// threshold without the probes' estimated cost: slow mainly because
+    /// of them.
+    probes_mainly: bool,
     on_cpu_ns: u64,
     blocked_ns: u64,
     runnable_ns: u64,
@@ -162,9 +166,9 @@ struct DispatchesJson<'a> {
     started_after_stop: u64,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     probe_ns: u64,
-    /// Dispatches over the threshold as measured, under it once the
-    /// probes' cost their own samples and blocked stacks show was taken
-    /// out: counted fast.
+    /// Slow dispatches (wall time over the threshold) under it once the
+    /// probes' estimated cost is out: counted slow, flagged
+    /// (`probes_mainly`).
     slow_only_with_probes: u64,
     sampler: SamplerJson<'a>,
     slow: Vec<SlowJson<'a>>,
@@ -250,6 +254,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                 duration_ns: s.duration_ns,
                 measured_ns: s.duration_ns + s.probe_ns,
                 probe_ns: s.probe_ns,
+                probes_mainly: s.probes_mainly,
                 on_cpu_ns: s.split.on_cpu_ns,
                 blocked_ns: s.split.blocked_ns,
                 runnable_ns: s.split.runnable_ns,
@@ -433,9 +438,9 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
     if d.slow_only_with_probes > 0 {
         let _ = writeln!(
             out,
-            "{} dispatches were over the threshold only with the probes' own cost in them (their \
-             samples and blocked stacks in the kernel's uprobe handling): counted fast \
-             (--raw-durations counts them slow)",
+            "{} slow dispatches were over the threshold only with the probes' estimated cost in \
+             them: counted slow (the threshold judges the wall time the user felt), their verdicts \
+             say \"slow mainly because of them\" (dispatches.json: probes_mainly)",
             d.slow_only_with_probes
         );
     }

@@ -204,7 +204,7 @@ fn check_epoll_loop(exe: &Path) -> Value {
 /// The asyncio app: a ticker every 5 ms, and every 0.4 s a stall of
 /// 220 ms, alternately on the CPU (`blocking_parse`) and blocked
 /// (`time.sleep`), each logged with its own clock.
-const ASYNCIO_APP: &str = r#"
+pub(crate) const ASYNCIO_APP: &str = r#"
 import asyncio, json, os, sys, time
 
 def blocking_parse():

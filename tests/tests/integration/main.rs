@@ -8,6 +8,7 @@
 use anyhow as _;
 use png as _;
 
+mod asyncio_governor;
 mod bad_input;
 mod causes;
 mod cgroups;

@@ -360,6 +360,7 @@ pub(super) fn explain(
             wakers,
             detached_frames: open.detached,
             probe_ns,
+            probes_mainly: false,
         },
     }
 }

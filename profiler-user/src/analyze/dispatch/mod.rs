@@ -32,6 +32,7 @@ use profiler_common::{Event, KIND_ENTRY};
 
 pub use self::retain::Group;
 use self::{
+    deferred::Deferred,
     quality::SampleQuality,
     sched::SchedTracker,
     stats::{Stats, Worst},
@@ -161,6 +162,9 @@ pub struct Slow {
     pub detached_frames: u32,
     /// The probes' cost taken out of `duration_ns` (measured: the sum).
     pub probe_ns: u64,
+    /// Its wall time was over the threshold, `duration_ns` is not: slow
+    /// mainly because of the probes (their estimated cost). Still slow.
+    pub probes_mainly: bool,
 }
 
 /// A dispatch that ran longer than `--hang`, reported while running.
@@ -304,8 +308,9 @@ pub struct Dispatcher {
     costs: Vec<ProbeCost>,
     /// The probes' cost taken out of all dispatches' durations, in ns.
     pub probe_ns: u64,
-    /// Dispatches over the threshold that fell under it once the probes'
-    /// cost their own records show was taken out ([`Self::judge`]).
+    /// Slow dispatches (wall time over the threshold) that are under it
+    /// once the probes' estimated cost is out: counted slow, flagged
+    /// ([`Slow::probes_mainly`]).
     pub slow_only_with_probes: u64,
     /// When the session stopped (`u64::MAX`: not yet).
     stop_ns: u64,
@@ -335,26 +340,6 @@ pub struct Dispatcher {
 /// be told only after it ended. What is not named in time is explained
 /// on a later tick, in order.
 const LIVE_PATIENCE: Duration = Duration::from_millis(20);
-
-/// Slow dispatches kept waiting for names at most: past this, the oldest
-/// is explained waiting (memory stays bounded if the symbolizer stalls).
-const MAX_DEFERRED: usize = 64;
-
-/// A slow dispatch that ended, to be explained.
-struct Deferred {
-    open: Open,
-    recs: Vec<Rec>,
-    start_ns: u64,
-    duration_ns: u64,
-    probe_ns: u64,
-    split: sched::Split,
-    /// Other processes that woke it: their mappings are forgotten once
-    /// it is explained.
-    wakers: Vec<u32>,
-    /// What its records show of the probes' cost is taken out, and it is
-    /// counted ([`Dispatcher::judge`]).
-    judged: bool,
-}
 
 impl Dispatcher {
     /// Functions were added to the session (probed after an exec).
@@ -802,68 +787,6 @@ impl Dispatcher {
             tid,
             user: user.into(),
         }));
-    }
-
-    fn end(&mut self, end_ns: u64) {
-        self.end_with(end_ns, None);
-    }
-
-    /// Ends the open dispatch at `end_ns`; with `split`, that is its split
-    /// (the tracker's, which may have run on past `end_ns`, is dropped).
-    fn end_with(&mut self, end_ns: u64, split: Option<sched::Split>) {
-        let Some(open) = self.open.take() else { return };
-        let measured = end_ns.saturating_sub(open.start_ns);
-        // The probes' cost out: of the wall time, and of the time on a CPU
-        // (where probe hits run).
-        let probe_ns = open.probe_ns.min(measured);
-        let duration_ns = measured - probe_ns;
-        self.probe_ns += probe_ns;
-        let tracked = self.sched.close(end_ns);
-        let mut split = split.unwrap_or(tracked);
-        split.on_cpu_ns = split.on_cpu_ns.saturating_sub(probe_ns);
-        let start_ns = open.start_ns.saturating_sub(self.session_start_ns);
-        if let Some(reason) = open.not_the_programs {
-            match self.excluded.iter_mut().find(|(r, _)| *r == reason) {
-                Some((_, n)) => *n += 1,
-                None => self.excluded.push((reason.clone(), 1)),
-            }
-            self.notices.push(Notice::Excluded {
-                start_ns,
-                duration_ns,
-                reason,
-            });
-            self.recs.clear();
-            let wakers = std::mem::take(&mut self.waker_pids);
-            self.symbolizer.forget_mappings(&wakers);
-            return;
-        }
-        // Other processes that woke it: named (or not needed) once it is
-        // explained; their mappings would otherwise pile up, one set per
-        // waker process.
-        let wakers = std::mem::take(&mut self.waker_pids);
-        if duration_ns >= self.cfg.threshold_ns {
-            // Counted once what its own records show of the probes' cost
-            // is taken out too ([`Self::judge`]).
-            let recs = std::mem::take(&mut self.recs);
-            self.deferred.push_back(Deferred {
-                open,
-                recs,
-                start_ns,
-                duration_ns,
-                probe_ns,
-                split,
-                wakers,
-                judged: false,
-            });
-            self.explain_deferred();
-        } else {
-            self.counted(&open, start_ns, duration_ns);
-            self.recs.clear();
-            if self.recs.capacity() > 1 << 16 {
-                self.recs = Vec::new();
-            }
-            self.symbolizer.forget_mappings(&wakers);
-        }
     }
 
     /// The notices queued since the last call, oldest first.

@@ -163,8 +163,10 @@ impl Dispatcher {
                 folded: folded.clone(),
             });
         }
+        // The wall time the user felt, as the threshold judged it; the
+        // verdict says how much of it the probes took.
         self.notices.push(Notice::Slow {
-            duration_ns: slow.duration_ns,
+            duration_ns: slow.duration_ns + slow.probe_ns,
             key: slow.key.clone(),
             verdict: slow.verdict.clone(),
         });
@@ -270,6 +272,7 @@ mod tests {
                 wakers: Vec::new(),
                 detached_frames: 0,
                 probe_ns: 0,
+                probes_mainly: false,
             },
             folded: Vec::new(),
         }

@@ -126,6 +126,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             wakers: Vec::new(),
             detached_frames: 0,
             probe_ns: 0,
+            probes_mainly: false,
         });
         let mut g = Group::new(key.clone());
         g.verdict = "50% on CPU".into();

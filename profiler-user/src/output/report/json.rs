@@ -116,8 +116,15 @@ struct FunctionJson<'a> {
     probe_ns: u64,
     /// How far `avg_ns` may be off: what was taken out of a mean call,
     /// times the larger of the calibration's spread from round to round and
-    /// its move over the session (0: nothing taken out).
+    /// its move over the session, plus the host's speed (its bias), and a
+    /// share of the measured call (interruptions, cold caches); 0: nothing
+    /// taken out.
     avg_error_ns: u64,
+    /// Too cheap to time this way (the probes cost over 10 times its
+    /// corrected mean): its mean is under this bound, `avg_ns` is no
+    /// figure. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    avg_below_ns: Option<u64>,
     /// What one call's probe hits cost: both whole, in its callers' times,
     /// and the part in its own.
     hits_ns: u64,
@@ -200,6 +207,7 @@ fn functions<'a>(r: &Report<'a>, stacks: &Stacks) -> Vec<FunctionJson<'a>> {
                 measured_avg_ns: st.measured_avg_ns(),
                 probe_ns: st.probe_ns,
                 avg_error_ns: super::avg_error_ns(st, r.session.cost_error_pct()),
+                avg_below_ns: super::avg_below_ns(st, r.session.cost_error_pct()),
                 hits_ns: f.cost.hits_ns(),
                 inside_ns: f.cost.inside_ns,
                 partial: r.detached_at(i).is_some(),

@@ -25,7 +25,10 @@ fn table(out: &mut String, r: &Report, title: &str, rows: &[(usize, &FuncStats)]
             fmt_ns(st.total_ns),
             fmt_ns(st.self_ns),
             fmt_ns(st.min_ns),
-            fmt_ns(st.avg_ns()),
+            match super::avg_below_ns(st, r.session.cost_error_pct()) {
+                Some(below) => format!("< {}", fmt_ns(below)),
+                None => fmt_ns(st.avg_ns()),
+            },
             fmt_ns(st.max_ns),
             r.funcs[*i].name,
             notes(st, &r.funcs[*i], r.detached_at(*i)),
@@ -190,7 +193,39 @@ fn probe_costs(out: &mut String, r: &Report) {
         }
         None => {}
     }
-    uncertain(out, r, r.session.cost_error_pct().unwrap_or(spread));
+    let error = r.session.cost_error_pct().unwrap_or(spread);
+    too_cheap(out, r, error);
+    uncertain(out, r, error);
+}
+
+/// The functions too cheap to time with probes: their probes cost over
+/// [`super::TOO_CHEAP`] times their corrected mean, which is then given
+/// as a bound.
+fn too_cheap(out: &mut String, r: &Report, error: f64) {
+    let rows: Vec<(usize, u64, &FuncStats)> = active_funcs(r.stacks)
+        .into_iter()
+        .filter_map(|(i, st)| Some((i, super::avg_below_ns(st, Some(error))?, st)))
+        .collect();
+    for &(i, below, st) in rows.iter().take(UNCERTAIN_LINES) {
+        let measured = st.measured_avg_ns();
+        let _ = writeln!(
+            out,
+            "too cheap to time this way: {}'s probes cost {} of its {} measured a call, over {}× \
+             what is left: its mean is under {}, not a figure",
+            r.funcs[i].name,
+            fmt_ns(measured.saturating_sub(st.avg_ns())),
+            fmt_ns(measured),
+            super::TOO_CHEAP,
+            fmt_ns(below)
+        );
+    }
+    if rows.len() > UNCERTAIN_LINES {
+        let _ = writeln!(
+            out,
+            "too cheap to time this way: {} more functions (functions.json: avg_below_ns)",
+            rows.len() - UNCERTAIN_LINES
+        );
+    }
 }
 
 /// Functions named uncertain one by one, at most; the rest are counted.
@@ -203,6 +238,7 @@ fn uncertain(out: &mut String, r: &Report, spread: f64) {
     let mut rows: Vec<(usize, u64, &FuncStats)> = active_funcs(r.stacks)
         .into_iter()
         .filter(|(_, st)| st.calls > 0)
+        .filter(|(_, st)| super::avg_below_ns(st, Some(spread)).is_none())
         .map(|(i, st)| (i, super::avg_error_ns(st, Some(spread)), st))
         .filter(|&(_, err, st)| err > 0 && err.saturating_mul(4) > st.avg_ns())
         .collect();
@@ -217,11 +253,13 @@ fn uncertain(out: &mut String, r: &Report, spread: f64) {
         let _ = writeln!(
             out,
             "uncertain: {} averages {} a call after {} of probe cost was taken out of {} measured; \
-             at the calibration's uncertainty of {spread:.0}% that is ± {}",
+             at the calibration's uncertainty of {spread:.0}%, the host's speed ({:.0}%) and what \
+             the probes disturb that is ± {}",
             r.funcs[i].name,
             fmt_ns(st.avg_ns()),
             fmt_ns(measured.saturating_sub(st.avg_ns())),
             fmt_ns(measured),
+            super::HOST_SPEED_PCT,
             fmt_ns(err)
         );
     }
