@@ -486,6 +486,23 @@ fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
     // A process named `a"b\n{c}`: its executable's file name.
     let hostile = out.join("a\"b\n{c}");
     std::fs::copy(stall_server(), &hostile).unwrap();
+    let port = profiler_tests::prometheus::free_port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // By --exe: the watch (and its metrics) outlives the process.
+    let mut w = Recording::spawn_until(
+        watcher(
+            &out.join("w"),
+            &[
+                "--exe",
+                hostile.to_str().unwrap(),
+                "--metrics",
+                &port.to_string(),
+                "--duration",
+                "60s",
+            ],
+        ),
+        "no process matches yet",
+    );
     let mut child = Command::new(&hostile)
         .args(["4", "3000", "400"])
         .stdout(Stdio::piped())
@@ -493,22 +510,7 @@ fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let port = profiler_tests::prometheus::free_port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let w = Recording::spawn_until(
-        watcher(
-            &out.join("w"),
-            &[
-                "--pid",
-                &pid.to_string(),
-                "--metrics",
-                &port.to_string(),
-                "--duration",
-                "30s",
-            ],
-        ),
-        &format!("watching PID {pid}"),
-    );
+    w.wait_for_line(&format!("watching PID {pid}"), Duration::from_secs(10));
     let prom = profiler_tests::prometheus::Prometheus::start(&[addr]);
     let mut text = String::new();
     use std::io::Read as _;
