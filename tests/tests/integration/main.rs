@@ -48,7 +48,6 @@ mod tables;
 mod tail_calls;
 mod teardown;
 mod threads;
-mod tk;
 mod tracing;
 mod unwind_budget;
 mod unwinding;

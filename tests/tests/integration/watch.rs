@@ -198,9 +198,11 @@ fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
         Duration::from_secs(5),
     );
     let truth1 = first.run_to_end(Duration::from_secs(60));
-    // Written within a second of each stall's end: all there before the
-    // second run starts.
-    let lines1 = wait_lines(out.path(), first.pid, truth1.len(), Duration::from_secs(1));
+    // All there before the second run starts. Each is written within a
+    // second of its stall's end, except the last: it ends 5 ms before the
+    // process exits, and its line comes with the end of the watch of that
+    // process (measured 1.1-1.2 s after the exit on this machine).
+    let lines1 = wait_lines(out.path(), first.pid, truth1.len(), Duration::from_secs(3));
     assert_matches(&lines1, &truth1);
     w.wait_for_line(
         &format!("stopped watching PID {}: it exited", first.pid),
@@ -213,7 +215,7 @@ fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
         Duration::from_secs(5),
     );
     let truth2 = second.run_to_end(Duration::from_secs(60));
-    let lines2 = wait_lines(out.path(), second.pid, truth2.len(), Duration::from_secs(1));
+    let lines2 = wait_lines(out.path(), second.pid, truth2.len(), Duration::from_secs(3));
     assert_matches(&lines2, &truth2);
     let fin = w.stop(libc::SIGTERM);
     assert!(fin.status.success(), "{fin:?}");

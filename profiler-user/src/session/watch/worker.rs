@@ -194,7 +194,6 @@ fn watch(
             sample_period_ns: 1_000_000_000u64.checked_div(args.dispatch_hz).unwrap_or(0),
             wakers: args.wakers,
             wait_loop: true,
-            preset: false,
         },
         pid,
         Vec::new(),
@@ -203,6 +202,9 @@ fn watch(
     );
     d.live();
     d.stream();
+    // Its mappings kept now: a stall that ends as the process exits is
+    // named from them, without waiting on a process that is gone.
+    d.remember_maps();
     d.set_early_rate(args.early_every, args.full_after_ns);
     let mut sinks = Sinks::new(pid, Stacks::new(0), Some(d), None);
     sinks.tables = tables;
@@ -211,9 +213,13 @@ fn watch(
     sinks.loop_sp = Some(probes.loop_sp()?);
     if let (Some((nr, wargs, sp)), Some(d)) = (process::thread_wait(pid, tid), &mut sinks.dispatch)
     {
-        d.loop_wait.at_attach(nr as u32, wargs[0], sp);
-        if let (Some(l), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
-            map.set(l.sp, l.key);
+        d.loop_wait.at_attach(
+            nr as u32,
+            wargs[0].min(profiler_common::wait::FD_MAX) as u32,
+            sp,
+        );
+        if let (Some(sp), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
+            map.set(sp);
         }
     }
     sinks.catch_up = probes.take_catch_up();
@@ -280,6 +286,11 @@ fn watch(
         },
         &mut steer,
     ));
+    // What the last drain ended goes out before the probes are detached,
+    // which can take a second on a loaded machine: explained now, its
+    // names waited for.
+    sinks.finish_dispatches();
+    steer.forward(&mut sinks);
     sinks.stop_at(crate::clock::monotonic_ns());
     sinks.catch_up = None;
     drop(probes);
@@ -434,10 +445,6 @@ impl WatchSteer<'_> {
                     line: Box::new(self.hang_line(d, index, running_ns, &stack)),
                 },
                 Notice::Excluded { reason, .. } => Msg::Excluded { reason },
-                Notice::Note(line) => {
-                    eprintln!("{line}");
-                    continue;
-                }
                 Notice::Slow { .. } => continue,
             };
             let _ = self.tx.send(msg);
