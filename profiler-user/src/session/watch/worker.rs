@@ -524,21 +524,9 @@ impl WatchSteer<'_> {
             let why = "its records overflowed the agent's buffer: the tree is cut".to_string();
             uncertain = Some(uncertain.map_or(why.clone(), |u| format!("{u}; {why}")));
         }
-        let mut before: Vec<(String, u64)> = Vec::new();
-        if let Some(f) = flight {
-            let from = start_ns.saturating_sub(f.keep_ns());
-            let stacks: Vec<Box<[u64]>> =
-                f.between(from, start_ns).map(|(_, u)| u.clone()).collect();
-            for user in stacks {
-                let mut names = d.name_user_stack(&user);
-                names.reverse();
-                let line = names.join(";").replace(' ', "_");
-                match before.iter_mut().find(|(l, _)| *l == line) {
-                    Some((_, n)) => *n += 1,
-                    None => before.push((line, 1)),
-                }
-            }
-        }
+        let before = flight.map_or_else(Vec::new, |f| {
+            fold(d, f, start_ns.saturating_sub(f.keep_ns()), start_ns)
+        });
         let waker = slow
             .wakers
             .first()
@@ -579,10 +567,7 @@ impl WatchSteer<'_> {
         StallReport {
             line,
             folded,
-            before: before
-                .into_iter()
-                .map(|(l, n)| format!("{l} {n}"))
-                .collect(),
+            before,
             keep_ns: self.ctx.keep_ns,
             blocking_stacks: slow.blocking_stacks.clone(),
             wakers,
@@ -595,28 +580,34 @@ impl WatchSteer<'_> {
             return;
         };
         let from = now_ns.saturating_sub(f.keep_ns());
-        let stacks: Vec<Box<[u64]>> = f.between(from, u64::MAX).map(|(_, u)| u.clone()).collect();
-        let mut folded: Vec<(String, u64)> = Vec::new();
-        for user in &stacks {
-            let mut names = d.name_user_stack(user);
-            names.reverse();
-            let line = names.join(";").replace(' ', "_");
-            match folded.iter_mut().find(|(l, _)| *l == line) {
-                Some((_, n)) => *n += 1,
-                None => folded.push((line, 1)),
-            }
-        }
+        let samples = f.between(from, u64::MAX).count();
+        let folded = fold(d, f, from, u64::MAX);
         let _ = self.tx.send(Msg::Snapshot {
             pid: self.ctx.pid,
             comm: self.ctx.comm.clone(),
-            samples: stacks.len(),
+            samples,
             keep_ns: self.ctx.keep_ns,
-            folded: folded
-                .into_iter()
-                .map(|(l, n)| format!("{l} {n}"))
-                .collect(),
+            folded,
         });
     }
+}
+
+/// The flight recorder's samples in `[from_ns, to_ns)`, named, as folded
+/// lines (`outermost;…;innermost count`), sorted.
+fn fold(d: &mut Dispatcher, f: &FlightRecorder, from_ns: u64, to_ns: u64) -> Vec<String> {
+    let mut counts: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let stacks: Vec<Box<[u64]>> = f.between(from_ns, to_ns).map(|(_, u)| u.clone()).collect();
+    for user in &stacks {
+        let mut names = d.name_user_stack(user);
+        names.reverse();
+        *counts.entry(names.join(";").replace(' ', "_")).or_default() += 1;
+    }
+    let mut lines: Vec<String> = counts
+        .into_iter()
+        .map(|(l, n)| format!("{l} {n}"))
+        .collect();
+    lines.sort_unstable();
+    lines
 }
 
 /// The state letter of thread `tid` (`R`, `S`, `D`, `T` stopped, `t`
