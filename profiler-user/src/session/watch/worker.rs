@@ -378,7 +378,7 @@ impl Steer for WatchSteer<'_> {
                 .retain(|(_, to, _)| *to + 60_000_000_000 > now_ns);
         }
         if let Some(d) = &mut sinks.dispatch {
-            self.not_the_programs(d, now_ns);
+            self.not_the_programs(d);
         }
         if self.snapshot.swap(false, Ordering::Relaxed) {
             self.snapshot(sinks, now_ns);
@@ -391,7 +391,7 @@ impl Steer for WatchSteer<'_> {
 impl WatchSteer<'_> {
     /// A stopped or traced process, or a suspended system, holds the open
     /// iteration: it is not the program's stall.
-    fn not_the_programs(&mut self, d: &mut Dispatcher, now_ns: u64) {
+    fn not_the_programs(&mut self, d: &mut Dispatcher) {
         let suspended = crate::clock::suspended_ns();
         let slept = suspended.saturating_sub(self.suspended_ns);
         self.suspended_ns = suspended;
@@ -406,7 +406,6 @@ impl WatchSteer<'_> {
             self.told_stopped = false;
             return;
         }
-        let _ = now_ns;
         if let Some(state @ ('T' | 't')) = thread_state(self.ctx.pid, self.ctx.tid) {
             let (why, what) = match state {
                 'T' => ("the process was stopped (SIGSTOP)", "SIGSTOP"),
@@ -442,7 +441,7 @@ impl WatchSteer<'_> {
                     stack,
                     ..
                 } => Msg::Hang {
-                    line: Box::new(self.hang_line(d, index, running_ns, &stack)),
+                    line: Box::new(self.hang_line(index, running_ns, &stack)),
                 },
                 Notice::Excluded { reason, .. } => Msg::Excluded { reason },
                 Notice::Slow { .. } => continue,
@@ -455,20 +454,13 @@ impl WatchSteer<'_> {
         }
     }
 
-    fn hang_line(
-        &self,
-        d: &Dispatcher,
-        index: u64,
-        running_ns: u64,
-        stack: &[String],
-    ) -> StallLine {
+    fn hang_line(&self, index: u64, running_ns: u64, stack: &[String]) -> StallLine {
         let now = crate::clock::monotonic_ns();
         let start_ns = now.saturating_sub(running_ns);
         let key = stack
             .first()
             .cloned()
             .unwrap_or_else(|| "(loop iteration)".into());
-        let _ = d;
         StallLine {
             pid: self.ctx.pid,
             tid: self.ctx.tid,
