@@ -231,7 +231,10 @@ fn a_slow_javascript_handler_attached_by_pid_is_named() {
         .iter()
         .filter(|s| s["key"].as_str().unwrap_or_default().starts_with(&want))
         .count();
-    assert!(named >= 6, "{named} slow dispatches of slowRoute: {groups:?}");
+    assert!(
+        named >= 6,
+        "{named} slow dispatches of slowRoute: {groups:?}"
+    );
     // Until the governor detaches the hottest functions (its first round
     // comes in the first second, the rest after its 2.5-s hold), an
     // ordinary tick that calls them thousands of times can last over the
