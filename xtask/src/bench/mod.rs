@@ -249,7 +249,7 @@ pub fn run(args: &Args) -> Result<()> {
         ));
     }
     if args.wants(Part::Watch) {
-        let w = watch::measure(&fx.event_loop, args.repeat, args.redis_requests, &work);
+        let w = watch::measure(&fx.event_loop, args.repeat, &work);
         md.push_str("\n## q. `profiler watch`\n\n");
         md.push_str(&watch::rows(&w));
     }

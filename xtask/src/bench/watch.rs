@@ -21,11 +21,13 @@ use crate::util::profiler_bin;
 
 /// The bench's own redis-server (part j uses 6391 and 6392).
 const REDIS_PORT: &str = "6394";
+/// Requests of each of SET and GET per redis-benchmark run: a few seconds.
+const REDIS_REQUESTS: u64 = 100_000;
 /// Connections of the HTTP load, and the length of one run.
 const NODE_CONNS: usize = 10;
 const NODE_RUN: Duration = Duration::from_secs(3);
 /// From the watcher's attached line to the measured run.
-const SETTLE: Duration = Duration::from_millis(500);
+const SETTLE: Duration = Duration::from_secs(1);
 /// The watched CPU figures: this many windows of this long, after 1 s.
 const CPU_WINDOW: Duration = Duration::from_secs(5);
 const CPU_WINDOWS: u32 = 4;
@@ -315,9 +317,10 @@ pub struct Watch {
     pinned: bool,
 }
 
-/// Runs part q: `rounds` rounds of each server, `requests` of each of
-/// SET and GET per redis-benchmark run; `loop_fixture` is bench_loop.c.
-pub fn measure(loop_fixture: &Path, rounds: usize, requests: u64, work: &Path) -> Watch {
+/// Runs part q: `rounds` rounds of each server; `loop_fixture` is
+/// bench_loop.c.
+pub fn measure(loop_fixture: &Path, rounds: usize, work: &Path) -> Watch {
+    let requests = REDIS_REQUESTS;
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let mut waits = None;
     let mut loads = Vec::new();
@@ -546,7 +549,7 @@ pub fn rows(w: &Watch) -> String {
         "\nThroughput: one server (Debian's `redis-server --save '' --appendonly no` on 127.0.0.1:{REDIS_PORT}; \
          `node` running a 10-line `http.createServer` that answers `ok`){}; a warm-up run, then \
          rounds of one unwatched and one watched run, in alternating order. The watched run starts \
-         {} ms after `profiler watch --pid P --out DIR` printed its attached line (`… no uprobes`), \
+         {:.1} s after `profiler watch --pid P --out DIR` printed its attached line (`… no uprobes`), \
          and the watcher is stopped (SIGINT) after it: nothing of the watcher runs during an unwatched \
          run, which matters with the tracepoint fallback, whose programs run for every syscall on the \
          machine. redis req/s is over SET and GET (`-n {}` each); node req/s counts responses read by \
@@ -564,7 +567,7 @@ pub fn rows(w: &Watch) -> String {
         } else {
             ", not pinned (one CPU)"
         },
-        SETTLE.as_millis(),
+        SETTLE.as_secs_f64(),
         w.requests,
         TARGET_WINDOW.as_secs(),
         CPU_WINDOW.as_secs()
@@ -598,7 +601,7 @@ pub fn rows(w: &Watch) -> String {
              iteration, while the `sys_enter`/`sys_exit` tracepoints run a program on every \
              syscall of every process on the machine (the servers' reads and writes, the load \
              generator's own) and move each onto the kernel's slower traced syscall path \
-             (part m measures that: about 250 ns a syscall on this VM).",
+             (BENCHMARKS.md, part m: a `getppid` took about 250 ns more on this VM while they were attached).",
             ratios.join(", ")
         )
     };
