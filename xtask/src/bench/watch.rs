@@ -25,7 +25,7 @@ const REDIS_PORT: &str = "6394";
 const REDIS_REQUESTS: u64 = 100_000;
 /// Connections of the HTTP load, and the length of one run.
 const NODE_CONNS: usize = 10;
-const NODE_RUN: Duration = Duration::from_secs(3);
+const NODE_RUN: Duration = Duration::from_secs(5);
 /// From the watcher's attached line to the measured run.
 const SETTLE: Duration = Duration::from_secs(1);
 /// The watched CPU figures: this many windows of this long, after 1 s.
@@ -149,6 +149,18 @@ fn waits_path(stderr: &str) -> String {
     )
 }
 
+/// What watched the loop's waits, each with the watched runs that used
+/// it (the fallback taken can change while the machine changes: tracefs
+/// mounted by someone else, say).
+type Paths = Vec<(String, usize)>;
+
+fn tally(paths: &mut Paths, path: String) {
+    match paths.iter_mut().find(|(p, _)| *p == path) {
+        Some((_, n)) => *n += 1,
+        None => paths.push((path, 1)),
+    }
+}
+
 /// VmRSS and VmHWM of `pid`, KiB.
 fn mem_kb(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -208,7 +220,7 @@ fn throughput(
     pid: u32,
     rounds: usize,
     work: &Path,
-    waits: &mut Option<String>,
+    waits: &mut Paths,
     run: &mut dyn FnMut() -> Result<Load>,
 ) -> Throughput {
     eprintln!("bench: watch: {what}, {rounds} rounds unwatched and watched");
@@ -232,7 +244,7 @@ fn throughput(
                 );
                 t.rounds.push(r);
                 t.hwm_kb = t.hwm_kb.max(hwm);
-                waits.get_or_insert(w);
+                tally(waits, w);
             }
             Err(e) => t.errors.push(format!("round {i}: {e:#}")),
         }
@@ -268,7 +280,14 @@ fn start_node(work: &Path, pinned: bool) -> Result<(Target, u16)> {
 /// target's own CPU, unwatched then watched); with `count_reads`, the
 /// target's iterations a second from its read syscalls (one timerfd
 /// read per iteration).
-fn cpu_row(what: String, rate: String, target: u32, count_reads: bool, work: &Path) -> Result<Cpu> {
+fn cpu_row(
+    what: String,
+    rate: String,
+    target: u32,
+    count_reads: bool,
+    work: &Path,
+    waits: &mut Paths,
+) -> Result<Cpu> {
     let pct = |ns: u64, d: Duration| ns as f64 / 1e9 / d.as_secs_f64() * 100.0;
     let (c, t) = (cpu_ns(target), Instant::now());
     std::thread::sleep(TARGET_WINDOW);
@@ -295,7 +314,7 @@ fn cpu_row(what: String, rate: String, target: u32, count_reads: bool, work: &Pa
         _ => rate,
     };
     let (rss_kb, hwm_kb) = mem_kb(watcher.pid());
-    watcher.stop()?;
+    tally(waits, watcher.stop()?);
     Ok(Cpu {
         what,
         rate,
@@ -310,7 +329,7 @@ fn cpu_row(what: String, rate: String, target: u32, count_reads: bool, work: &Pa
 
 /// The figures of part q.
 pub struct Watch {
-    waits: Option<String>,
+    waits: Paths,
     requests: u64,
     throughput: Vec<Throughput>,
     cpu: Vec<(String, Result<Cpu>)>,
@@ -322,7 +341,7 @@ pub struct Watch {
 pub fn measure(loop_fixture: &Path, rounds: usize, work: &Path) -> Watch {
     let requests = REDIS_REQUESTS;
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
-    let mut waits = None;
+    let mut waits = Paths::new();
     let mut loads = Vec::new();
     let mut cpu = Vec::new();
     let redis_load = format!("`redis-benchmark -t get,set -c 20 -n {requests}`");
@@ -354,6 +373,7 @@ pub fn measure(loop_fixture: &Path, rounds: usize, work: &Path) -> Watch {
                     pid,
                     false,
                     work,
+                    &mut waits,
                 ),
             ));
             stop(server);
@@ -412,7 +432,14 @@ pub fn measure(loop_fixture: &Path, rounds: usize, work: &Path) -> Watch {
                 .arg(LOOP_PERIOD_US.to_string()),
         )?;
         target.go()?;
-        let row = cpu_row(what.clone(), "1000".into(), target.pid(), true, work);
+        let row = cpu_row(
+            what.clone(),
+            "1000".into(),
+            target.pid(),
+            true,
+            work,
+            &mut waits,
+        );
         stop(target.guard);
         row
     })();
@@ -443,22 +470,22 @@ fn mb(kb: u64) -> String {
     format!("{:.1} MB", kb as f64 / 1024.0)
 }
 
-/// Whether the waits went through fentry in this run.
+/// Whether every watched run's waits went through fentry.
 fn fentry(w: &Watch) -> bool {
-    w.waits.as_deref().is_some_and(|s| s.starts_with("fentry"))
+    !w.waits.is_empty() && w.waits.iter().all(|(p, _)| p.starts_with("fentry"))
 }
 
 pub fn rows(w: &Watch) -> String {
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "The loop's waits were watched with: {}.\n",
-        w.waits
-            .as_deref()
-            .map_or("(no watched run succeeded)".to_string(), |s| format!(
-                "**{s}**"
-            ))
-    );
+    if w.waits.is_empty() {
+        md.push_str("No watched run succeeded.\n\n");
+    }
+    for (path, n) in &w.waits {
+        let _ = writeln!(
+            md,
+            "The loop's waits were watched with **{path}** ({n} of the watched runs).\n"
+        );
+    }
     md.push_str("### Throughput, unwatched and watched, interleaved\n\n");
     md.push_str(
         "| server | load | rounds | unwatched (median) | watched (median) | watched / unwatched per round: median (min–max) | server CPU per request, unwatched / watched (median) | its ratio per round: median (min–max) | watcher CPU during the load (median) | watcher VmHWM |\n\
@@ -598,10 +625,11 @@ pub fn rows(w: &Watch) -> String {
             "**Goal ≥ 0.99× throughput with fentry: not measurable in this run**, which used the \
              fallback above; its figure is {}. The goal is set for fentry because fentry/fexit \
              programs run only on the wait syscalls' own kernel functions, a few per loop \
-             iteration, while the `sys_enter`/`sys_exit` tracepoints run a program on every \
-             syscall of every process on the machine (the servers' reads and writes, the load \
-             generator's own) and move each onto the kernel's slower traced syscall path \
-             (BENCHMARKS.md, part m: a `getppid` took about 250 ns more on this VM while they were attached).",
+             iteration, and nothing else pays. A syscall tracepoint, raw (`sys_enter`/`sys_exit`) \
+             or the wait syscalls' own, puts every syscall of every process on the machine (the \
+             servers' reads and writes, the load generator's own) on the kernel's slower traced \
+             path, and the raw ones run a program on each (BENCHMARKS.md, part m: a `getppid` \
+             took about 250 ns more on this VM while they were attached).",
             ratios.join(", ")
         )
     };
