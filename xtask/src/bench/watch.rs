@@ -578,12 +578,12 @@ pub fn rows(w: &Watch) -> String {
          rounds of one unwatched and one watched run, in alternating order. The watched run starts \
          {:.1} s after `profiler watch --pid P --out DIR` printed its attached line (`… no uprobes`), \
          and the watcher is stopped (SIGINT) after it: nothing of the watcher runs during an unwatched \
-         run, which matters with the tracepoint fallback, whose programs run for every syscall on the \
+         run, which matters with a tracepoint fallback, whose cost falls on every syscall on the \
          machine. redis req/s is over SET and GET (`-n {}` each); node req/s counts responses read by \
          xtask's own loopback load (`{NODE_CONNS}` threads, each one connection sending the next \
          `GET /` once the last response is read). Server CPU per request is the server's run time \
          (every thread's schedstat; the wait programs run in its context) over the run's requests: on \
-         a shared machine it is steadier than req/s. Watcher CPU is its utime + stime (/proc/PID/stat).\n\n\
+         a shared machine it is steadier than req/s. Watcher CPU is its utime + stime (/proc/PID/stat, in 10 ms ticks).\n\n\
          The watcher's CPU: the target's own CPU time over {} s unwatched, then the watcher's over \
          {CPU_WINDOWS} windows of {} s from 1 s after it attached, and its VmRSS and VmHWM \
          (/proc/PID/status) at the end. redis idle runs its `serverCron` 10 times a second; the loop \
