@@ -1,8 +1,9 @@
 // Bench fixture for event-loop iterations found from the loop's waits
 // (`record` with no dispatch function): a stripped epoll loop woken by a
-// timerfd every 100 us, about 10,000 iterations a second.
+// timerfd every 100 us, about 10,000 iterations a second (or every
+// PERIOD_US: `cargo xtask bench --only watch` runs it at 1,000 a second).
 //
-// usage: loop N
+// usage: loop N [PERIOD_US]
 //   Prints "loop: pid=<pid> ready", waits for a line on stdin, then runs N
 //   iterations (epoll_wait, read the timerfd, a little work) and prints
 //   "result: iterations=N elapsed_ns=E cpu_ns=C" (C: the CPU time of the
@@ -31,13 +32,18 @@ static uint64_t cpu_ns(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s N\n", argv[0]);
+        fprintf(stderr, "usage: %s N [PERIOD_US]\n", argv[0]);
         return 2;
     }
     uint64_t n = strtoull(argv[1], NULL, 10);
+    long period_us = argc > 2 ? strtol(argv[2], NULL, 10) : 100;
+    if (period_us < 1 || period_us >= 1000000) {
+        fprintf(stderr, "loop: PERIOD_US must be 1 to 999999\n");
+        return 2;
+    }
     int ep = epoll_create1(0);
     int tfd = timerfd_create(CLOCK_MONOTONIC, 0);
-    struct itimerspec its = {.it_interval = {0, 100000}, .it_value = {0, 100000}};
+    struct itimerspec its = {.it_interval = {0, period_us * 1000}, .it_value = {0, period_us * 1000}};
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = tfd};
     if (ep < 0 || tfd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev)) {
         perror("loop: setup");

@@ -77,6 +77,8 @@ const BENCH_TOOLS: &[(&str, &str)] = &[
     // The governor part (g) runs a real server under its own benchmark.
     ("redis-server", "redis-server"),
     ("redis-benchmark", "redis-tools"),
+    // Part q watches a node HTTP server (part d2 attaches to node too).
+    ("node", "nodejs"),
     // The unwind part (g) draws gtk3-demo on a virtual display, moving
     // the pointer over it.
     ("Xvfb", "xvfb"),

@@ -9,6 +9,7 @@ mod event_loop;
 mod fixtures;
 mod governor;
 mod html;
+mod http_load;
 mod percall;
 mod rate;
 mod redis;
@@ -17,6 +18,7 @@ mod run;
 mod runtimes;
 mod sampling;
 mod unwind;
+mod watch;
 
 use std::process::Command;
 use std::time::Instant;
@@ -88,6 +90,8 @@ enum Part {
     Loop,
     /// n: kernel cost per sample of walking Python and JavaScript frames, on and off.
     Runtimes,
+    /// q: `profiler watch`: redis and node throughput watched against unwatched, the watcher's CPU and memory.
+    Watch,
 }
 
 impl Args {
@@ -243,6 +247,11 @@ pub fn run(args: &Args) -> Result<()> {
             event_loop::LONG,
             args.repeat
         ));
+    }
+    if args.wants(Part::Watch) {
+        let w = watch::measure(&fx.event_loop, args.repeat, &work);
+        md.push_str("\n## q. `profiler watch`\n\n");
+        md.push_str(&watch::rows(&w));
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",

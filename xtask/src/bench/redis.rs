@@ -44,7 +44,7 @@ pub struct Run {
 
 impl Run {
     /// Requests per second over the whole run (SET and GET, `n` each).
-    fn both(&self) -> f64 {
+    pub(super) fn both(&self) -> f64 {
         2.0 / (1.0 / self.set + 1.0 / self.get)
     }
 }
@@ -69,7 +69,7 @@ impl Round {
 
 /// Nanoseconds `pid` has run on a CPU, all threads (schedstat: the
 /// scheduler's own accounting, trap and probe handling included).
-fn cpu_ns(pid: u32) -> u64 {
+pub(super) fn cpu_ns(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten()
@@ -112,7 +112,7 @@ impl Redis {
 }
 
 /// Runs `cmd` on CPU `cpu` only, if `pin`.
-fn pin(cmd: &mut Command, pin: bool, cpu: usize) -> &mut Command {
+pub(super) fn pin(cmd: &mut Command, pin: bool, cpu: usize) -> &mut Command {
     if pin {
         // SAFETY: between fork and exec, only async-signal-safe calls:
         // sched_setaffinity on a stack-local set.
@@ -131,7 +131,7 @@ fn pin(cmd: &mut Command, pin: bool, cpu: usize) -> &mut Command {
 }
 
 /// `redis-benchmark -p PORT -t get,set -c 20 -n N --csv`.
-fn benchmark(port: &str, pid: u32, n: u64, pinned: bool, t0: Instant) -> Result<Run> {
+pub(super) fn benchmark(port: &str, pid: u32, n: u64, pinned: bool, t0: Instant) -> Result<Run> {
     let at_s = t0.elapsed().as_secs_f64();
     let cpu0 = cpu_ns(pid);
     let mut cmd = Command::new("redis-benchmark");
@@ -163,7 +163,7 @@ fn benchmark(port: &str, pid: u32, n: u64, pinned: bool, t0: Instant) -> Result<
     })
 }
 
-fn start_server(port: &str, pinned: bool) -> Result<Guard> {
+pub(super) fn start_server(port: &str, pinned: bool) -> Result<Guard> {
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", port, "--save", "", "--appendonly", "no"])
         .stdout(Stdio::null());
