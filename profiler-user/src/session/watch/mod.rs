@@ -12,8 +12,11 @@
 //! of each process's flight recorder (`snapshots/`). With
 //! `--profile-every`, each worker also hands over a pprof per window
 //! ([`profiles`]), and its partial window when its watch ends.
+mod files;
 mod journal;
 mod profiles;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 use std::{

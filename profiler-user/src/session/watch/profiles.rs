@@ -112,7 +112,7 @@ impl Profiles {
         unix_ns: u64,
         gz: &[u8],
     ) -> Result<(String, u64)> {
-        let folder = super::journal::subdir(dir, PROFILES)?;
+        let folder = super::files::subdir(dir, PROFILES)?;
         let base = format!("{pid}-{}", stamp(unix_ns));
         let mut name = format!("{base}{EXT}");
         let mut n = 1;
@@ -121,9 +121,9 @@ impl Profiles {
             name = format!("{base}-{n}{EXT}");
         }
         let tmp: PathBuf = folder.join(format!(".{name}.tmp"));
-        super::journal::write_new(&tmp, gz)?;
+        super::files::write_new(&tmp, gz)?;
         let path = folder.join(&name);
-        fs::rename(&tmp, &path).map_err(|e| super::journal::out_err(&path, e))?;
+        fs::rename(&tmp, &path).map_err(|e| super::files::out_err(&path, e))?;
         let rel = format!("{PROFILES}/{name}");
         self.kept.push_back((rel.clone(), gz.len() as u64));
         Ok((rel, gz.len() as u64))
@@ -163,35 +163,6 @@ mod tests {
         assert_eq!(again.bytes(), 6 + 7 + 1);
         assert_eq!(again.delete_oldest(&d), Some(7));
         assert!(!d.join(&b).exists() && d.join(&a).exists());
-        fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn the_journal_deletes_the_oldest_profiles_first_and_counts_them() {
-        use super::super::journal::{Journal, Limits, GROUPS};
-        let d = std::env::temp_dir().join(format!("profiler-profiles-cap-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        let limits = Limits {
-            max_disk: 256 * 1024,
-            per_hour: 20,
-            worst: 3,
-        };
-        let mut j = Journal::open(&d, limits).unwrap();
-        let t = 1_764_644_100_000_000_000;
-        let gz = vec![0u8; 20 * 1024];
-        let paths: Vec<String> = (0..30)
-            .map(|i| j.profile(42, t + i * 1_000_000_000, &gz).unwrap())
-            .collect();
-        j.flush_groups(true).unwrap();
-        let g: crate::output::watch::GroupsFile =
-            serde_json::from_slice(&fs::read(d.join(GROUPS)).unwrap()).unwrap();
-        let left: Vec<bool> = paths.iter().map(|p| d.join(p).exists()).collect();
-        let kept = left.iter().filter(|&&x| x).count() as u64;
-        // 20 KiB each under 256 KiB less the 64-KiB reserve: 9 stay.
-        assert_eq!(kept, 9, "{left:?}");
-        assert_eq!((g.profiles_written, g.profiles_deleted), (30, 30 - kept));
-        // The newest stay.
-        assert!(left[21..].iter().all(|&x| x) && !left[20]);
         fs::remove_dir_all(&d).unwrap();
     }
 }
