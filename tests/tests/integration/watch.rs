@@ -700,3 +700,48 @@ fn profile_every_writes_pprof_windows_whose_stalled_samples_are_the_stalls_cpu()
         "stalled samples' CPU {stalled_ns} ns vs the stalls' on_cpu_ns {on_cpu} ns: ratio {ratio:.3}"
     );
 }
+
+#[test]
+fn sigterm_writes_the_partial_window_of_profile_every() {
+    require_root!();
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!(
+            "SKIP {}: go is missing; apt-get install golang-go",
+            module_path!()
+        );
+        return;
+    }
+    let out = TempDir::new("watch-pprof-term");
+    let mut server = Server::start(&["10", "2500", "700", "300"]);
+    let pid = server.pid.to_string();
+    // A window of an hour: none is over before the SIGTERM.
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid, "--profile-every", "1h"]),
+        &format!("watching PID {pid}"),
+    );
+    let truth = [server.next_stall(), server.next_stall()];
+    let lines = wait_lines(out.path(), server.pid, 2, Duration::from_secs(3));
+    let fin = w.stop(libc::SIGTERM);
+    assert!(fin.status.success(), "{fin:?}");
+    assert_matches(&lines, &truth);
+    let lines = lines_of(out.path(), server.pid);
+    let on_cpu: u64 = lines.iter().map(|l| l["on_cpu_ns"].as_u64().unwrap()).sum();
+    let files: Vec<PathBuf> = std::fs::read_dir(out.join("profiles"))
+        .expect("profiles/ after a SIGTERM")
+        .map(|e| e.unwrap().path())
+        .collect();
+    // One, or two if an hour of the wall clock began meanwhile.
+    assert!((1..=2).contains(&files.len()), "{files:?}");
+    let stalled_ns: u64 = files
+        .iter()
+        .flat_map(|f| pprof_raw(f))
+        .filter(|s| s.labels.get("stalled").map(String::as_str) == Some("true"))
+        .map(|s| s.cpu_ns)
+        .sum();
+    let ratio = stalled_ns as f64 / on_cpu as f64;
+    eprintln!("after SIGTERM: stalled samples {stalled_ns} ns, the stalls' on_cpu_ns {on_cpu} ns (ratio {ratio:.3})");
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "stalled samples' CPU {stalled_ns} ns vs the stalls' on_cpu_ns {on_cpu} ns: ratio {ratio:.3}"
+    );
+}
