@@ -508,9 +508,9 @@ impl Journal {
         }
         let reserve = 64 * 1024;
         while self.usage + reserve > cap {
-            if let Some(bytes) = self.profiles.delete_oldest(&self.dir) {
+            if let Some((bytes, was_there)) = self.profiles.delete_oldest(&self.dir) {
                 self.usage = self.usage.saturating_sub(bytes);
-                self.file.profiles_deleted += 1;
+                self.file.profiles_deleted += u64::from(was_there);
                 self.dirty = true;
                 continue;
             }

@@ -129,11 +129,12 @@ impl Profiles {
         Ok((rel, gz.len() as u64))
     }
 
-    /// Deletes the oldest profile: its bytes, or None if there is none.
-    pub fn delete_oldest(&mut self, dir: &Path) -> Option<u64> {
+    /// Deletes the oldest profile: its bytes, and whether it was still
+    /// there (a shipper may have sent and removed it); None if there is
+    /// none.
+    pub fn delete_oldest(&mut self, dir: &Path) -> Option<(u64, bool)> {
         let (rel, bytes) = self.kept.pop_front()?;
-        let _ = fs::remove_file(dir.join(rel));
-        Some(bytes)
+        Some((bytes, fs::remove_file(dir.join(rel)).is_ok()))
     }
 }
 
@@ -161,8 +162,11 @@ mod tests {
         // Opened again: by time, the earlier window first.
         let mut again = Profiles::open(&d);
         assert_eq!(again.bytes(), 6 + 7 + 1);
-        assert_eq!(again.delete_oldest(&d), Some(7));
+        assert_eq!(again.delete_oldest(&d), Some((7, true)));
         assert!(!d.join(&b).exists() && d.join(&a).exists());
+        // One a shipper removed already is not counted as deleted.
+        fs::remove_file(d.join(&a)).unwrap();
+        assert_eq!(again.delete_oldest(&d), Some((6, false)));
         fs::remove_dir_all(&d).unwrap();
     }
 }
