@@ -469,6 +469,14 @@ pub struct WatchArgs {
     /// `--dispatch-hz` (default: a quarter of `--threshold`).
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub full_rate_after: Option<Duration>,
+    /// Every DUR (e.g. 1m; at least 1s), one pprof per watched process,
+    /// profiles/PID-TIME.pb.gz: the watched thread's samples of that
+    /// window, labelled pid, comm, exe, cgroup or unit, thread, and stalled
+    /// (true inside a stall of stalls.jsonl). Off by default; the files
+    /// stay in DIR (within --max-disk, the oldest deleted first), nothing
+    /// is sent anywhere.
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub profile_every: Option<Duration>,
     /// Serve Prometheus metrics (text format) at http://ADDR/metrics: a bare
     /// port listens on 127.0.0.1 only, HOST:PORT there. Off by default.
     #[arg(long, value_name = "ADDR")]

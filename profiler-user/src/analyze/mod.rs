@@ -16,7 +16,8 @@
 //! - [`overhead`]: the overhead governor's estimates (what the probes cost,
 //!   which functions to detach);
 //! - [`flight`]: `watch`'s flight recorder, the watched thread's recent
-//!   samples;
+//!   samples; [`windows`]: its samples by window of `--profile-every`,
+//!   labelled stalled or not once their iterations are decided;
 //! - [`dedup`]: the second copy of a hit two generations of links reported
 //!   while both were attached, dropped.
 mod calltree;
@@ -32,3 +33,4 @@ pub mod stacks;
 pub mod stages;
 pub mod startup;
 pub mod tail_calls;
+pub mod windows;

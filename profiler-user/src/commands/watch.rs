@@ -30,6 +30,16 @@ pub fn run(args: &WatchArgs) -> Result<()> {
                 .into(),
         ));
     }
+    if let Some(every) = args.profile_every {
+        if every < std::time::Duration::from_secs(1)
+            || every > std::time::Duration::from_secs(86_400)
+        {
+            return Err(Error::Usage(format!(
+                "--profile-every {} is out of range: give 1s to 24h (e.g. 1m), one pprof per process and window",
+                crate::text::fmt_ns(every.as_nanos() as u64)
+            )));
+        }
+    }
     caps::check()?;
     crate::attach::kernel::restore_left_expedited();
     crate::session::watch::run(args)

@@ -318,6 +318,12 @@ pub struct GroupsFile {
     pub reports_deleted: u64,
     /// Rotated `stalls.N.jsonl` deleted to stay within `--max-disk`.
     pub lines_deleted: u64,
+    /// `profiles/PID-TIME.pb.gz` written (`--profile-every`).
+    #[serde(default)]
+    pub profiles_written: u64,
+    /// Of those, deleted to stay within `--max-disk` (the oldest first).
+    #[serde(default)]
+    pub profiles_deleted: u64,
     /// Groups, most total time first.
     pub groups: Vec<GroupEntry>,
 }

@@ -137,6 +137,9 @@ pub struct Sinks {
     pub tails: TailCalls,
     /// `watch`'s flight recorder: every sample of the watched thread.
     pub flight: Option<crate::analyze::flight::FlightRecorder>,
+    /// `watch --profile-every`'s windows: every sample of the watched
+    /// thread, with its iteration.
+    pub windows: Option<crate::analyze::windows::Windows>,
     /// The dispatcher's notices are kept here for the session to tell
     /// (`watch`), not printed (None: printed as they come).
     pub kept_notices: Option<Vec<crate::analyze::dispatch::Notice>>,
@@ -298,6 +301,9 @@ impl Sinks {
                         }
                         if let Some(f) = &mut self.flight {
                             f.record(ev.ts_ns, user);
+                        }
+                        if let Some(w) = &mut self.windows {
+                            w.sample(ev.ts_ns, user, d.sampled_iteration(ev.ts_ns));
                         }
                         let end = stacks.as_ref().map_or(0, StackEvent::user_end);
                         d.on_sample(ev.ts_ns, user, kernel.unwrap_or_default(), end);
@@ -619,6 +625,7 @@ impl Sinks {
             pending_detach: Vec::new(),
             tails: TailCalls::default(),
             flight: None,
+            windows: None,
             kept_notices: None,
             call_buf: Vec::new(),
         }

@@ -410,6 +410,18 @@ fn watch_refuses_bad_input_in_one_line() {
             ],
             "--max-disk",
         ),
+        (
+            vec![
+                "watch",
+                "--out",
+                &dir,
+                "--pid",
+                "99999999",
+                "--profile-every",
+                "100ms",
+            ],
+            "--profile-every",
+        ),
     ] {
         let fin = profiler(&args);
         assert_error(&fin, needle, true);
@@ -544,4 +556,192 @@ fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
     drop(prom);
     let fin = w.stop(libc::SIGTERM);
     assert!(fin.status.success(), "{fin:?}");
+}
+
+/// One sample of `go tool pprof -raw`: its values and its labels.
+#[derive(Debug)]
+struct RawSample {
+    count: u64,
+    cpu_ns: u64,
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// Reads a pprof file with `go tool pprof -raw` (it must read it without
+/// error) and returns its samples.
+fn pprof_raw(path: &Path) -> Vec<RawSample> {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(path)
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw {} failed: {}{text}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("samples/count cpu/nanoseconds"),
+        "{}: {text}",
+        path.display()
+    );
+    let mut samples: Vec<RawSample> = Vec::new();
+    let mut in_samples = false;
+    for line in text.lines() {
+        match line.trim_end() {
+            "Samples:" => in_samples = true,
+            "Locations" | "Mappings" => in_samples = false,
+            l if in_samples && l.contains(":[") => {
+                let last = samples.last_mut().expect("labels follow a sample");
+                for part in l.split("] ") {
+                    let (k, v) = part.trim().split_once(":[").expect("key:[value]");
+                    last.labels
+                        .insert(k.to_string(), v.trim_end_matches(']').to_string());
+                }
+            }
+            l if in_samples => {
+                let Some((values, _locations)) = l.split_once(':') else {
+                    continue;
+                };
+                let v: Vec<u64> = values
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                if let [count, cpu_ns] = v[..] {
+                    samples.push(RawSample {
+                        count,
+                        cpu_ns,
+                        labels: Default::default(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    samples
+}
+
+#[test]
+fn profile_every_writes_pprof_windows_whose_stalled_samples_are_the_stalls_cpu() {
+    require_root!();
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!(
+            "SKIP {}: go is missing; apt-get install golang-go",
+            module_path!()
+        );
+        return;
+    }
+    let out = TempDir::new("watch-pprof");
+    // 6 stalls of 300, 300, 400, 400, 500 and 500 ms, on-CPU and asleep
+    // in turn, 700 ms apart: about 9 s, so 4 windows of 2 s or more.
+    let mut server = Server::start(&["6", "2500", "700", "300"]);
+    let pid = server.pid.to_string();
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid, "--profile-every", "2s"]),
+        &format!("watching PID {pid}"),
+    );
+    let truth = server.run_to_end(Duration::from_secs(60));
+    // The watch ends with the process: its partial window is written too.
+    let fin = w.wait();
+    assert!(fin.status.success(), "{fin:?}");
+    let lines = lines_of(out.path(), server.pid);
+    assert_matches(&lines, &truth);
+    let on_cpu: u64 = lines.iter().map(|l| l["on_cpu_ns"].as_u64().unwrap()).sum();
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("profiles"))
+        .expect("profiles/")
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    // (A window with only a sleeping stall and idle ticks may have no
+    // sample, and no file.)
+    assert!(files.len() >= 2, "a pprof per 2-s window: {files:?}");
+    let (mut stalled_ns, mut other_ns, mut samples) = (0u64, 0u64, 0u64);
+    for f in &files {
+        // PID-TIME.pb.gz, TIME a compact UTC timestamp.
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let time = name
+            .strip_prefix(&format!("{pid}-"))
+            .and_then(|n| n.strip_suffix(".pb.gz"))
+            .unwrap_or_else(|| panic!("{name} is not PID-TIME.pb.gz"));
+        assert!(
+            time.len() == 22 && time.ends_with('Z') && time.as_bytes()[8] == b'T',
+            "{name}"
+        );
+        for s in pprof_raw(f) {
+            assert_eq!(s.labels.get("pid"), Some(&pid), "{s:?}");
+            assert_eq!(
+                s.labels.get("comm").map(String::as_str),
+                Some("stall_server"),
+                "{s:?}"
+            );
+            assert!(s.labels.contains_key("exe") && s.labels.contains_key("thread"));
+            samples += s.count;
+            match s.labels.get("stalled").map(String::as_str) {
+                Some("true") => stalled_ns += s.cpu_ns,
+                Some("false") => other_ns += s.cpu_ns,
+                x => panic!("stalled is {x:?}: {s:?}"),
+            }
+        }
+    }
+    let groups = read_json(out.path(), "groups.json");
+    assert_eq!(groups["profiles_written"], files.len() as u64, "{groups}");
+    assert!(samples > 0);
+    // The samples inside stalls are the stalls' time on a CPU: each
+    // weighs the periods it stands for (the flight rate's first 25 ms).
+    let ratio = stalled_ns as f64 / on_cpu as f64;
+    eprintln!(
+        "stalled samples: {stalled_ns} ns of CPU, the stalls' on_cpu_ns: {on_cpu} ns (ratio {ratio:.3}); other samples {other_ns} ns, {samples} samples in {} files",
+        files.len()
+    );
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "stalled samples' CPU {stalled_ns} ns vs the stalls' on_cpu_ns {on_cpu} ns: ratio {ratio:.3}"
+    );
+}
+
+#[test]
+fn sigterm_writes_the_partial_window_of_profile_every() {
+    require_root!();
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!(
+            "SKIP {}: go is missing; apt-get install golang-go",
+            module_path!()
+        );
+        return;
+    }
+    let out = TempDir::new("watch-pprof-term");
+    let mut server = Server::start(&["10", "2500", "700", "300"]);
+    let pid = server.pid.to_string();
+    // A window of an hour: none is over before the SIGTERM.
+    let w = Recording::spawn_until(
+        watcher(out.path(), &["--pid", &pid, "--profile-every", "1h"]),
+        &format!("watching PID {pid}"),
+    );
+    let truth = [server.next_stall(), server.next_stall()];
+    let lines = wait_lines(out.path(), server.pid, 2, Duration::from_secs(3));
+    let fin = w.stop(libc::SIGTERM);
+    assert!(fin.status.success(), "{fin:?}");
+    assert_matches(&lines, &truth);
+    let lines = lines_of(out.path(), server.pid);
+    let on_cpu: u64 = lines.iter().map(|l| l["on_cpu_ns"].as_u64().unwrap()).sum();
+    let files: Vec<PathBuf> = std::fs::read_dir(out.join("profiles"))
+        .expect("profiles/ after a SIGTERM")
+        .map(|e| e.unwrap().path())
+        .collect();
+    // One, or two if an hour of the wall clock began meanwhile.
+    assert!((1..=2).contains(&files.len()), "{files:?}");
+    let stalled_ns: u64 = files
+        .iter()
+        .flat_map(|f| pprof_raw(f))
+        .filter(|s| s.labels.get("stalled").map(String::as_str) == Some("true"))
+        .map(|s| s.cpu_ns)
+        .sum();
+    let ratio = stalled_ns as f64 / on_cpu as f64;
+    eprintln!("after SIGTERM: stalled samples {stalled_ns} ns, the stalls' on_cpu_ns {on_cpu} ns (ratio {ratio:.3})");
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "stalled samples' CPU {stalled_ns} ns vs the stalls' on_cpu_ns {on_cpu} ns: ratio {ratio:.3}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Dispatches that ended: fast ones counted, slow ones judged and
 //! explained once their frames are named: a binary's symbols read for the
 //! first time may take seconds, and the thread that reads the rings does
-//! not wait for them while recording.
+//! not wait for them while recording. Which iterations are decided, and
+//! which of them are slow, for `watch --profile-every`'s labels.
 use super::*;
 use crate::text::fmt_ns;
 
@@ -96,6 +97,32 @@ impl Dispatcher {
             }
             self.symbolizer.forget_mappings(&wakers);
         }
+    }
+
+    /// The open iteration's index and the sampler's periods a sample at
+    /// `ts_ns` of it stands for (`watch`'s early rate), if one is open.
+    pub fn sampled_iteration(&self, ts_ns: u64) -> Option<(u64, u64)> {
+        let open = self.open.as_ref()?;
+        Some((open.index, self.sample_periods(open.start_ns, ts_ns)))
+    }
+
+    /// Iterations before this one have ended, and their fate is known:
+    /// the slow ones among them are [`Self::slow_waiting`] or were streamed.
+    pub fn decided_below(&self) -> u64 {
+        self.open.as_ref().map_or(self.next_index, |o| o.index)
+    }
+
+    /// The iterations that ended slow and still wait to be explained:
+    /// they will be streamed.
+    pub fn slow_waiting(&self) -> impl Iterator<Item = u64> + '_ {
+        self.deferred.iter().map(|x| x.open.index)
+    }
+
+    /// How long the open iteration has run by `now_ns`, if one is open.
+    pub fn open_running_ns(&self, now_ns: u64) -> Option<u64> {
+        self.open
+            .as_ref()
+            .map(|o| now_ns.saturating_sub(o.start_ns))
     }
 
     /// Explains what still waits for names, waiting for them: at the end

@@ -87,6 +87,58 @@ pub fn cpu_pprof_by_cgroup(
     )
 }
 
+/// A named stack of a `watch --profile-every` window: its frames
+/// (outermost first), its labels (`pid`, `comm`, …, `stalled`), its
+/// samples and the CPU time they stand for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelledStack {
+    /// Frame names, outermost first (never empty).
+    pub frames: Vec<String>,
+    /// (key, value) string labels.
+    pub labels: Vec<(String, String)>,
+    /// Samples.
+    pub samples: i64,
+    /// CPU nanoseconds: each sample weighs the periods it stands for.
+    pub cpu_ns: i64,
+}
+
+/// `PID-TIME.pb.gz` of a `watch --profile-every` window: values
+/// `samples`/`count` and `cpu`/`nanoseconds`, each stack with its labels.
+pub fn labelled_cpu_pprof(
+    stacks: &[LabelledStack],
+    period_ns: u64,
+    duration_ns: u64,
+    start_unix_ns: i64,
+) -> Vec<u8> {
+    let samples: Vec<Sample> = stacks
+        .iter()
+        .map(|s| Sample {
+            frames: s
+                .frames
+                .iter()
+                .map(|name| Frame {
+                    name: name.clone(),
+                    ..Frame::default()
+                })
+                .collect(),
+            values: vec![s.samples, s.cpu_ns],
+            labels: s.labels.clone(),
+        })
+        .collect();
+    let types = [
+        ValueType::new("samples", "count"),
+        ValueType::new("cpu", "nanoseconds"),
+    ];
+    pprof::encode(
+        &samples,
+        &types,
+        ValueType::new("cpu", "nanoseconds"),
+        period_ns as i64,
+        duration_ns as i64,
+        start_unix_ns,
+    )
+}
+
 /// Unix time now, in nanoseconds, minus `ago_ns`: a session's wall start.
 pub fn unix_ns_ago(ago_ns: u64) -> i64 {
     let now = std::time::SystemTime::now()
@@ -145,5 +197,54 @@ mod tests {
         assert_eq!(s[0].frames.len(), 4);
         assert!(s[0].frames[2].inlined && s[0].frames[2].name == "memcpy");
         assert!(s[0].frames[3].kernel && s[0].frames[3].name == "do_sys");
+    }
+
+    #[test]
+    fn a_window_keeps_its_labels_and_both_values() {
+        use prost::Message;
+        use std::io::Read;
+        let stack = |stalled: &str, n: i64| LabelledStack {
+            frames: vec!["main".into(), "handle".into()],
+            labels: vec![
+                ("pid".into(), "42".into()),
+                ("stalled".into(), stalled.into()),
+            ],
+            samples: n,
+            cpu_ns: n * 1_003_009,
+        };
+        let gz = labelled_cpu_pprof(
+            &[stack("true", 3), stack("false", 2), stack("true", 4)],
+            1_003_009,
+            60_000_000_000,
+            1_700_000_000_000_000_000,
+        );
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = pprof::proto::Profile::decode(raw.as_slice()).unwrap();
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        let mut got: Vec<(String, Vec<i64>)> = p
+            .sample
+            .iter()
+            .map(|x| {
+                let labels: Vec<String> = x
+                    .label
+                    .iter()
+                    .map(|l| format!("{}={}", s(l.key), s(l.str)))
+                    .collect();
+                (labels.join(","), x.value.clone())
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("pid=42,stalled=false".to_string(), vec![2, 2_006_018]),
+                ("pid=42,stalled=true".to_string(), vec![7, 7_021_063]),
+            ]
+        );
+        assert_eq!(p.period, 1_003_009);
+        assert_eq!(p.duration_nanos, 60_000_000_000);
     }
 }

@@ -2,24 +2,27 @@
 //! `stalls.jsonl` (one `write` each, so a line is whole or absent, even
 //! after a SIGKILL), `groups.json` rewritten atomically (a temporary file
 //! renamed over it), and the full reports of each group's first and worst
-//! stalls under `groups/ID/`, all within `--max-disk`: past it the oldest
-//! reports go first, then the oldest rotated `stalls.N.jsonl`; the
+//! stalls under `groups/ID/`, and `--profile-every`'s pprof files
+//! ([`super::profiles`]), all within `--max-disk`: past it the oldest
+//! profiles go first, then the oldest reports, then the oldest rotated
+//! `stalls.N.jsonl`; the
 //! counts in `groups.json` are never lost. A watcher started again on the
 //! same directory appends, and carries on its groups' counts.
 use std::{
     collections::{HashMap, VecDeque},
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io::Write,
-    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
+use super::files::{append, out_err, subdir, write_new};
+use super::profiles::Profiles;
 use crate::{
     analyze::dispatch::retain::Durations,
     output::watch::{report_svg, report_text, GroupEntry, GroupsFile, StallLine, StallReport},
     text::fmt_ns,
-    Error, Result,
+    Result,
 };
 
 /// The lines' file.
@@ -82,6 +85,8 @@ pub struct Journal {
     reports: VecDeque<Kept>,
     /// Bytes of everything it wrote that is still on disk.
     usage: u64,
+    /// `--profile-every`'s pprof files, deleted first past the cap.
+    profiles: Profiles,
     dirty: bool,
     last_groups: Instant,
 }
@@ -95,54 +100,6 @@ pub fn group_id(key: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
-}
-
-fn out_err(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Output {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    }
-}
-
-/// Opens `path` to append, never through a symlink.
-fn append(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => Error::Symlink(path.to_path_buf()),
-            _ => out_err(path, e),
-        })
-}
-
-/// Writes `bytes` to `path` (a new file, never through a symlink).
-fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| out_err(path, e))?;
-    f.write_all(bytes).map_err(|e| out_err(path, e))
-}
-
-/// A directory of ours under `dir`, refused if something planted a
-/// symlink there.
-fn subdir(dir: &Path, rel: &str) -> Result<PathBuf> {
-    let path = dir.join(rel);
-    match fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => Err(Error::Symlink(path)),
-        Ok(_) => Ok(path),
-        Err(_) => {
-            fs::create_dir_all(&path).map_err(|e| out_err(&path, e))?;
-            Ok(path)
-        }
-    }
 }
 
 impl Journal {
@@ -209,6 +166,8 @@ impl Journal {
                 },
             );
         }
+        let profiles = Profiles::open(&dir);
+        usage += profiles.bytes();
         // Oldest first, by the file's age.
         reports.sort_by_key(|k| {
             fs::metadata(dir.join(format!("{}.json", k.base)))
@@ -228,6 +187,7 @@ impl Journal {
             },
             reports: reports.into(),
             usage,
+            profiles,
             dirty: true,
             last_groups: Instant::now() - GROUPS_EVERY,
         })
@@ -394,6 +354,18 @@ impl Journal {
         Ok(dir)
     }
 
+    /// A window's pprof of process `pid` (`--profile-every`), begun at
+    /// `unix_ns`: `profiles/PID-TIME.pb.gz`, within the cap. Returns its
+    /// path, relative to the directory.
+    pub fn profile(&mut self, pid: u32, unix_ns: u64, gz: &[u8]) -> Result<String> {
+        let (rel, bytes) = self.profiles.write(&self.dir, pid, unix_ns, gz)?;
+        self.usage += bytes;
+        self.file.profiles_written += 1;
+        self.dirty = true;
+        self.keep_cap()?;
+        Ok(rel)
+    }
+
     /// Rewrites `groups.json` if it changed, at most once a second
     /// (`now`: at once).
     pub fn flush_groups(&mut self, now: bool) -> Result<()> {
@@ -514,7 +486,8 @@ impl Journal {
     }
 
     /// Within `--max-disk`: `stalls.jsonl` rotated past a quarter of it;
-    /// then the oldest reports deleted, then the oldest rotated lines.
+    /// then the oldest profiles deleted, then the oldest reports, then the
+    /// oldest rotated lines.
     fn keep_cap(&mut self) -> Result<()> {
         let cap = self.limits.max_disk;
         if self.stalls_bytes > cap / 4 {
@@ -535,6 +508,12 @@ impl Journal {
         }
         let reserve = 64 * 1024;
         while self.usage + reserve > cap {
+            if let Some((bytes, was_there)) = self.profiles.delete_oldest(&self.dir) {
+                self.usage = self.usage.saturating_sub(bytes);
+                self.file.profiles_deleted += u64::from(was_there);
+                self.dirty = true;
+                continue;
+            }
             if !self.reports.is_empty() {
                 self.delete_report(0);
                 self.file.reports_deleted += 1;

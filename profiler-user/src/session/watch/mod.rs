@@ -9,8 +9,14 @@
 //!
 //! Signals: SIGINT and SIGTERM end it with everything flushed (exit 0);
 //! SIGHUP reopens `stalls.jsonl` (log rotation); SIGUSR1 writes a snapshot
-//! of each process's flight recorder (`snapshots/`).
+//! of each process's flight recorder (`snapshots/`). With
+//! `--profile-every`, each worker also hands over a pprof per window
+//! ([`profiles`]), and its partial window when its watch ends.
+mod files;
 mod journal;
+mod profiles;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 use std::{
@@ -68,6 +74,8 @@ pub enum Msg {
         keep_ns: u64,
         folded: Vec<String>,
     },
+    /// A window's pprof (`--profile-every`), begun at `unix_ns`.
+    Profile { pid: u32, unix_ns: u64, gz: Vec<u8> },
     /// The watch of a process ended, and why.
     Stopped { pid: u32, reason: String },
 }
@@ -145,7 +153,12 @@ pub fn run(args: &WatchArgs) -> Result<()> {
         lost: HashMap::new(),
     };
     install_signals()?;
-    let wargs = worker::WorkerArgs::of(args);
+    let mut wargs = worker::WorkerArgs::of(args);
+    wargs.origin = match (&args.unit, matcher.cgroup()) {
+        (Some(u), _) => Some(("unit".into(), u.clone())),
+        (None, Some(c)) => Some(("cgroup".into(), c.to_string())),
+        _ => None,
+    };
     let (tx, rx) = mpsc::channel::<Msg>();
     let mut watched: HashMap<u32, Watched> = HashMap::new();
     let mut failed: HashMap<u32, Instant> = HashMap::new();
@@ -158,6 +171,13 @@ pub fn run(args: &WatchArgs) -> Result<()> {
         crate::text::fmt_ns(args.dispatch.threshold.as_nanos() as u64),
         journal.dir().display()
     );
+    if let Some(every) = args.profile_every {
+        eprintln!(
+            "profiler: a pprof of each watched process every {} in {} (kept within --max-disk; nothing is sent anywhere)",
+            crate::text::fmt_ns(every.as_nanos() as u64),
+            journal.dir().join(profiles::PROFILES).display()
+        );
+    }
     let mut said_waiting = false;
     loop {
         if STOP.load(Ordering::SeqCst) {
@@ -402,6 +422,9 @@ fn handle(
                 "profiler: SIGUSR1: PID {pid}'s flight recorder ({samples} samples) written to {}",
                 dir.display()
             );
+        }
+        Msg::Profile { pid, unix_ns, gz } => {
+            journal.profile(pid, unix_ns, &gz)?;
         }
         Msg::Stopped { pid, reason } => {
             eprintln!("profiler: stopped watching PID {pid}: {reason}");

@@ -19,6 +19,7 @@ use crate::{
         dispatch::{self, Dispatcher, Notice, Streamed},
         flight::FlightRecorder,
         stacks::Stacks,
+        windows::Windows,
     },
     attach::{
         probes::{self, CounterMap, Probes, Tracking},
@@ -46,6 +47,8 @@ const FLIGHT_MAX: usize = 5_000;
 const TICK: Duration = Duration::from_millis(50);
 /// How often the kernel's loss counters are read.
 const LOSS_EVERY: Duration = Duration::from_millis(100);
+/// How long past a window's end its samples may still be in the rings.
+const WINDOW_GRACE_NS: u64 = 300_000_000;
 /// How often the loop's busy share and the losses go to the metrics.
 const BUSY_EVERY: Duration = Duration::from_secs(1);
 /// The seconds the busy share is over.
@@ -85,6 +88,10 @@ pub struct WorkerArgs {
     /// `full_after_ns`.
     pub early_every: u32,
     pub full_after_ns: u64,
+    /// `--profile-every`, ns.
+    pub profile_every_ns: Option<u64>,
+    /// The label the targets were chosen by (`unit` or `cgroup`), if any.
+    pub origin: Option<(String, String)>,
 }
 
 impl WorkerArgs {
@@ -106,6 +113,8 @@ impl WorkerArgs {
                 .full_rate_after
                 .unwrap_or(a.dispatch.threshold / 4)
                 .as_nanos() as u64,
+            profile_every_ns: a.profile_every.map(|d| d.as_nanos() as u64),
+            origin: None,
         }
     }
 }
@@ -209,6 +218,11 @@ fn watch(
     let mut sinks = Sinks::new(pid, Stacks::new(0), Some(d), None);
     sinks.tables = tables;
     sinks.flight = Some(FlightRecorder::new(args.keep_ns, FLIGHT_MAX));
+    let unix_minus_mono_ns = crate::clock::unix_of_monotonic(0);
+    let period_ns = 1_000_000_000u64.checked_div(args.dispatch_hz).unwrap_or(0);
+    sinks.windows = args
+        .profile_every_ns
+        .map(|every| Windows::new(every, period_ns, session_start_ns, unix_minus_mono_ns));
     sinks.kept_notices = Some(Vec::new());
     sinks.loop_sp = Some(probes.loop_sp()?);
     if let (Some((nr, wargs, sp)), Some(d)) = (process::thread_wait(pid, tid), &mut sinks.dispatch)
@@ -248,6 +262,17 @@ fn watch(
             .unwrap_or_default(),
         exe: target.exe.as_os_str().as_encoded_bytes().to_vec(),
     });
+    let origin = args
+        .origin
+        .clone()
+        .or_else(|| crate::tracee::cgroup::of_process(pid).map(|c| ("cgroup".to_string(), c)));
+    let mut labels = vec![
+        ("pid".to_string(), pid.to_string()),
+        ("comm".to_string(), comm.clone()),
+        ("exe".to_string(), exe.clone()),
+    ];
+    labels.extend(origin);
+    labels.push(("thread".to_string(), thread_name.clone()));
     let mut steer = WatchSteer {
         tx: tx.clone(),
         snapshot: snapshot.clone(),
@@ -259,6 +284,13 @@ fn watch(
             exe,
             session_start_ns,
             keep_ns: args.keep_ns,
+        },
+        profiles: ProfileCtx {
+            labels,
+            unix_minus_mono_ns,
+            hold_ns: args.profile_every_ns.unwrap_or(0).max(args.hang_ns),
+            threshold_ns: args.threshold_ns,
+            hang_ns: args.hang_ns,
         },
         last_tick: Instant::now(),
         last_loss: Instant::now(),
@@ -297,6 +329,8 @@ fn watch(
     sinks.flush(&mut rings);
     sinks.finish_dispatches();
     steer.forward(&mut sinks);
+    // The partial window: nothing is lost at an exit or a SIGTERM.
+    steer.end_windows(&mut sinks);
     Ok(match collected {
         Ok(StopReason::TargetExited) => "it exited".into(),
         Ok(StopReason::TargetExeced) => "it exec'd another program".into(),
@@ -318,6 +352,19 @@ struct Ctx {
     keep_ns: u64,
 }
 
+/// What `--profile-every`'s windows need.
+#[derive(Debug, Clone)]
+struct ProfileCtx {
+    /// `pid`, `comm`, `exe`, `unit` or `cgroup`, `thread`.
+    labels: Vec<(String, String)>,
+    unix_minus_mono_ns: u64,
+    /// A window waiting for a long iteration is written this long past
+    /// its end anyway.
+    hold_ns: u64,
+    threshold_ns: u64,
+    hang_ns: u64,
+}
+
 /// The tick's work for `watch`: forwards what the dispatcher explained,
 /// and marks what was not the program's own time.
 struct WatchSteer<'a> {
@@ -325,6 +372,7 @@ struct WatchSteer<'a> {
     snapshot: Arc<AtomicBool>,
     counters: &'a CounterMap,
     ctx: Ctx,
+    profiles: ProfileCtx,
     last_tick: Instant,
     last_loss: Instant,
     last_busy: Instant,
@@ -448,10 +496,63 @@ impl WatchSteer<'_> {
             };
             let _ = self.tx.send(msg);
         }
+        let mut stalls = Vec::new();
         for s in d.take_streamed() {
+            stalls.push(s.slow.index);
             let report = self.report(d, sinks.flight.as_ref(), s);
             let _ = self.tx.send(Msg::Stall(Box::new(StallMsg { report })));
         }
+        let Some(w) = &mut sinks.windows else { return };
+        // Slow iterations still being explained are stalls already.
+        w.decide(
+            stalls.into_iter().chain(d.slow_waiting()),
+            d.decided_below(),
+        );
+        let now = crate::clock::monotonic_ns();
+        // Held past `hold_ns`, the open iteration has run past it: over
+        // the threshold, it will be a stall.
+        let open_stalled = d
+            .open_running_ns(now)
+            .is_some_and(|r| r >= self.profiles.threshold_ns);
+        for win in w.ready(now, WINDOW_GRACE_NS, self.profiles.hold_ns, open_stalled) {
+            self.send_window(d, &win, w.period_ns());
+        }
+    }
+
+    /// The watch ends: every window left written, the last one partial;
+    /// the iteration still open counts as a stall if it was told as a
+    /// hang (a line of `stalls.jsonl`), not otherwise (it is not a line).
+    fn end_windows(&mut self, sinks: &mut Sinks) {
+        let (Some(d), Some(w)) = (&mut sinks.dispatch, &mut sinks.windows) else {
+            return;
+        };
+        w.decide(d.slow_waiting().collect::<Vec<_>>(), d.decided_below());
+        let now = crate::clock::monotonic_ns();
+        let open_stalled = d
+            .open_running_ns(now)
+            .is_some_and(|r| r >= self.profiles.hang_ns);
+        let period_ns = w.period_ns();
+        for win in w.drain(now, open_stalled) {
+            self.send_window(d, &win, period_ns);
+        }
+    }
+
+    fn send_window(
+        &self,
+        d: &mut Dispatcher,
+        win: &crate::analyze::windows::Window,
+        period_ns: u64,
+    ) {
+        if win.decided.is_empty() {
+            return;
+        }
+        let p = &self.profiles;
+        let gz = super::profiles::window_pprof(d, win, &p.labels, period_ns, p.unix_minus_mono_ns);
+        let _ = self.tx.send(Msg::Profile {
+            pid: self.ctx.pid,
+            unix_ns: win.start_ns + p.unix_minus_mono_ns,
+            gz,
+        });
     }
 
     fn hang_line(&self, index: u64, running_ns: u64, stack: &[String]) -> StallLine {
