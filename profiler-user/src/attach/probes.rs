@@ -1503,14 +1503,18 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Tells the kernel the stack pointer of the watched thread's loop wait
-/// (`WATCH_LOOP_SP`), as the agent learns it.
+/// Tells the kernel the stack pointer and key of the watched thread's loop
+/// wait (`WATCH_LOOP_SP`, `WATCH_LOOP_KEY`), as the agent learns them.
 pub struct LoopSp(Array<MapData, u64>);
 
 impl LoopSp {
-    /// Waits at `sp` or shallower are the loop's from now on.
-    pub fn set(&mut self, sp: u64) {
-        // An array slot always exists; a failure leaves the old rule.
+    /// Waits at `sp` or shallower, of `key`'s family and object
+    /// (`profiler_common::wait::key`), are the loop's from now on.
+    pub fn set(&mut self, sp: u64, key: u64) {
+        // An array slot always exists; a failure leaves the old rule. The
+        // key first: a wait judged between the two writes sees the new
+        // key at the old level, never a level without its key.
+        let _ = self.0.set(profiler_common::WATCH_LOOP_KEY, key, 0);
         let _ = self.0.set(profiler_common::WATCH_LOOP_SP, sp, 0);
     }
 }

@@ -482,8 +482,8 @@ impl Sinks {
             self.on_record(item);
         });
         if let (Some(map), Some(d)) = (&mut self.loop_sp, &mut self.dispatch) {
-            if let Some(sp) = d.loop_wait.take_untold() {
-                map.set(sp);
+            if let Some(l) = d.loop_wait.take_untold() {
+                map.set(l.sp, l.key);
             }
         }
         if !self.pending_detach.is_empty() {
