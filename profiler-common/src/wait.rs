@@ -26,7 +26,8 @@ pub const NR_EPOLL_PWAIT: u32 = 281;
 pub const NR_IO_URING_ENTER: u32 = 426;
 /// x86-64 `epoll_pwait2`.
 pub const NR_EPOLL_PWAIT2: u32 = 441;
-/// x86-64 `futex` (a wait only with `FUTEX_WAIT` or `FUTEX_WAIT_BITSET`).
+/// x86-64 `futex` (a wait only with `FUTEX_WAIT` or `FUTEX_WAIT_BITSET`,
+/// on a private futex: [`waits`]).
 pub const NR_FUTEX: u32 = 202;
 /// x86-64 `futex_waitv`.
 pub const NR_FUTEX_WAITV: u32 = 449;
@@ -34,6 +35,9 @@ pub const NR_FUTEX_WAITV: u32 = 449;
 pub const FUTEX_WAIT: u64 = 0;
 /// `FUTEX_WAIT_BITSET`.
 pub const FUTEX_WAIT_BITSET: u64 = 9;
+/// `FUTEX_PRIVATE_FLAG`: the futex word is the process's own (a lock, a
+/// condition variable, a semaphore or a queue its threads share).
+pub const FUTEX_PRIVATE_FLAG: u64 = 128;
 /// `futex` operation bits that are the command (without
 /// `FUTEX_PRIVATE_FLAG` and `FUTEX_CLOCK_REALTIME`).
 pub const FUTEX_CMD_MASK: u64 = 0x7f;
@@ -72,7 +76,17 @@ pub const fn is_wait(nr: u64) -> bool {
 
 /// True when syscall `nr` with arguments `args` (the first four) waits:
 /// `io_uring_enter` only getting events, `futex` only with `FUTEX_WAIT`
-/// or `FUTEX_WAIT_BITSET` (not a wake, a requeue or a PI lock).
+/// or `FUTEX_WAIT_BITSET` (not a wake, a requeue or a PI lock) on a
+/// private futex ([`FUTEX_PRIVATE_FLAG`]).
+///
+/// A shared futex wait is no event loop's: glibc's `pthread_join` waits
+/// on the joined thread's TID word, shared because the kernel clears and
+/// wakes it at that thread's exit, and every loop that waits on a futex
+/// (a condition variable, a semaphore, a queue, Go's and Java's parking)
+/// waits on a private one. Told as a wait, a thread joining workers one
+/// after another would be taken for an event loop (three joins at one
+/// stack level are a recurring wait), and what it does between joins,
+/// reading its input included, for iterations.
 #[inline(always)]
 pub const fn waits(nr: u64, args: [u64; 4]) -> bool {
     if !is_wait(nr) {
@@ -80,7 +94,10 @@ pub const fn waits(nr: u64, args: [u64; 4]) -> bool {
     }
     match nr as u32 {
         NR_IO_URING_ENTER => args[3] & IORING_ENTER_GETEVENTS != 0 && args[2] as u32 != 0,
-        NR_FUTEX => matches!(args[1] & FUTEX_CMD_MASK, FUTEX_WAIT | FUTEX_WAIT_BITSET),
+        NR_FUTEX => {
+            matches!(args[1] & FUTEX_CMD_MASK, FUTEX_WAIT | FUTEX_WAIT_BITSET)
+                && args[1] & FUTEX_PRIVATE_FLAG != 0
+        }
         _ => true,
     }
 }

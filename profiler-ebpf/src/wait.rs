@@ -1,7 +1,7 @@
 //! The watched thread's event-loop waits (`WAIT_LOOP`): per wait syscall, a
 //! fentry/fexit pair, else a kprobe/kretprobe pair, else the `sys_enter`
 //! and `sys_exit` raw tracepoints; for the watched thread alone they report
-//! each wait syscall (epoll, poll, select, io_uring with GETEVENTS, futex
+//! each wait syscall (epoll, poll, select, io_uring with GETEVENTS, private futex
 //! waits) and
 //! keep `WATCH_ITER` set while an iteration of its loop runs, from the
 //! return of the loop's own wait to the next entry into it.
@@ -60,7 +60,7 @@ pub(crate) fn idle_in_loop() -> bool {
 
 /// The syscall's user stack pointer and what it waits on
 /// ([`wait::object`]), when it waits at all (io_uring_enter only with
-/// GETEVENTS, futex only to wait).
+/// GETEVENTS, futex only to wait on a private futex: [`wait::waits`]).
 #[inline(always)]
 fn wait_args(regs: *const pt_regs, nr: u64) -> Option<(u64, u64)> {
     if !wait::is_wait(nr) {
