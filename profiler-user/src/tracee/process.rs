@@ -519,7 +519,7 @@ pub fn thread_syscall(pid: u32, tid: u32) -> Option<(u64, [u64; 6], u64)> {
 }
 
 /// The wait syscall thread `tid` of `pid` is blocked in (an event loop's:
-/// epoll, poll, select, `io_uring_enter` getting events, or a futex
+/// epoll, poll, select, `io_uring_enter` getting events, or a private futex
 /// wait), as [`thread_syscall`] reads it; None when it is in none.
 pub fn thread_wait(pid: u32, tid: u32) -> Option<(u64, [u64; 6], u64)> {
     use profiler_common::wait;
