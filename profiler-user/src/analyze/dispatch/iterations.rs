@@ -5,16 +5,20 @@
 //! A preset's dispatch functions ([`Config::preset`]: chosen because the
 //! process maps their library, as AWT maps GLib) count only if the watched
 //! thread calls them: its waits are watched beside them, and when it has
-//! returned from [`TRIAL_WAITS`] loop waits without calling one (each
-//! loop that runs a preset's functions calls them after each of its
-//! waits), its dispatches are its loop's iterations from there, the
+//! returned from [`TRIAL_WAITS`] loop waits at one site (stack level and
+//! family) without calling one (each loop that runs a preset's functions
+//! calls them after each of its waits, always the same), its dispatches
+//! are its loop's iterations from there, the
 //! iteration that wait's return begins included, and a [`Notice::Note`]
 //! says so. The decision is made on the events alone, so a replay makes
 //! it at the same one.
 use super::*;
 
-/// Loop waits returned from without a preset function called, after which
-/// the preset is given up.
+/// Loop waits returned from at one site without a preset function called,
+/// after which the preset is given up. At one site: a program's startup
+/// waits before its loop runs, each at a site of its own (node's four
+/// futex waits for its platform's threads, before libuv's first
+/// `epoll_pwait`), are not its loop's.
 pub const TRIAL_WAITS: u64 = 5;
 
 /// How a preset's trial is going.
@@ -22,7 +26,7 @@ pub const TRIAL_WAITS: u64 = 5;
 pub struct PresetTrial {
     /// The watched thread entered a preset function.
     called: bool,
-    /// Loop waits returned from meanwhile.
+    /// Loop waits returned from meanwhile, at the site waited at most.
     waits: u64,
     /// The preset was given up: iterations are bounded by waits.
     pub failed: bool,
@@ -92,15 +96,16 @@ impl Dispatcher {
         if !(is_loop && w.exit) {
             return;
         }
-        self.preset.waits += 1;
+        // (`observe` has counted this one.)
+        self.preset.waits = self.preset.waits.max(self.loop_wait.judged_loop_at(w));
         if self.preset.waits < TRIAL_WAITS || self.open.is_some() {
             return;
         }
         self.preset.failed = true;
         self.notices.push(Notice::Note(format!(
-            "profiler: note: the watched thread returned from {} waits in {} without calling \
-             any of its dispatch functions ({}): its dispatches are its event loop's \
-             iterations from here, bounded by its waits",
+            "profiler: note: the watched thread returned from {} waits at one stack level in \
+             {} without calling any of its dispatch functions ({}): its dispatches are its \
+             event loop's iterations from here, bounded by its waits",
             self.preset.waits,
             crate::text::fmt_ns(w.ts_ns.saturating_sub(self.session_start_ns)),
             self.cfg.rule
@@ -113,7 +118,7 @@ impl Dispatcher {
             return match self.preset.failed {
                 true => format!(
                     "{} (the dispatch functions of the {} were never called on the watched \
-                     thread: given up after {} of its waits); {}",
+                     thread: given up after {} of its waits at one stack level); {}",
                     crate::tracee::select::FALLBACK_RULE,
                     self.cfg.rule,
                     self.preset.waits,

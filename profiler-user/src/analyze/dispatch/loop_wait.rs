@@ -180,6 +180,17 @@ impl LoopWait {
         }
     }
 
+    /// Returns from waits the kernel judged the loop's at `w`'s site (its
+    /// stack pointer and family), as the events say (not the guess at
+    /// attach, which a replay does not make).
+    pub fn judged_loop_at(&self, w: &Wait) -> u64 {
+        let family = wait::family(w.nr);
+        self.sites
+            .iter()
+            .find(|s| s.sp == w.sp && s.family() == family)
+            .map_or(0, |s| s.judged_loop)
+    }
+
     /// The session stopped at `ts_ns`: idle time is counted up to it.
     pub fn stop_at(&mut self, ts_ns: u64) {
         self.stop_ns = Some(ts_ns);

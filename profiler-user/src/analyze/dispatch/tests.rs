@@ -122,6 +122,35 @@ fn a_preset_the_thread_never_calls_gives_way_to_its_waits() {
 }
 
 #[test]
+fn startup_waits_at_sites_of_their_own_do_not_give_a_preset_up() {
+    let names = vec!["uv__run_timers".to_string()];
+    let mut d = Dispatcher::new(preset_config(), 0, names, vec![true], 0);
+    // A program's startup: 4 futex waits, each at its own stack level,
+    // before its loop's first wait.
+    let futex = |ts: u64, exit: bool, sp: u64| {
+        use profiler_common::wait::{word, NR_FUTEX};
+        let mut w = wait(ts, exit, true, sp);
+        let futex_word = word(u64::from(NR_FUTEX), 9, exit, true);
+        w.word = Event::pack(profiler_common::KIND_WAIT, futex_word);
+        w
+    };
+    for i in 1..=4u64 {
+        d.on_wait(&futex(i * 10, false, 0x3000 - i * 0x100));
+        d.on_wait(&futex(i * 10 + 5, true, 0x3000 - i * 0x100));
+    }
+    let step = 100_000_000;
+    for i in 1..=4u64 {
+        d.on_wait(&wait(i * step, true, true, 0x2000));
+        d.on_call(&call(i * step + 10, KIND_ENTRY, 0, 0x1f00));
+        d.on_call(&call(i * step + 20, KIND_EXIT, 0, 0x1f08));
+        d.on_wait(&wait(i * step + 60, false, true, 0x2000));
+    }
+    assert!(d.take_notices().is_empty(), "the preset stands");
+    assert!(!d.by_waits());
+    assert_eq!(d.stats.count, 4, "one dispatch per preset call");
+}
+
+#[test]
 fn a_preset_the_thread_calls_keeps_its_dispatches() {
     let names = vec!["g_main_context_dispatch".to_string()];
     let mut d = Dispatcher::new(preset_config(), 0, names, vec![true], 0);
