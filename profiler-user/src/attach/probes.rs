@@ -465,6 +465,8 @@ pub struct Probes {
     /// The `sys_exit` program attached for a wait the watched thread was
     /// in at attach, until [`Probes::take_catch_up`].
     catch_up: Option<CatchUp>,
+    /// The loop's waits are watched by their syscall tracepoints.
+    syscall_waits: bool,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -473,11 +475,26 @@ pub struct Probes {
 
 impl Drop for Probes {
     /// Per-probe links go first, entries before exits, with expedited RCU
-    /// grace periods when there are many ([`kernel::ExpeditedRcu`]); the
-    /// rest go with the programs.
+    /// grace periods when there are many ([`kernel::ExpeditedRcu`]); then
+    /// the wait syscalls' tracepoints, with them too: 20 perf events, each
+    /// unregistered after grace periods of its own (60-80 ms apiece on a
+    /// loaded VM: 1.5 s, which let an exec'd target's next program run
+    /// past the agent's stop); the rest go with the programs.
     fn drop(&mut self) {
         let links = std::mem::take(&mut self.per_probe);
         let _ = self.detach_per_probe(links);
+        if std::mem::take(&mut self.syscall_waits) {
+            let _fast = kernel::ExpeditedRcu::begin();
+            for name in [
+                profiler_common::PROG_SYSCALL_ENTER,
+                profiler_common::PROG_SYSCALL_EXIT,
+            ] {
+                let prog = self.ebpf.program_mut(name);
+                if let Some(Ok(p)) = prog.map(<&mut aya::programs::TracePoint>::try_from) {
+                    let _ = p.unload();
+                }
+            }
+        }
     }
 }
 
@@ -621,6 +638,7 @@ impl Probes {
             btf,
             waits: None,
             catch_up: None,
+            syscall_waits: false,
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -1111,6 +1129,7 @@ impl Probes {
                 Waits::SyscallTracepoints(why) => {
                     match attach_wait_tracepoints(&mut self.ebpf, WaitTracepoints::Syscall) {
                         Ok(()) => {
+                            self.syscall_waits = true;
                             eprintln!(
                                 "profiler: note: watching the loop's waits with their syscall \
                              tracepoints (meanwhile every syscall on the machine takes the \
