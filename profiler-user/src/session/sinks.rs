@@ -733,6 +733,12 @@ impl Sinks {
                     .running()
                     .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
             }
+        }
+        // Every 0.1 s: an exec is told, and the probes detached, while the
+        // new program runs its first moments (detaching takes a second on
+        // a loaded machine; once a second, the agent outlived a 1.5-s
+        // shell the target exec'd).
+        if self.second || self.ticks % 10 == 0 {
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
