@@ -738,7 +738,7 @@ impl Sinks {
         // new program runs its first moments (detaching takes a second on
         // a loaded machine; once a second, the agent outlived a 1.5-s
         // shell the target exec'd).
-        if self.second || self.ticks % 10 == 0 {
+        if self.second || self.ticks.is_multiple_of(10) {
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.
