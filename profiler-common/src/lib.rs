@@ -90,6 +90,32 @@ mod tests {
     }
 
     #[test]
+    fn only_private_futex_waits_are_waits() {
+        let futex = u64::from(wait::NR_FUTEX);
+        // pthread_cond_wait, sem_wait, a contended lock: private waits.
+        for op in [
+            wait::FUTEX_WAIT,
+            wait::FUTEX_WAIT_BITSET,
+            wait::FUTEX_WAIT_BITSET | 256,
+        ] {
+            assert!(wait::waits(
+                futex,
+                [0x1000, op | wait::FUTEX_PRIVATE_FLAG, 0, 0]
+            ));
+        }
+        // pthread_join: FUTEX_WAIT_BITSET on the joined thread's TID word,
+        // shared.
+        assert!(!wait::waits(futex, [0x1000, wait::FUTEX_WAIT_BITSET, 7, 0]));
+        assert!(!wait::waits(futex, [0x1000, wait::FUTEX_WAIT, 7, 0]));
+        // FUTEX_WAKE, private.
+        assert!(!wait::waits(
+            futex,
+            [0x1000, 1 | wait::FUTEX_PRIVATE_FLAG, 1, 0]
+        ));
+        assert!(wait::waits(u64::from(wait::NR_EPOLL_WAIT), [3, 0, 0, 0]));
+    }
+
+    #[test]
     fn layouts_and_packing() {
         assert_eq!(core::mem::size_of::<Event>(), 24);
         assert_eq!(core::mem::size_of::<CommEvent>(), 40);

@@ -63,13 +63,19 @@ pub const CATCH_UP_ARMED: u64 = 1;
 /// [`WATCH_CATCH_UP`]: done.
 pub const CATCH_UP_DONE: u64 = 2;
 
+/// [`WATCH_MAP`] slot, written by the agent with [`WATCH_LOOP_SP`]: the
+/// loop's wait's family and object ([`crate::wait::key`]). A wait at the
+/// loop's stack level or above is the loop's only when it matches; 0
+/// matches every wait.
+pub const WATCH_LOOP_KEY: u32 = 7;
+
 /// [`WATCH_MAP`] slot: the in-dispatch sampler's ticks while an iteration
 /// is younger than `SAMPLE_FULL_AFTER_NS` (`watch`'s lower early rate:
 /// one in `SAMPLE_EARLY_EVERY` is taken).
-pub const WATCH_EARLY_TICKS: u32 = 7;
+pub const WATCH_EARLY_TICKS: u32 = 8;
 
 /// Number of slots in [`WATCH_MAP`].
-pub const WATCH_SLOTS: u32 = 8;
+pub const WATCH_SLOTS: u32 = 9;
 
 /// LRU hash of thread ids already announced with a [`CommEvent`].
 pub const SEEN_THREADS_MAP: &str = "SEEN_THREADS";

@@ -21,7 +21,7 @@ pub const PROG_SYSCALL_EXIT: &str = "prof_syscall_exit";
 /// The wait syscalls' kernel functions, each with an fentry program
 /// `prof_enter_NAME` and an fexit program `prof_exit_NAME` (preferred to
 /// the `sys_enter`/`sys_exit` tracepoints, which slow every syscall).
-pub const WAIT_SYSCALLS: [&str; 8] = [
+pub const WAIT_SYSCALLS: [&str; 10] = [
     "epoll_wait",
     "epoll_pwait",
     "epoll_pwait2",
@@ -30,6 +30,8 @@ pub const WAIT_SYSCALLS: [&str; 8] = [
     "select",
     "pselect6",
     "io_uring_enter",
+    "futex",
+    "futex_waitv",
 ];
 
 /// Bit of a probe cookie that marks a dispatch function.

@@ -1,16 +1,19 @@
 //! The watched thread's event-loop waits (`WAIT_LOOP`): per wait syscall, a
 //! fentry/fexit pair, else a kprobe/kretprobe pair, else the `sys_enter`
 //! and `sys_exit` raw tracepoints; for the watched thread alone they report
-//! each wait syscall (epoll, poll, select, io_uring with GETEVENTS) and
+//! each wait syscall (epoll, poll, select, io_uring with GETEVENTS, private futex
+//! waits) and
 //! keep `WATCH_ITER` set while an iteration of its loop runs, from the
 //! return of the loop's own wait to the next entry into it.
 //!
 //! Which wait is the loop's is learnt by the agent (the stack pointer of
-//! the outermost recurring wait, `WATCH_LOOP_SP`): a wait at that stack
-//! pointer or shallower is the loop's; a deeper one, inside a handler
-//! (a blocking `poll()`, a nested loop), is blocked time inside the
-//! iteration. Every other syscall, and every other thread, costs one
-//! compare.
+//! the outermost recurring wait, `WATCH_LOOP_SP`, and its family and
+//! object, `WATCH_LOOP_KEY`): a wait of that family and object at that
+//! stack pointer or shallower is the loop's; a deeper one, inside a
+//! handler (a blocking `poll()`, a nested loop), or another (a `poll()` on
+//! another descriptor in a handler inlined into the loop, a lock taken in
+//! a handler), is blocked time inside the iteration. Every other syscall,
+//! and every other thread, costs one compare.
 
 use aya_ebpf::{
     bindings::pt_regs,
@@ -25,7 +28,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     wait, CATCH_UP_ARMED, CATCH_UP_DONE, COUNTER_LOST_SCHED, KIND_WAIT, WATCH_CATCH_UP,
-    WATCH_IN_WAIT, WATCH_ITER, WATCH_LOOP_SP, WATCH_TASK,
+    WATCH_IN_WAIT, WATCH_ITER, WATCH_LOOP_KEY, WATCH_LOOP_SP, WATCH_TASK,
 };
 
 use crate::{emit_event, watch_get, watch_set, Setting, WATCH_TID};
@@ -55,8 +58,9 @@ pub(crate) fn idle_in_loop() -> bool {
     WAIT_LOOP.load() != 0 && w != 0 && (w - 1) as u32 & wait::LOOP != 0
 }
 
-/// The syscall's user stack pointer and first argument, and whether it
-/// waits at all (io_uring_enter only with GETEVENTS).
+/// The syscall's user stack pointer and what it waits on
+/// ([`wait::object`]), when it waits at all (io_uring_enter only with
+/// GETEVENTS, futex only to wait on a private futex: [`wait::waits`]).
 #[inline(always)]
 fn wait_args(regs: *const pt_regs, nr: u64) -> Option<(u64, u64)> {
     if !wait::is_wait(nr) {
@@ -64,26 +68,41 @@ fn wait_args(regs: *const pt_regs, nr: u64) -> Option<(u64, u64)> {
     }
     // SAFETY: bpf_probe_read_kernel copes with any address; a failed read
     // is an Err, and the syscall is then not reported.
-    let (sp, fd) = unsafe {
+    let (sp, arg0) = unsafe {
         (
             bpf_probe_read_kernel(&raw const (*regs).rsp).ok()?,
             bpf_probe_read_kernel(&raw const (*regs).rdi).ok()?,
         )
     };
-    if nr as u32 == wait::NR_IO_URING_ENTER {
+    let mut args = [arg0, 0, 0, 0];
+    match nr as u32 {
         // io_uring_enter(fd, to_submit, min_complete, flags, …).
-        // SAFETY: bpf_probe_read_kernel copes with any address; a failed read is an Err, and the syscall is then not reported.
-        let (min, flags) = unsafe {
-            (
-                bpf_probe_read_kernel(&raw const (*regs).rdx).ok()?,
-                bpf_probe_read_kernel(&raw const (*regs).r10).ok()?,
-            )
-        };
-        if flags & wait::IORING_ENTER_GETEVENTS == 0 || min as u32 == 0 {
-            return None;
-        }
+        // SAFETY: as above.
+        wait::NR_IO_URING_ENTER => unsafe {
+            args[2] = bpf_probe_read_kernel(&raw const (*regs).rdx).ok()?;
+            args[3] = bpf_probe_read_kernel(&raw const (*regs).r10).ok()?;
+        },
+        // futex(uaddr, op, …).
+        // SAFETY: as above.
+        wait::NR_FUTEX => unsafe {
+            args[1] = bpf_probe_read_kernel(&raw const (*regs).rsi).ok()?;
+        },
+        _ => {}
     }
-    Some((sp, fd))
+    if !wait::waits(nr, args) {
+        return None;
+    }
+    Some((sp, wait::object(nr, arg0)))
+}
+
+/// Whether a wait at `sp` of syscall `nr` on `obj` is the loop's own, by
+/// what the agent learnt: at the loop wait's stack level or shallower,
+/// and of its family and object ([`wait::key_matches`]). Before anything
+/// is learnt, every wait is.
+#[inline(always)]
+fn judge(sp: u64, nr: u64, obj: u64) -> bool {
+    let loop_sp = watch_get(WATCH_LOOP_SP);
+    loop_sp == 0 || (sp >= loop_sp && wait::key_matches(watch_get(WATCH_LOOP_KEY), nr as u32, obj))
 }
 
 /// A wait of the watched thread was seen: an armed catch-up
@@ -105,8 +124,7 @@ fn on_enter(tid: u32, regs: *const pt_regs, nr: u64) {
     // SAFETY: a BPF helper with no arguments; the task address is only stored or read through BPF helpers.
     watch_set(WATCH_TASK, unsafe { bpf_get_current_task() });
     caught_up();
-    let loop_sp = watch_get(WATCH_LOOP_SP);
-    let is_loop = loop_sp == 0 || sp >= loop_sp;
+    let is_loop = judge(sp, nr, fd);
     let word = wait::word(nr, fd, false, is_loop);
     watch_set(WATCH_IN_WAIT, u64::from(word) + 1);
     if is_loop {
@@ -133,8 +151,7 @@ fn on_exit(tid: u32, regs: *const pt_regs, nr: u64) {
     let is_loop = if entered != 0 {
         (entered - 1) as u32 & wait::LOOP != 0
     } else {
-        let loop_sp = watch_get(WATCH_LOOP_SP);
-        loop_sp == 0 || sp >= loop_sp
+        judge(sp, nr, fd)
     };
     // SAFETY: a BPF helper with no arguments and no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
@@ -345,6 +362,38 @@ pub fn prof_exit_io_uring_enter(ctx: FExitContext) -> i32 {
     0
 }
 
+#[fentry(function = "__x64_sys_futex")]
+pub fn prof_enter_futex(ctx: FEntryContext) -> i32 {
+    if let Some(tid) = watched() {
+        on_enter(tid, ctx.arg(0), u64::from(wait::NR_FUTEX));
+    }
+    0
+}
+
+#[fexit(function = "__x64_sys_futex")]
+pub fn prof_exit_futex(ctx: FExitContext) -> i32 {
+    if let Some(tid) = watched() {
+        on_exit(tid, ctx.arg(0), u64::from(wait::NR_FUTEX));
+    }
+    0
+}
+
+#[fentry(function = "__x64_sys_futex_waitv")]
+pub fn prof_enter_futex_waitv(ctx: FEntryContext) -> i32 {
+    if let Some(tid) = watched() {
+        on_enter(tid, ctx.arg(0), u64::from(wait::NR_FUTEX_WAITV));
+    }
+    0
+}
+
+#[fexit(function = "__x64_sys_futex_waitv")]
+pub fn prof_exit_futex_waitv(ctx: FExitContext) -> i32 {
+    if let Some(tid) = watched() {
+        on_exit(tid, ctx.arg(0), u64::from(wait::NR_FUTEX_WAITV));
+    }
+    0
+}
+
 /// The current task's user registers (the `pt_regs` a syscall's
 /// `__x64_sys_NAME` receives).
 #[inline(always)]
@@ -389,4 +438,6 @@ wait_kprobes! {
     prof_kenter_select, prof_kexit_select, "__x64_sys_select", wait::NR_SELECT;
     prof_kenter_pselect6, prof_kexit_pselect6, "__x64_sys_pselect6", wait::NR_PSELECT6;
     prof_kenter_io_uring_enter, prof_kexit_io_uring_enter, "__x64_sys_io_uring_enter", wait::NR_IO_URING_ENTER;
+    prof_kenter_futex, prof_kexit_futex, "__x64_sys_futex", wait::NR_FUTEX;
+    prof_kenter_futex_waitv, prof_kexit_futex_waitv, "__x64_sys_futex_waitv", wait::NR_FUTEX_WAITV;
 }

@@ -103,6 +103,7 @@ fn replay(nfuncs: usize, entries: &[datafile::Entry], symbols: Vec<(u32, u64, Ve
         sample_period_ns: 1_000_000,
         wakers: true,
         wait_loop: false,
+        preset: false,
     };
     let mut dispatcher = Dispatcher::new(cfg, 0, names, (0..nfuncs).map(|i| i == 0).collect(), 0);
     dispatcher.set_symbolizer(Symbolizer::offline(0, symbols));

@@ -67,6 +67,13 @@ const TEST_TOOLS: &[(&str, &str)] = &[
         "/usr/lib/x86_64-linux-gnu/dri/swrast_dri.so",
         "libgl1-mesa-dri",
     ),
+    // A Tkinter app under a virtual display, whose loop waits on a futex
+    // (tests tk.rs).
+    (
+        "/usr/lib/python3.11/lib-dynload/_tkinter.cpython-311-x86_64-linux-gnu.so",
+        "python3-tk",
+    ),
+    ("Xvfb", "xvfb"),
 ];
 
 /// Extra programs the bench needs.

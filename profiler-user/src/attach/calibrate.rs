@@ -561,7 +561,7 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
     ];
     // They do nothing here (no thread is watched), but make every syscall
     // dearer, the return uprobes' included, as in the session.
-    super::probes::attach_wait_tracepoints(&mut ebpf, waits)
+    let wait_links = super::probes::attach_wait_tracepoints(&mut ebpf, waits)
         .map_err(|e| fail("attaching the wait tracepoints", e))?;
     let exe = Path::new("/proc/self/exe");
     let multi = match kernel::uprobe_multi() {
@@ -604,6 +604,7 @@ pub fn calibrate(waits: WaitTracepoints) -> Result<HitCost> {
         ],
         &mut ring,
     );
+    super::probes::detach_together(wait_links);
     let t = &timed.per_call;
     let pos = |x: f64| x.max(1.0);
     Ok(HitCost {

@@ -15,6 +15,7 @@ use aya::{
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         raw_trace_point::RawTracePointLink,
+        trace_point::TracePointLink,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
         PerfEvent, ProgramError, RawTracePoint, UProbe,
     },
@@ -69,17 +70,17 @@ pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()>
 pub(crate) fn attach_wait_tracepoints(
     ebpf: &mut Ebpf,
     waits: WaitTracepoints,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<Vec<TracePointLink>, String> {
     use profiler_common::{
         PROG_SYSCALL_ENTER, PROG_SYSCALL_EXIT, PROG_SYS_ENTER, PROG_SYS_EXIT, WAIT_SYSCALLS,
     };
     match waits {
-        WaitTracepoints::None => Ok(()),
+        WaitTracepoints::None => Ok(Vec::new()),
         WaitTracepoints::Raw => {
             for (name, tp) in [(PROG_SYS_ENTER, "sys_enter"), (PROG_SYS_EXIT, "sys_exit")] {
                 attach_raw_tp(ebpf, name, tp).map_err(|e| chain(&e))?;
             }
-            Ok(())
+            Ok(Vec::new())
         }
         WaitTracepoints::Syscall => {
             let mut links = Vec::new();
@@ -97,19 +98,40 @@ pub(crate) fn attach_wait_tracepoints(
                 Ok(())
             };
             let result = attach();
-            if result.is_err() {
-                for (prog, id) in links {
-                    let p = ebpf
-                        .program_mut(prog)
-                        .map(<&mut aya::programs::TracePoint>::try_from);
-                    if let Some(Ok(p)) = p {
-                        let _ = p.detach(id);
-                    }
+            // Each link owned, so that they can be detached together
+            // ([`detach_together`]).
+            let owned: Vec<TracePointLink> = links
+                .into_iter()
+                .filter_map(|(prog, id)| tracepoint(ebpf, prog)?.take_link(id).ok())
+                .collect();
+            match result {
+                Ok(()) => Ok(owned),
+                Err(e) => {
+                    detach_together(owned);
+                    Err(e)
                 }
             }
-            result
         }
     }
+}
+
+/// Program `prog`, a tracepoint's.
+fn tracepoint<'a>(ebpf: &'a mut Ebpf, prog: &str) -> Option<&'a mut aya::programs::TracePoint> {
+    ebpf.program_mut(prog).and_then(|p| p.try_into().ok())
+}
+
+/// Detaches tracepoint links each on a thread of its own: each waits for
+/// RCU Tasks Trace grace periods of its own (two, 25-50 ms apiece on the
+/// loaded VM), which concurrent detaches share; one after another, the 20
+/// wait syscalls' tracepoints took a second and more.
+pub(crate) fn detach_together(links: Vec<TracePointLink>) {
+    std::thread::scope(|s| {
+        for link in links {
+            // Without a thread, the link is detached here, by the failed
+            // spawn dropping it.
+            let _ = std::thread::Builder::new().spawn_scoped(s, move || drop(link));
+        }
+    });
 }
 
 /// Attaches the `sched_process_exit` program: the one that reads the
@@ -465,6 +487,9 @@ pub struct Probes {
     /// The `sys_exit` program attached for a wait the watched thread was
     /// in at attach, until [`Probes::take_catch_up`].
     catch_up: Option<CatchUp>,
+    /// The wait syscalls' tracepoint links, when the loop's waits are
+    /// watched by them.
+    wait_links: Vec<TracePointLink>,
     /// How long attaching took.
     pub attach_ms: u128,
     /// Functions that could not be probed, with the reason.
@@ -473,11 +498,15 @@ pub struct Probes {
 
 impl Drop for Probes {
     /// Per-probe links go first, entries before exits, with expedited RCU
-    /// grace periods when there are many ([`kernel::ExpeditedRcu`]); the
-    /// rest go with the programs.
+    /// grace periods when there are many ([`kernel::ExpeditedRcu`]); then
+    /// the wait syscalls' tracepoints, together ([`detach_together`]: one
+    /// after another, the 20 of them took a second and more on a loaded
+    /// VM, which let an exec'd target's next program end before the
+    /// agent); the rest go with the programs.
     fn drop(&mut self) {
         let links = std::mem::take(&mut self.per_probe);
         let _ = self.detach_per_probe(links);
+        detach_together(std::mem::take(&mut self.wait_links));
     }
 }
 
@@ -621,6 +650,7 @@ impl Probes {
             btf,
             waits: None,
             catch_up: None,
+            wait_links: Vec::new(),
             attach_ms: 0,
             failed: Vec::new(),
         })
@@ -1110,7 +1140,8 @@ impl Probes {
                 },
                 Waits::SyscallTracepoints(why) => {
                     match attach_wait_tracepoints(&mut self.ebpf, WaitTracepoints::Syscall) {
-                        Ok(()) => {
+                        Ok(links) => {
+                            self.wait_links = links;
                             eprintln!(
                                 "profiler: note: watching the loop's waits with their syscall \
                              tracepoints (meanwhile every syscall on the machine takes the \
@@ -1128,6 +1159,7 @@ impl Probes {
                          little more): {why}"
                     );
                     return attach_wait_tracepoints(&mut self.ebpf, WaitTracepoints::Raw)
+                        .map(drop)
                         .map_err(Error::Load);
                 }
             };
@@ -1503,14 +1535,18 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Tells the kernel the stack pointer of the watched thread's loop wait
-/// (`WATCH_LOOP_SP`), as the agent learns it.
+/// Tells the kernel the stack pointer and key of the watched thread's loop
+/// wait (`WATCH_LOOP_SP`, `WATCH_LOOP_KEY`), as the agent learns them.
 pub struct LoopSp(Array<MapData, u64>);
 
 impl LoopSp {
-    /// Waits at `sp` or shallower are the loop's from now on.
-    pub fn set(&mut self, sp: u64) {
-        // An array slot always exists; a failure leaves the old rule.
+    /// Waits at `sp` or shallower, of `key`'s family and object
+    /// (`profiler_common::wait::key`), are the loop's from now on.
+    pub fn set(&mut self, sp: u64, key: u64) {
+        // An array slot always exists; a failure leaves the old rule. The
+        // key first: a wait judged between the two writes sees the new
+        // key at the old level, never a level without its key.
+        let _ = self.0.set(profiler_common::WATCH_LOOP_KEY, key, 0);
         let _ = self.0.set(profiler_common::WATCH_LOOP_SP, sp, 0);
     }
 }

@@ -27,6 +27,7 @@ pub fn line(notice: &Notice) -> String {
             "profiler: not a stall of the program: an iteration of {} while {reason}",
             fmt_ns(*duration_ns)
         ),
+        Notice::Note(line) => line.clone(),
         Notice::Hang {
             index,
             tid,

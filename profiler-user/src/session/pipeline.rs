@@ -102,6 +102,8 @@ impl<'a> Config<'a> {
                 sample_period_ns: 1_000_000_000u64.checked_div(h.dispatch_hz).unwrap_or(0),
                 wakers: !h.no_wakers,
                 wait_loop: h.wait_loop,
+                // Waits watched beside a preset's functions.
+                preset: h.wait_loop && !h.dispatch_fallback,
             },
             session_start_ns: h.session_start_ns,
             trace_events: o.trace_events(h),

@@ -488,8 +488,8 @@ impl Sinks {
             self.on_record(item);
         });
         if let (Some(map), Some(d)) = (&mut self.loop_sp, &mut self.dispatch) {
-            if let Some(sp) = d.loop_wait.take_untold() {
-                map.set(sp);
+            if let Some(l) = d.loop_wait.take_untold() {
+                map.set(l.sp, l.key);
             }
         }
         if !self.pending_detach.is_empty() {
@@ -740,6 +740,12 @@ impl Sinks {
                     .running()
                     .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
             }
+        }
+        // Every 0.1 s: an exec is told, and the probes detached, while the
+        // new program runs its first moments (detaching takes a second on
+        // a loaded machine; once a second, the agent outlived a 1.5-s
+        // shell the target exec'd).
+        if self.second || self.ticks.is_multiple_of(10) {
             if let Some(exe) = &self.exe {
                 let now = std::fs::read_link(format!("/proc/{}/exe", self.pid));
                 // Gone (exited) is the pidfd's business; a different path is an exec.

@@ -519,14 +519,12 @@ pub fn thread_syscall(pid: u32, tid: u32) -> Option<(u64, [u64; 6], u64)> {
 }
 
 /// The wait syscall thread `tid` of `pid` is blocked in (an event loop's:
-/// epoll, poll, select, or `io_uring_enter` getting events), as
-/// [`thread_syscall`] reads it; None when it is in none.
+/// epoll, poll, select, `io_uring_enter` getting events, or a private futex
+/// wait), as [`thread_syscall`] reads it; None when it is in none.
 pub fn thread_wait(pid: u32, tid: u32) -> Option<(u64, [u64; 6], u64)> {
     use profiler_common::wait;
     let (nr, args, sp) = thread_syscall(pid, tid)?;
-    let io_uring = nr == u64::from(wait::NR_IO_URING_ENTER);
-    let getevents = args[3] & wait::IORING_ENTER_GETEVENTS != 0;
-    (wait::is_wait(nr) && (!io_uring || getevents)).then_some((nr, args, sp))
+    wait::waits(nr, [args[0], args[1], args[2], args[3]]).then_some((nr, args, sp))
 }
 
 /// Parses `/proc/PID/task/TID/syscall`: `NR ARG1 … ARG6 SP PC` (numbers

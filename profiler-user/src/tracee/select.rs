@@ -176,6 +176,8 @@ pub struct Selection {
     pub tail_callers: usize,
     /// How dispatches are recognised, in words, for the reports.
     pub dispatch_rule: String,
+    /// The dispatch functions are a preset's (no `--dispatch`).
+    pub preset: bool,
     /// True when no dispatch function is known and every outermost traced
     /// call counts as one.
     pub dispatch_fallback: bool,
@@ -476,7 +478,7 @@ fn add_python_gc(
 /// process, every outermost traced call.
 pub const FALLBACK_RULE: &str =
     "iterations of the watched thread's event loop, from the return of \
-     its wait syscall (epoll, poll, select, io_uring) to its next entry (no dispatch function \
+     its wait syscall (epoll, poll, select, io_uring, futex) to its next entry (no dispatch function \
      known: --dispatch names one)";
 /// [`FALLBACK_RULE`] with several traced processes.
 pub const FALLBACK_RULE_PER_PROCESS: &str =
@@ -609,6 +611,7 @@ fn apply_presets(
         }
         if !sel.funcs.is_empty() {
             sel.dispatch_rule = format!("preset {name}: {}", joined(patterns.iter()));
+            sel.preset = true;
             return Ok(());
         }
     }

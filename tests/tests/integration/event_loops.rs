@@ -20,6 +20,19 @@ fn epoll_loop_exe() -> &'static Path {
     EXE.get_or_init(|| build_c("epoll_loop.c", "epoll_loop", &["-O1", "-s", "-pthread"]))
 }
 
+/// The same built `-O2` with its handlers inlined into the loop: the
+/// poll() of `block_handler` waits at the loop's own stack level.
+fn epoll_loop_inlined_exe() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        build_c(
+            "epoll_loop.c",
+            "epoll_loop_inlined",
+            &["-O2", "-s", "-pthread", "-DINLINE_HANDLERS"],
+        )
+    })
+}
+
 fn dispatches(dir: &Path) -> Value {
     read_json(dir, "dispatches.json")
 }
@@ -31,8 +44,29 @@ fn slow(d: &Value) -> &Vec<Value> {
 #[test]
 fn a_stripped_epoll_loop_is_timed_by_its_waits() {
     require_root!();
+    check_epoll_loop(epoll_loop_exe());
+}
+
+/// Issue 44: with the handlers inlined, the poll() on another descriptor
+/// in `block_handler` is at the loop's own stack level. It is a wait
+/// inside the iteration (another syscall, on another descriptor), so every
+/// slow iteration is found, the poll handlers' too (18 of 24 before).
+#[test]
+fn a_poll_inlined_into_the_loop_is_a_wait_inside_its_iteration() {
+    require_root!();
+    let d = check_epoll_loop(epoll_loop_inlined_exe());
+    assert!(
+        num(&d["event_loop"], "inner_waits") >= 6,
+        "the six poll() handlers' waits are inner waits: {}",
+        d["event_loop"]
+    );
+}
+
+/// Records `exe` (an `epoll_loop.c` build) by PID and checks every
+/// iteration against the fixture's own clock; returns dispatches.json.
+fn check_epoll_loop(exe: &Path) -> Value {
     let out = TempDir::new("epoll-loop");
-    let mut fx = Fixture::spawn(epoll_loop_exe(), &[]);
+    let mut fx = Fixture::spawn(exe, &[]);
     let rec = Recording::start(fx.pid, out.path(), &["--threshold", "50ms"]);
     let truth = fx.run();
     fx.release();
@@ -164,6 +198,7 @@ fn a_stripped_epoll_loop_is_timed_by_its_waits() {
     // The waits are journaled: a replay finds the same iterations.
     let again = replay(out.path(), "epoll-loop-replay");
     crate::replay::assert_same_outputs(out.path(), again.path());
+    d
 }
 
 /// The asyncio app: a ticker every 5 ms, and every 0.4 s a stall of

@@ -48,6 +48,7 @@ mod tables;
 mod tail_calls;
 mod teardown;
 mod threads;
+mod tk;
 mod tracing;
 mod unwind_budget;
 mod unwinding;

@@ -1,7 +1,8 @@
 //! Dispatch presets: a real GLib `GMainLoop`, recorded without `--dispatch`,
 //! is split into dispatches by the GLib preset (`g_main_context_dispatch`,
 //! exported by Debian's stripped libglib), and its slow iterations are
-//! flagged and explained.
+//! flagged and explained. A preset the watched thread never calls gives
+//! way to its loop's waits.
 use profiler_tests::*;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -109,5 +110,71 @@ fn glib_main_loop_is_split_by_the_preset() {
     assert!(
         groups.len() - 1 <= stretched.len(),
         "no group but the slow ticks' and the stretched ones': {groups:?}"
+    );
+}
+
+/// Issue 44, item 3: a preset counts only if the watched thread calls it.
+/// The stripped epoll loop linked with GLib (mapped, never called, as AWT
+/// maps it): the GLib preset is chosen, the thread never calls it while
+/// it returns from its waits, so the session falls back to the loop's
+/// iterations after 5 of them, says so in one stderr line, and still
+/// finds every slow message (the first is the 6th iteration).
+#[test]
+fn a_preset_the_watched_thread_never_calls_gives_way_to_its_waits() {
+    require_root!();
+    let exe = build_glib(
+        "epoll_loop.c",
+        "epoll_loop_glib",
+        &["-O1", "-s", "-pthread", "-Wl,--no-as-needed"],
+    );
+    let out = TempDir::new("preset-fallback");
+    let mut fx = Fixture::spawn(&exe, &[]);
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", fx.pid)).unwrap_or_default();
+    assert!(maps.contains("libglib-2.0"), "the fixture maps GLib");
+    let rec = Recording::start(fx.pid, out.path(), &["--threshold", "50ms"]);
+    let truth = fx.run();
+    fx.release();
+    let fin = rec.wait();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    let said: Vec<&String> = fin
+        .stderr
+        .iter()
+        .filter(|l| l.contains("without calling any of its dispatch functions"))
+        .collect();
+    assert_eq!(said.len(), 1, "said in one line: {:?}", fin.stderr);
+    assert!(
+        said[0].contains("preset GLib") && said[0].contains("returned from 5 waits"),
+        "{}",
+        said[0]
+    );
+    let d = read_json(out.path(), "dispatches.json");
+    let rule = d["rule"].as_str().unwrap_or_default();
+    assert!(
+        rule.contains("were never called on the watched thread")
+            && rule.contains("the loop's wait is epoll_wait on fd"),
+        "rule: {rule}"
+    );
+    let msgs = truth["messages"].as_array().expect("truth messages");
+    let want = msgs
+        .iter()
+        .filter(|m| m["type"].as_str() != Some("fast"))
+        .count();
+    let slow = d["slow"].as_array().expect("slow");
+    // A fast message stretched past the threshold by a loaded machine
+    // would be one more: each slow dispatch must be a slow message's.
+    let session = num(&d, "session_start_ns");
+    let slow_msgs = slow
+        .iter()
+        .filter(|g| {
+            let end = session + num(g, "start_ns") + num(g, "duration_ns");
+            msgs.iter()
+                .filter(|m| num(m, "start_ns") <= end)
+                .max_by_key(|m| num(m, "start_ns"))
+                .is_some_and(|m| m["type"].as_str() != Some("fast"))
+        })
+        .count();
+    assert_eq!(
+        slow_msgs, want,
+        "every slow message is a slow dispatch: {slow:?}"
     );
 }

@@ -15,6 +15,7 @@ mod deferred;
 mod explain;
 mod frames;
 mod hang;
+mod iterations;
 mod loop_wait;
 mod own_cost;
 pub mod quality;
@@ -72,6 +73,9 @@ pub struct Config {
     /// Dispatches are the iterations of the thread's event loop, bounded
     /// by its wait syscalls (no dispatch function known).
     pub wait_loop: bool,
+    /// With `wait_loop`: the dispatch functions are a preset's, which
+    /// count only if the watched thread calls them ([`iterations`]).
+    pub preset: bool,
 }
 
 /// One buffered record of an open dispatch.
@@ -226,6 +230,8 @@ pub enum Notice {
         /// Why, in words.
         reason: String,
     },
+    /// A line to tell as it is (what the dispatcher decided).
+    Note(String),
     /// A dispatch has run past `--hang` and is still running.
     Hang {
         /// Ordinal among all dispatches.
@@ -280,6 +286,8 @@ pub struct Dispatcher {
     pub loop_wait: loop_wait::LoopWait,
     /// The thread has waited in its loop: iterations are bounded by waits.
     waits_seen: bool,
+    /// A preset's functions on trial ([`Config::preset`]).
+    preset: iterations::PresetTrial,
     /// Per function, when the governor's detach of it was done (`u64::MAX`:
     /// not): a frame of it can never see its return after that. A time, not
     /// a flag, so that a dispatch explained late (its names read meanwhile)
@@ -374,6 +382,7 @@ impl Dispatcher {
             notices: Vec::new(),
             loop_wait: loop_wait::LoopWait::new(session_start_ns),
             waits_seen: false,
+            preset: iterations::PresetTrial::default(),
             gone: Vec::new(),
             detaching: Vec::new(),
             ended_by_detach: 0,
@@ -575,11 +584,12 @@ impl Dispatcher {
             .iter()
             .map(|&f| self.closed_by_detach(f, ts_ns))
             .collect();
+        let by_waits = self.by_waits();
         let Some(open) = &mut self.open else { return };
         open.calls.truncate(open.calls.len() - popped.len());
         open.detached += by_detach.iter().filter(|&&d| d).count() as u32;
         // An event-loop iteration ends only at the loop's wait.
-        let empty = open.calls.is_empty() && !(self.cfg.wait_loop && self.waits_seen);
+        let empty = open.calls.is_empty() && !by_waits;
         let (last_ns, split) = open.last;
         self.record(Rec::Unwound(level, if empty { last_ns } else { ts_ns }));
         if empty {
@@ -605,6 +615,8 @@ impl Dispatcher {
             if ev.sp != 0 {
                 self.unwind_to(ev.sp, ev.ts_ns);
             }
+            self.preset
+                .called(self.is_dispatch.get(func as usize) == Some(&true));
             if self.open.is_none() {
                 if self.by_waits()
                     || !self
@@ -654,49 +666,6 @@ impl Dispatcher {
             self.end(ev.ts_ns);
         } else {
             self.close_detached(ev.ts_ns);
-        }
-    }
-
-    /// A wait syscall of the watched thread (`KIND_WAIT`): the return of
-    /// the loop's own wait opens an iteration, its next entry ends it.
-    ///
-    /// Until the thread first waits in its loop, outermost traced calls
-    /// are its dispatches (a loop that waits some other way, e.g. on a
-    /// condition variable, has no wait to bound it); the first loop wait
-    /// ends the one open then.
-    pub fn on_wait(&mut self, ev: &Event) {
-        let w = loop_wait::Wait::of(ev);
-        if !self.loop_wait.observe(&w) || !self.cfg.wait_loop {
-            return;
-        }
-        if !self.waits_seen {
-            self.waits_seen = true;
-            self.end(w.ts_ns);
-        }
-        if !w.exit {
-            self.end(w.ts_ns);
-        } else if self.open.is_none() && w.ts_ns >= self.session_start_ns {
-            // (The waits are watched from just before the session starts:
-            // an iteration that began earlier is not the session's.)
-            self.begin(w.ts_ns);
-        }
-    }
-
-    /// True when iterations are bounded by the loop's waits (rather than
-    /// by dispatch functions or outermost calls).
-    pub fn by_waits(&self) -> bool {
-        self.cfg.wait_loop && self.waits_seen
-    }
-
-    /// How dispatches were recognised, in words, with what was learnt.
-    pub fn rule(&self) -> String {
-        match (self.cfg.wait_loop, self.waits_seen) {
-            (true, true) => format!("{}; {}", self.cfg.rule, self.loop_wait.describe()),
-            (true, false) => "every outermost traced call on the watched thread: it never waited \
-                 in epoll, poll, select or io_uring, so no event loop was seen (--dispatch names a \
-                 dispatch function)"
-                .to_string(),
-            _ => self.cfg.rule.clone(),
         }
     }
 

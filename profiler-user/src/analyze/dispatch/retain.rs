@@ -250,6 +250,7 @@ mod tests {
             sample_period_ns: 0,
             wakers: true,
             wait_loop: false,
+            preset: false,
         };
         Dispatcher::new(cfg, 0, vec!["run".into()], vec![true], 0)
     }

@@ -37,6 +37,7 @@ fn loop_config() -> Config {
         sample_period_ns: 0,
         wakers: true,
         wait_loop: true,
+        preset: false,
     }
 }
 
@@ -81,6 +82,91 @@ fn loop_iterations_are_bounded_by_the_loops_own_wait() {
     assert_eq!((d.loop_wait.loop_waits, d.loop_wait.inner_waits), (2, 1));
 }
 
+/// A preset's functions, with the waits watched beside them.
+fn preset_config() -> Config {
+    Config {
+        rule: "preset GLib: g_main_context_dispatch".into(),
+        preset: true,
+        ..loop_config()
+    }
+}
+
+#[test]
+fn a_preset_the_thread_never_calls_gives_way_to_its_waits() {
+    let names = vec!["g_main_context_dispatch".to_string()];
+    let mut d = Dispatcher::new(preset_config(), 0, names, vec![true], 0);
+    // 25 loop waits, no preset call: given up at the 5th, whose iteration
+    // is the first dispatch.
+    let step = 100_000_000;
+    for i in 1..=25u64 {
+        d.on_wait(&wait(i * step, true, true, 0x2000));
+        d.on_wait(&wait(i * step + 60, false, true, 0x2000));
+    }
+    let notices = d.take_notices();
+    let lines: Vec<&String> = notices
+        .iter()
+        .filter_map(|n| match n {
+            Notice::Note(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "said once: {notices:?}");
+    assert!(
+        lines[0].contains("returned from 5 waits") && lines[0].contains("preset GLib"),
+        "{}",
+        lines[0]
+    );
+    assert!(d.by_waits());
+    assert_eq!(d.stats.count, 21, "the iterations from the 5th wait on");
+    assert!(d.rule().contains("were never called"), "{}", d.rule());
+}
+
+#[test]
+fn startup_waits_at_sites_of_their_own_do_not_give_a_preset_up() {
+    let names = vec!["uv__run_timers".to_string()];
+    let mut d = Dispatcher::new(preset_config(), 0, names, vec![true], 0);
+    // A program's startup: 4 futex waits, each at its own stack level,
+    // before its loop's first wait.
+    let futex = |ts: u64, exit: bool, sp: u64| {
+        use profiler_common::wait::{word, NR_FUTEX};
+        let mut w = wait(ts, exit, true, sp);
+        let futex_word = word(u64::from(NR_FUTEX), 9, exit, true);
+        w.word = Event::pack(profiler_common::KIND_WAIT, futex_word);
+        w
+    };
+    for i in 1..=4u64 {
+        d.on_wait(&futex(i * 10, false, 0x3000 - i * 0x100));
+        d.on_wait(&futex(i * 10 + 5, true, 0x3000 - i * 0x100));
+    }
+    let step = 100_000_000;
+    for i in 1..=4u64 {
+        d.on_wait(&wait(i * step, true, true, 0x2000));
+        d.on_call(&call(i * step + 10, KIND_ENTRY, 0, 0x1f00));
+        d.on_call(&call(i * step + 20, KIND_EXIT, 0, 0x1f08));
+        d.on_wait(&wait(i * step + 60, false, true, 0x2000));
+    }
+    assert!(d.take_notices().is_empty(), "the preset stands");
+    assert!(!d.by_waits());
+    assert_eq!(d.stats.count, 4, "one dispatch per preset call");
+}
+
+#[test]
+fn a_preset_the_thread_calls_keeps_its_dispatches() {
+    let names = vec!["g_main_context_dispatch".to_string()];
+    let mut d = Dispatcher::new(preset_config(), 0, names, vec![true], 0);
+    let step = 100_000_000;
+    for i in 1..=30u64 {
+        d.on_wait(&wait(i * step, true, true, 0x2000));
+        d.on_call(&call(i * step + 10, KIND_ENTRY, 0, 0x1f00));
+        d.on_call(&call(i * step + 20, KIND_EXIT, 0, 0x1f08));
+        d.on_wait(&wait(i * step + 60, false, true, 0x2000));
+    }
+    assert!(!d.by_waits());
+    assert_eq!(d.stats.count, 30, "one dispatch per preset call");
+    assert!(d.take_notices().is_empty());
+    assert_eq!(d.rule(), "preset GLib: g_main_context_dispatch");
+}
+
 #[test]
 fn the_iteration_open_at_the_stop_ends_and_none_begins_after_it() {
     let cfg = loop_config();
@@ -120,6 +206,7 @@ fn slow_dispatches_and_hangs_are_queued_as_notices() {
         sample_period_ns: 0,
         wakers: true,
         wait_loop: false,
+        preset: false,
     };
     let names = vec!["run".to_string(), "work".to_string()];
     let mut d = Dispatcher::new(cfg, 0, names, vec![true, false], 0);
@@ -481,6 +568,7 @@ fn config(threshold_ns: u64, hang_ns: u64) -> Config {
         sample_period_ns: 0,
         wakers: true,
         wait_loop: false,
+        preset: false,
     }
 }
 

@@ -75,6 +75,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
         sample_period_ns: 1_003_009,
         wakers: true,
         wait_loop: false,
+        preset: false,
     };
     let duration_ns = 600_000_000_000u64;
     let mut d = Dispatcher::new(cfg, 0, vec!["dispatch_event".into()], vec![true], 0);

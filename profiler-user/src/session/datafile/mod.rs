@@ -134,7 +134,9 @@ pub struct Header {
     pub dispatch_rule: String,
     /// No dispatch function was known.
     pub dispatch_fallback: bool,
-    /// Dispatches were event-loop iterations bounded by wait syscalls.
+    /// Dispatches were event-loop iterations bounded by wait syscalls (or,
+    /// with a preset's functions and `dispatch_fallback` false, the waits
+    /// were watched for the preset's fallback to them).
     #[serde(default)]
     pub wait_loop: bool,
     /// How returns were observed, in words.

@@ -92,15 +92,11 @@ impl<'a> Attached<'a> {
             // guess of which wait is the loop's.
             let blocked = process::thread_wait(pid, rec.watch_tid);
             if let (Some((nr, args, sp)), Some(d)) = (blocked, &mut sinks.dispatch) {
-                d.loop_wait.at_attach(
-                    nr as u32,
-                    args[0].min(profiler_common::wait::FD_MAX) as u32,
-                    sp,
-                );
+                d.loop_wait.at_attach(nr as u32, args[0], sp);
                 // Told now, not at the first drain: a wait inside the
                 // first iterations (a handler's poll()) is judged by it.
-                if let (Some(sp), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
-                    map.set(sp);
+                if let (Some(l), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
+                    map.set(l.sp, l.key);
                 }
             }
             sinks.catch_up = self.probes.take_catch_up();

@@ -133,8 +133,9 @@ impl<'a> Recorder<'a> {
         }
         // No dispatch function: the watched thread's event-loop iterations,
         // bounded by its wait syscalls (one process; several keep, per
-        // process, every outermost call).
-        self.wait_loop = sel.dispatch_fallback && !self.tracking.by_map();
+        // process, every outermost call). A preset's functions, which the
+        // watched thread may never call, with its waits watched beside.
+        self.wait_loop = (sel.dispatch_fallback || sel.preset) && !self.tracking.by_map();
         if sel.dispatch_fallback && self.tracking.by_map() {
             sel.dispatch_rule = select::FALLBACK_RULE_PER_PROCESS.to_string();
         }

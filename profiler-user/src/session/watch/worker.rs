@@ -203,6 +203,7 @@ fn watch(
             sample_period_ns: 1_000_000_000u64.checked_div(args.dispatch_hz).unwrap_or(0),
             wakers: args.wakers,
             wait_loop: true,
+            preset: false,
         },
         pid,
         Vec::new(),
@@ -227,13 +228,9 @@ fn watch(
     sinks.loop_sp = Some(probes.loop_sp()?);
     if let (Some((nr, wargs, sp)), Some(d)) = (process::thread_wait(pid, tid), &mut sinks.dispatch)
     {
-        d.loop_wait.at_attach(
-            nr as u32,
-            wargs[0].min(profiler_common::wait::FD_MAX) as u32,
-            sp,
-        );
-        if let (Some(sp), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
-            map.set(sp);
+        d.loop_wait.at_attach(nr as u32, wargs[0], sp);
+        if let (Some(l), Some(map)) = (d.loop_wait.take_untold(), &mut sinks.loop_sp) {
+            map.set(l.sp, l.key);
         }
     }
     sinks.catch_up = probes.take_catch_up();
@@ -492,6 +489,10 @@ impl WatchSteer<'_> {
                     line: Box::new(self.hang_line(index, running_ns, &stack)),
                 },
                 Notice::Excluded { reason, .. } => Msg::Excluded { reason },
+                Notice::Note(line) => {
+                    eprintln!("{line}");
+                    continue;
+                }
                 Notice::Slow { .. } => continue,
             };
             let _ = self.tx.send(msg);
