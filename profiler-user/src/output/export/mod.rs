@@ -73,18 +73,7 @@ pub fn cpu_pprof_by_cgroup(
             s
         })
         .collect();
-    let types = [
-        ValueType::new("samples", "count"),
-        ValueType::new("cpu", "nanoseconds"),
-    ];
-    pprof::encode(
-        &samples,
-        &types,
-        ValueType::new("cpu", "nanoseconds"),
-        period,
-        duration_ns as i64,
-        start_unix_ns,
-    )
+    cpu_encode(&samples, period, duration_ns, start_unix_ns)
 }
 
 /// A named stack of a `watch --profile-every` window: its frames
@@ -125,18 +114,7 @@ pub fn labelled_cpu_pprof(
             labels: s.labels.clone(),
         })
         .collect();
-    let types = [
-        ValueType::new("samples", "count"),
-        ValueType::new("cpu", "nanoseconds"),
-    ];
-    pprof::encode(
-        &samples,
-        &types,
-        ValueType::new("cpu", "nanoseconds"),
-        period_ns as i64,
-        duration_ns as i64,
-        start_unix_ns,
-    )
+    cpu_encode(&samples, period_ns as i64, duration_ns, start_unix_ns)
 }
 
 /// Unix time now, in nanoseconds, minus `ago_ns`: a session's wall start.
@@ -165,12 +143,18 @@ pub fn wall_pprof(lines: &[String], duration_ns: u64, start_unix_ns: i64) -> Vec
 pub fn cpu_pprof(lines: &[String], hz: u64, duration_ns: u64, start_unix_ns: i64) -> Vec<u8> {
     let period = 1_000_000_000 / hz.max(1) as i64;
     let samples = pprof_from_folded(lines, |n| vec![n, n * period]);
+    cpu_encode(&samples, period, duration_ns, start_unix_ns)
+}
+
+/// A CPU profile's bytes: values `samples`/`count` and `cpu`/`nanoseconds`
+/// (every CPU profile here has both, in that order).
+fn cpu_encode(samples: &[Sample], period: i64, duration_ns: u64, start_unix_ns: i64) -> Vec<u8> {
     let types = [
         ValueType::new("samples", "count"),
         ValueType::new("cpu", "nanoseconds"),
     ];
     pprof::encode(
-        &samples,
+        samples,
         &types,
         ValueType::new("cpu", "nanoseconds"),
         period,
