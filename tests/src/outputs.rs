@@ -322,3 +322,22 @@ fn host_probes_ns() -> u64 {
         ns
     })
 }
+
+/// An app's own log of its stalls: one JSON object a line, with its
+/// CLOCK_MONOTONIC `start_ns` and `end_ns` (`fixtures/tk_app.py`, the
+/// asyncio apps).
+pub fn stall_log(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("stall line"))
+        .collect()
+}
+
+/// The indices of the `stalls` (from [`stall_log`]) that lie wholly
+/// between `start_ns` and `end_ns` (CLOCK_MONOTONIC).
+pub fn stalls_within(stalls: &[Value], start_ns: u64, end_ns: u64) -> Vec<usize> {
+    (0..stalls.len())
+        .filter(|&i| num(&stalls[i], "start_ns") >= start_ns && num(&stalls[i], "end_ns") <= end_ns)
+        .collect()
+}

@@ -11,7 +11,6 @@
 //! - Item 9: the first attach does not flood: at most one detach round in
 //!   the first 2.5 s (six rounds of 93 functions in 1.4 s before).
 use profiler_tests::*;
-use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
@@ -79,19 +78,13 @@ fn asyncio_by_pid_counts_every_stall_and_the_governor_detaches_in_one_early_roun
 
     // Item 7: every stall the app logged inside the session is exactly one
     // slow dispatch, and every slow dispatch is one stall.
-    let stalls: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("stalls.log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("stall line"))
-        .collect();
+    let stalls = stall_log(&log);
     let slow = d["slow"].as_array().expect("slow");
     let mut matched = vec![0u32; stalls.len()];
     for g in slow {
         let s = session_start + num(g, "start_ns");
         let e = s + num(g, "measured_ns");
-        let hit: Vec<usize> = (0..stalls.len())
-            .filter(|&i| num(&stalls[i], "start_ns") >= s && num(&stalls[i], "end_ns") <= e)
-            .collect();
+        let hit = stalls_within(&stalls, s, e);
         assert_eq!(
             hit.len(),
             1,

@@ -293,11 +293,7 @@ fn python_asyncio_stalls_are_one_dispatch_each() {
     assert_eq!(false_hangs, 0, "no HANG: {}", d["hangs"]);
     // The app's own log of its stalls, and the session's window on the
     // same clock (dispatch starts count from the session start).
-    let stalls: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("stalls.log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("stall line"))
-        .collect();
+    let stalls = stall_log(&log);
     let got = slow(&d);
     assert!(!got.is_empty(), "stalls found: {d}");
     // The in-dispatch samples of the interpreter carry its Python frames.

@@ -367,11 +367,7 @@ fn a_python_3_10_asyncio_stall_is_named_by_its_python_function() {
         "samples with Python frames: {}",
         d["sampler"]
     );
-    let stalls: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("stalls.log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("stall line"))
-        .collect();
+    let stalls = stall_log(&log);
     let session_start = num(&d, "session_start_ns");
     let (mut cpu, mut sleep) = (0, 0);
     for g in d["slow"].as_array().expect("slow dispatches") {

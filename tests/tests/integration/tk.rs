@@ -8,7 +8,6 @@
 //! named by the Python function, and the loop is idle between them.
 //! Skipped with a printed reason without python3.11, python3-tk or Xvfb.
 use profiler_tests::*;
-use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -119,11 +118,7 @@ fn a_tkinter_loop_waits_on_a_futex_and_each_stall_is_one_dispatch() {
     let session_start = num(&d, "session_start_ns");
     let duration = num(&read_json(out.path(), "functions.json"), "duration_ns");
     let session_end = session_start + duration;
-    let stalls: Vec<Value> = std::fs::read_to_string(&log)
-        .expect("stalls.log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("stall line"))
-        .collect();
+    let stalls = stall_log(&log);
     let slow = d["slow"].as_array().expect("slow array");
     // Each slow dispatch holds exactly one of the app's stalls, and is
     // named by the Python function that stalled.
@@ -131,9 +126,7 @@ fn a_tkinter_loop_waits_on_a_futex_and_each_stall_is_one_dispatch() {
     for g in slow {
         let s = session_start + num(g, "start_ns");
         let e = s + num(g, "measured_ns");
-        let inside: Vec<usize> = (0..stalls.len())
-            .filter(|&i| num(&stalls[i], "start_ns") >= s && num(&stalls[i], "end_ns") <= e)
-            .collect();
+        let inside = stalls_within(&stalls, s, e);
         assert_eq!(
             inside.len(),
             1,
