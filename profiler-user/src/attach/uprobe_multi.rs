@@ -89,7 +89,7 @@ fn zeroed_attr() -> bpf_attr {
 }
 
 /// Loads the program `name` from the eBPF object `bytes` (the same bytes
-/// aya loaded, e.g. `probes.rs`'s `EBPF_OBJECT`), relocated against the maps
+/// aya loaded, e.g. `probes/mod.rs`'s `EBPF_OBJECT`), relocated against the maps
 /// that `ebpf` (the already-loaded [`aya::Ebpf`]) created, including the
 /// `.rodata`/`.bss` global-data maps (so `TARGET_TGID` etc. overrides
 /// apply), as `BPF_PROG_TYPE_KPROBE` with expected attach type
