@@ -522,6 +522,12 @@ fn gc_stall_is_named_with(python: &Path, per_probe: bool) -> String {
     }
     let rec = Recording::spawn(rec);
     let truth = fx.run();
+    // The app prints its truth inside the fifth collection's iteration;
+    // that iteration ends when the loop is back in its wait, a few ms
+    // later with probe hits at 16 µs apiece. Stopped at once, the agent
+    // had detached the wait tracepoints first, and the fifth slow
+    // dispatch was left open (CI, stop 46: 4 of 5).
+    std::thread::sleep(std::time::Duration::from_millis(500));
     let fin = rec.stop(libc::SIGINT);
     assert!(fin.status.success(), "{fin:?}");
     fx.release();
