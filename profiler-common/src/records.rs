@@ -97,6 +97,12 @@ pub const KIND_WAIT: u32 = 15;
 /// thread, or the idle task an interrupt arrived on).
 pub const WAKER_KERNEL_THREAD: u32 = 1;
 
+/// [`WakerEvent::flags`] bit: the wake-up ended the watched thread's wait
+/// in its loop's own wait, so the waker is the source of the iteration
+/// that follows (the notifier thread, a producer, a timer, a socket's
+/// interrupt).
+pub const WAKER_LOOP: u32 = 2;
+
 /// One function entry or exit: 24 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

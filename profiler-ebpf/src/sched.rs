@@ -28,9 +28,10 @@ impl SchedSwitch {
 }
 
 /// Writes who is waking the watched thread (the current task, in
-/// `sched_waking`), with its stacks.
+/// `sched_waking`), with its stacks; `flags` holds [`WAKER_LOOP`] when the
+/// thread was idle in its loop's wait.
 #[inline(always)]
-pub(crate) fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
+pub(crate) fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32, flags: u32) {
     let Some((mut slot, wake)) = reserve::<WakerEvent>() else {
         bump(COUNTER_LOST_SCHED);
         return;
@@ -49,12 +50,17 @@ pub(crate) fn emit_waker(ctx: &RawTracePointContext, ts_ns: u64, tid: u32) {
         (*ev).waker_pid = (pid_tgid >> 32) as u32;
         (*ev).pad = 0;
         (*ev).comm = bpf_get_current_comm().unwrap_or([0; 16]);
-        if unwind::has_user_regs() {
-            (*ev).flags = 0;
-            (*ev).user_len = fill_user(ctx, (*ev).user.as_mut_ptr()).0;
+        // The loop's wakers come once an iteration: another process's
+        // user stack (an interrupt's victim, most often) is not walked.
+        let walk = flags & WAKER_LOOP == 0 || (pid_tgid >> 32) as u32 == TARGET_TGID.load();
+        (*ev).user_len = 0;
+        if !unwind::has_user_regs() {
+            (*ev).flags = flags | WAKER_KERNEL_THREAD;
         } else {
-            (*ev).flags = WAKER_KERNEL_THREAD;
-            (*ev).user_len = 0;
+            (*ev).flags = flags;
+            if walk {
+                (*ev).user_len = fill_user(ctx, (*ev).user.as_mut_ptr()).0;
+            }
         }
         (*ev).kernel_len = fill_kernel(ctx, (*ev).kernel.as_mut_ptr());
     }
@@ -109,20 +115,37 @@ pub fn prof_sched_switch(ctx: RawTracePointContext) -> i32 {
 /// `sched_waking(task *p)`, in the waker's context. Every wake-up in the
 /// system runs it: anything but the watched thread costs one map read and
 /// a compare. A wake-up of the watched thread while it is blocked inside a
-/// dispatch first writes who woke it ([`WakerEvent`]).
+/// dispatch first writes who woke it ([`WakerEvent`]); one while it is
+/// idle in its loop's wait writes who woke the loop (flagged
+/// [`WAKER_LOOP`]: the source of the next iteration), and nothing else.
 #[raw_tracepoint(tracepoint = "sched_waking")]
 pub fn prof_sched_wakeup(ctx: RawTracePointContext) -> i32 {
     let task = watch_get(WATCH_TASK);
     let p: u64 = ctx.arg(0);
-    if task != 0 && p == task && !wait::idle_in_loop() {
+    if task == 0 || p != task {
+        return 0;
+    }
+    let idle = wait::idle_in_loop();
+    let wakers = WAKERS.load() != 0;
+    // One call site of the (inlined) waker writer.
+    let flags = if idle {
+        wakers.then_some(WAKER_LOOP)
+    } else if watch_get(WATCH_BLOCKED) != 0 {
+        watch_set(WATCH_BLOCKED, 0);
+        Some(0)
+    } else {
+        None
+    };
+    if !idle || flags.is_some() {
         // SAFETY: a BPF helper with no arguments and no preconditions.
         let ts_ns = unsafe { bpf_ktime_get_ns() };
         let tid = WATCH_TID.load();
-        if watch_get(WATCH_BLOCKED) != 0 {
-            watch_set(WATCH_BLOCKED, 0);
-            emit_waker(&ctx, ts_ns, tid);
+        if let Some(flags) = flags {
+            emit_waker(&ctx, ts_ns, tid, flags);
         }
-        emit_event(ts_ns, tid, KIND_WAKEUP, 0, 0, COUNTER_LOST_SCHED);
+        if !idle {
+            emit_event(ts_ns, tid, KIND_WAKEUP, 0, 0, COUNTER_LOST_SCHED);
+        }
     }
     0
 }

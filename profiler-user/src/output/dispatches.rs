@@ -9,7 +9,7 @@ use crate::analyze::dispatch::{
     retain::{KEEP_RECENT, KEEP_WORST},
     stats::Frames,
     tree::{FlatNode, Kind},
-    wakers::{Waker, WakerKind},
+    wakers::{self, Waker, WakerKind},
     Dispatcher,
 };
 use crate::text::fmt_ns;
@@ -87,6 +87,10 @@ struct SlowJson<'a> {
     /// Absent with `--no-wakers` (not recorded, rather than none found).
     #[serde(skip_serializing_if = "Option::is_none")]
     wakers: Option<Vec<WakerJson<'a>>>,
+    /// Who woke the loop out of its wait before it: the iteration's
+    /// source (absent where not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<WakerJson<'a>>,
 }
 
 /// The in-dispatch sampler's stack quality.
@@ -274,6 +278,7 @@ pub fn json(d: &Dispatcher, duration_ns: u64) -> String {
                     .cfg
                     .wakers
                     .then(|| s.wakers.iter().map(WakerJson::of).collect()),
+                source: s.source.as_ref().map(WakerJson::of),
             })
             .collect(),
         groups: groups
@@ -514,6 +519,13 @@ pub fn text(d: &Dispatcher, duration_ns: u64) -> String {
         );
         let _ = writeln!(out, "  verdict: {}", g.verdict);
         waker_lines(&mut out, &g.worst_wakers);
+        if let Some(s) = &g.worst_source {
+            let _ = writeln!(
+                out,
+                "  started by {} (who woke the loop out of its wait)",
+                wakers::source_text(s)
+            );
+        }
         let _ = writeln!(out, "  worst instance:");
         tree_lines(&mut out, &g.worst_tree);
     }

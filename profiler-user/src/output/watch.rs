@@ -123,6 +123,10 @@ pub struct StallLine {
     pub verdict: String,
     /// Who woke it where it blocked the most, if it blocked.
     pub waker: Option<String>,
+    /// Who woke the loop out of its wait before it (the iteration's
+    /// source: a notifier thread, a producer, a timer), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// `sampled` (from the flight recorder's samples) or `traced` (exact,
     /// from uprobes).
     pub tree: String,

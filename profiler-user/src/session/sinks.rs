@@ -43,6 +43,7 @@ fn waker_rec(w: &WakerEvent) -> WakeRec {
         pid: w.waker_pid,
         comm: String::from_utf8_lossy(comm).into_owned(),
         kernel_thread: w.flags & WAKER_KERNEL_THREAD != 0,
+        loop_wake: w.flags & profiler_common::WAKER_LOOP != 0,
         user: w.user[..(w.user_len as usize).min(MAX_USER_FRAMES)].into(),
         kernel: w.kernel[..(w.kernel_len as usize).min(MAX_KERNEL_FRAMES)].into(),
     }

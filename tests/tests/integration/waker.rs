@@ -444,3 +444,55 @@ fn no_wakers_records_the_same_dispatches_without_wakers() {
     );
     assert_eq!(off.replayed, off.d, "profile.data replays --no-wakers");
 }
+
+/// Issue 44: a loop that waits on a condition variable (a futex) for a
+/// producer's items (`fixtures/queue_loop.c`) gets each iteration's
+/// source: the producer thread, named where it posted the item. Its 4
+/// slow items are 4 slow dispatches, exactly, each started by the
+/// producer in `post_item <- producer_main`.
+#[test]
+fn a_futex_loops_iterations_are_sourced_by_the_producer_that_woke_it() {
+    require_root!();
+    let exe = build_c(
+        "queue_loop.c",
+        "queue_loop",
+        &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    );
+    let mut fx = Fixture::spawn(&exe, &[]);
+    let out = TempDir::new("queue-loop");
+    let rec = Recording::start(fx.pid, out.path(), &["--threshold", "100ms"]);
+    let truth = fx.run();
+    // The truth is printed in an iteration of its own; let the loop go
+    // back to its wait before the stop.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let fin = rec.stop(libc::SIGINT);
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    fx.release();
+    assert_nothing_attached();
+    let d = read_json(out.path(), "dispatches.json");
+    let rule = d["rule"].as_str().unwrap_or_default();
+    assert!(rule.contains("the loop's wait is futex"), "{rule}");
+    let slow = d["slow"].as_array().expect("slow array");
+    assert_eq!(slow.len() as u64, num(&truth, "slow"), "{slow:?}");
+    let producer = num(&truth, "producer_tid");
+    for s in slow {
+        let src = &s["source"];
+        assert_eq!(src["comm"], "producer", "{s}");
+        assert_eq!(num(src, "tid"), producer, "{s}");
+        assert_eq!(src["kind"], "thread", "{s}");
+        let f = src["function"].as_str().unwrap_or_default();
+        assert!(f.starts_with("post_item"), "where it posted: {src}");
+        assert!(
+            s["key"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("handle_item"),
+            "{s}"
+        );
+    }
+    let txt = read(out.path(), "dispatches.txt");
+    assert!(
+        txt.contains("started by producer (tid ") && txt.contains("in post_item"),
+        "{txt}"
+    );
+}

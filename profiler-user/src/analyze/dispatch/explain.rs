@@ -153,6 +153,7 @@ pub(super) fn explain(
     let mut pending_waker: Option<WakeRec> = None;
     let mut intervals: Vec<Interval> = Vec::new();
     let mut peers: Vec<PeerRec> = Vec::new();
+    let mut source: Option<&WakeRec> = None;
     let mut syscalls: HashMap<String, u64> = HashMap::new();
     let mut blocking: HashMap<Vec<String>, u64> = HashMap::new();
     // Per traced node, what its frame (the innermost open) showed of the
@@ -258,6 +259,7 @@ pub(super) fn explain(
                 }
             }
             Rec::Peer(p) => peers.push(p.clone()),
+            Rec::Source(w) => source = Some(w),
             Rec::Resume(ts) => {
                 if let Some((node, out_ns)) = probe_block.take() {
                     in_probes.entry(node).or_default().1 += ts.saturating_sub(out_ns);
@@ -307,6 +309,7 @@ pub(super) fn explain(
         d.cfg.sample_period_ns,
         d.session_start_ns,
     );
+    let source = source.map(|w| wakers::source(&mut d.symbolizer, w, d.pid, d.session_start_ns));
     if let Some(w) = blocked_mostly(split, &wakers) {
         let syscall = syscalls
             .into_iter()
@@ -358,6 +361,7 @@ pub(super) fn explain(
             blocking_stacks,
             truncated: open.truncated,
             wakers,
+            source,
             detached_frames: open.detached,
             probe_ns,
             probes_mainly: false,

@@ -21,6 +21,7 @@ mod own_cost;
 pub mod quality;
 pub mod retain;
 pub mod sched;
+mod source;
 pub mod stats;
 pub mod tree;
 pub mod wakers;
@@ -101,6 +102,9 @@ pub enum Rec {
     Waker(Box<wakers::WakeRec>),
     /// A sample of another thread while this one was blocked.
     Peer(wakers::PeerRec),
+    /// Who woke the loop out of the wait before the iteration: its source
+    /// ([`source`]).
+    Source(Box<wakers::WakeRec>),
 }
 
 struct Open {
@@ -127,6 +131,8 @@ struct Open {
     /// Why it is not the program's own stall, when something else held it
     /// ([`Dispatcher::not_the_programs`]).
     not_the_programs: Option<String>,
+    /// Its source (who woke the loop before it) is recorded.
+    sourced: bool,
 }
 
 /// A slow dispatch, explained.
@@ -156,6 +162,9 @@ pub struct Slow {
     pub truncated: bool,
     /// Who woke it in its blocked intervals, most blocked time first.
     pub wakers: Vec<wakers::Waker>,
+    /// Who woke the loop out of its wait before it (iterations bounded by
+    /// the loop's waits, wakers recorded, and the wait blocked).
+    pub source: Option<wakers::Waker>,
     /// Frames closed when the overhead governor detached their function
     /// (their return could not be seen); when the dispatch function's own
     /// frame is one, the dispatch ended at the detach.
@@ -277,6 +286,9 @@ pub struct Dispatcher {
     symbolizer: Symbolizer,
     /// Other processes whose mappings `on_waker` read during this dispatch.
     waker_pids: Vec<u32>,
+    /// Who last woke the loop out of its wait, until an iteration takes it
+    /// as its source ([`source`]).
+    loop_source: Option<Box<wakers::WakeRec>>,
     pid: u32,
     next_index: u64,
     /// When the first dispatch began (startup's default "ready").
@@ -376,6 +388,7 @@ impl Dispatcher {
             quality: SampleQuality::default(),
             symbolizer: Symbolizer::new(pid),
             waker_pids: Vec::new(),
+            loop_source: None,
             pid,
             next_index: 0,
             first_start_ns: None,
@@ -688,7 +701,9 @@ impl Dispatcher {
             last_block: None,
             probe_ns: 0,
             not_the_programs: None,
+            sourced: false,
         });
+        self.take_source(ts_ns);
         self.next_index += 1;
         self.first_start_ns.get_or_insert(ts_ns);
         self.sched.open(ts_ns);
@@ -766,6 +781,9 @@ impl Dispatcher {
     /// Another process's mappings are remembered now, while it most
     /// likely still runs.
     pub fn on_waker(&mut self, w: wakers::WakeRec) {
+        if w.loop_wake {
+            return self.on_loop_waker(w);
+        }
         if self.open.is_none() {
             return;
         }

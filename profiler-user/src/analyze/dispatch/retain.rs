@@ -104,6 +104,8 @@ pub struct Group {
     pub worst_folded: Vec<String>,
     /// Who woke the worst instance.
     pub worst_wakers: Vec<wakers::Waker>,
+    /// Who woke the loop out of its wait before the worst instance.
+    pub worst_source: Option<wakers::Waker>,
 }
 
 impl Group {
@@ -185,6 +187,7 @@ impl Dispatcher {
             g.worst_tree = slow.tree.clone();
             g.worst_folded = folded;
             g.worst_wakers = slow.wakers.clone();
+            g.worst_source = slow.source.clone();
         }
         g.durations.add(slow.duration_ns);
         let pushed_out = g.rank(slow.duration_ns, slow.index);
@@ -270,6 +273,7 @@ mod tests {
                 blocking_stacks: Vec::new(),
                 truncated: false,
                 wakers: Vec::new(),
+                source: None,
                 detached_frames: 0,
                 probe_ns: 0,
                 probes_mainly: false,

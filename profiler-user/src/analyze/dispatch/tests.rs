@@ -661,3 +661,59 @@ fn a_dispatch_whose_return_is_never_seen_ends_at_its_last_event() {
     d.tick(5000);
     assert!(d.take_notices().is_empty(), "no hang, nothing slow");
 }
+
+/// A wake-up of the watched thread out of its loop's wait, by thread 7.
+fn loop_wake(ts_ns: u64, pid: u32) -> wakers::WakeRec {
+    wakers::WakeRec {
+        ts_ns,
+        tid: 7,
+        pid,
+        comm: "notifier".into(),
+        kernel_thread: false,
+        user: Box::new([]),
+        kernel: Box::new([]),
+        loop_wake: true,
+    }
+}
+
+#[test]
+fn an_iteration_is_sourced_by_who_woke_its_loop_read_before_or_after_its_start() {
+    let pid = std::process::id();
+    let mut d = Dispatcher::new(loop_config(), pid, vec!["h".into()], vec![true], 0);
+    d.on_wait(&wait(10, false, true, 0x2000));
+    // Read before the wait's return (from the waker's CPU).
+    d.on_waker(loop_wake(95, pid));
+    d.on_wait(&wait(100, true, true, 0x2000));
+    d.on_wait(&wait(200, false, true, 0x2000));
+    // Read after the return it caused.
+    d.on_wait(&wait(300, true, true, 0x2000));
+    d.on_waker(loop_wake(290, pid));
+    d.on_wait(&wait(400, false, true, 0x2000));
+    // A wait that never blocked: no wake-up, and none carried over from
+    // the one before.
+    d.on_wait(&wait(500, true, true, 0x2000));
+    d.on_wait(&wait(600, false, true, 0x2000));
+    // A wake-up out of the next wait, read before this iteration ends,
+    // is the next iteration's.
+    d.on_wait(&wait(700, true, true, 0x2000));
+    d.on_waker(loop_wake(805, pid));
+    d.on_wait(&wait(800, false, true, 0x2000));
+    d.on_wait(&wait(810, true, true, 0x2000));
+    d.on_wait(&wait(900, false, true, 0x2000));
+    let who: Vec<Option<String>> = d
+        .slow
+        .iter()
+        .map(|s| s.source.as_ref().map(|w| w.who()))
+        .collect();
+    let by_7 = Some(format!("notifier (tid 7)"));
+    assert_eq!(
+        who,
+        vec![by_7.clone(), by_7.clone(), None, None, by_7],
+        "each iteration's source"
+    );
+    let s = d.slow[0].source.as_ref().unwrap();
+    assert_eq!(
+        (s.kind, s.wakes_ns.as_slice()),
+        (wakers::WakerKind::Thread, &[95][..])
+    );
+}

@@ -35,6 +35,9 @@ pub struct WakeRec {
     pub user: Box<[u64]>,
     /// Its kernel stack, innermost first.
     pub kernel: Box<[u64]>,
+    /// It woke the thread out of its loop's own wait (the kernel's
+    /// `WAKER_LOOP`): the source of the next iteration.
+    pub loop_wake: bool,
 }
 
 /// A sample of another thread of the target while the watched thread was
@@ -287,43 +290,13 @@ pub fn attach(
         let blocked = iv.end_ns.saturating_sub(iv.out_ns);
         let kernel = sym.kernel_stack(&w.kernel);
         let (kind, label) = classify(&kernel, w.kernel_thread, w.pid, target);
-        let (tid, pid, comm) = match kind {
-            WakerKind::Irq => (0, 0, String::new()),
-            _ => (w.tid, w.pid, w.comm.clone()),
+        let tid = match kind {
+            WakerKind::Irq => 0,
+            _ => w.tid,
         };
         let key = (kind, tid, label.unwrap_or(""));
         let at = *index.entry(key).or_insert_with(|| {
-            let stack: Vec<String> = match kind {
-                WakerKind::Thread | WakerKind::Process if !w.user.is_empty() => sym
-                    .frames(w.pid, &w.user)
-                    .into_iter()
-                    .map(|mut f| frames::display(&f.swap_remove(0)).into_owned())
-                    .collect(),
-                // Without the profiler's own frames (its program, the
-                // tracepoint's runner).
-                _ => kernel
-                    .iter()
-                    .skip_while(|f| f.starts_with("bpf_"))
-                    .cloned()
-                    .collect(),
-            };
-            let function = match kind {
-                WakerKind::Thread | WakerKind::Process => function_of(&stack, &kernel),
-                _ => label.unwrap_or("kernel").to_string(),
-            };
-            wakers.push(Waker {
-                kind,
-                label,
-                tid,
-                pid,
-                comm,
-                blocked_ns: 0,
-                stack,
-                on_cpu_ns: 0,
-                function,
-                hot: None,
-                wakes_ns: Vec::new(),
-            });
+            wakers.push(named(sym, w, &kernel, kind, label));
             hot.push(HashMap::new());
             wakers.len() - 1
         });
@@ -376,6 +349,75 @@ pub fn attach(
             .then_with(|| a.tid.cmp(&b.tid))
     });
     wakers
+}
+
+/// The waker `w`, named: its kind and label from its kernel stack
+/// (`kernel`, named), its stack (user frames for a thread or process,
+/// kernel frames otherwise) and where it woke us; no time yet.
+fn named(
+    sym: &mut Symbolizer,
+    w: &WakeRec,
+    kernel: &[String],
+    kind: WakerKind,
+    label: Option<&'static str>,
+) -> Waker {
+    let (tid, pid, comm) = match kind {
+        WakerKind::Irq => (0, 0, String::new()),
+        _ => (w.tid, w.pid, w.comm.clone()),
+    };
+    let stack: Vec<String> = match kind {
+        WakerKind::Thread | WakerKind::Process if !w.user.is_empty() => sym
+            .frames(w.pid, &w.user)
+            .into_iter()
+            .map(|mut f| frames::display(&f.swap_remove(0)).into_owned())
+            .collect(),
+        // Without the profiler's own frames (its program, the
+        // tracepoint's runner).
+        _ => kernel
+            .iter()
+            .skip_while(|f| f.starts_with("bpf_"))
+            .cloned()
+            .collect(),
+    };
+    let function = match kind {
+        WakerKind::Thread | WakerKind::Process => function_of(&stack, kernel),
+        _ => label.unwrap_or("kernel").to_string(),
+    };
+    Waker {
+        kind,
+        label,
+        tid,
+        pid,
+        comm,
+        blocked_ns: 0,
+        stack,
+        on_cpu_ns: 0,
+        function,
+        hot: None,
+        wakes_ns: Vec::new(),
+    }
+}
+
+/// The source of an iteration: who woke the loop out of its wait before
+/// it (`w`, flagged `loop_wake`), named as a waker; `wakes_ns` holds when,
+/// since the session began, and its `blocked_ns` is 0.
+pub fn source(sym: &mut Symbolizer, w: &WakeRec, target: u32, session_start_ns: u64) -> Waker {
+    let kernel = sym.kernel_stack(&w.kernel);
+    let (kind, label) = classify(&kernel, w.kernel_thread, w.pid, target);
+    let mut waker = named(sym, w, &kernel, kind, label);
+    waker
+        .wakes_ns
+        .push(w.ts_ns.saturating_sub(session_start_ns));
+    waker
+}
+
+/// `a timer interrupt`, `Tk notifier (tid 7) in NotifierThreadProc`: an
+/// iteration's source in words.
+pub fn source_text(w: &Waker) -> String {
+    match w.kind {
+        WakerKind::Thread | WakerKind::Process => format!("{} in {}", w.who(), w.function),
+        _ => w.who(),
+    }
 }
 
 /// `, woken by worker-1 (tid 7) in flush_to_disk <- save_all; it was
@@ -548,6 +590,7 @@ mod tests {
         let mut tree = Tree::new("dispatch");
         let blocked = tree.add_chain(0, &["__lll_lock_wait".into()], Kind::Blocked, 100);
         let waker = WakeRec {
+            loop_wake: false,
             ts_ns: 1100,
             tid: 7,
             pid: 5,

@@ -124,6 +124,7 @@ pub(crate) fn synthetic(slow: usize, funcs: usize) -> Page {
             blocking_stacks: vec![(dur / 3, vec!["futex_wait".into(), name(i)])],
             truncated: false,
             wakers: Vec::new(),
+            source: None,
             detached_frames: 0,
             probe_ns: 0,
             probes_mainly: false,

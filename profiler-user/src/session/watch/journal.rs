@@ -573,6 +573,7 @@ mod tests {
                 group: String::new(),
                 verdict: format!("on-CPU in {key}"),
                 waker: None,
+                source: None,
                 tree: "sampled".into(),
                 samples: 10,
                 hang: false,

@@ -583,6 +583,7 @@ impl WatchSteer<'_> {
                 dispatch::hang_stack_text(stack)
             ),
             waker: None,
+            source: None,
             tree: "sampled".into(),
             samples: 0,
             hang: true,
@@ -650,6 +651,7 @@ impl WatchSteer<'_> {
             group: String::new(),
             verdict: slow.verdict.clone(),
             waker,
+            source: slow.source.as_ref().map(dispatch::wakers::source_text),
             tree: "sampled".into(),
             samples: slow.samples,
             hang: false,
