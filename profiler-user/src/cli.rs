@@ -389,9 +389,13 @@ pub struct StageArgs {
 pub struct DispatchArgs {
     /// Thread whose dispatches are watched: `main` (tid == pid), a TID or a
     /// thread name (one longer than the 15 characters Linux keeps matches
-    /// the thread named its first 15, said on stderr).
-    #[arg(long, default_value = "main", value_name = "main|TID|NAME")]
-    pub thread: String,
+    /// the thread named its first 15, said on stderr). Default: the main
+    /// thread; in a JVM (whose launcher's main thread only waits for the
+    /// VM), the event-dispatch thread (`AWT-EventQueue-0`, or JavaFX's
+    /// application thread) while the Java main thread is parked, else the
+    /// Java main thread, said on stderr.
+    #[arg(long, value_name = "main|TID|NAME")]
+    pub thread: Option<String>,
     /// A dispatch at least this long is slow and explained.
     #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DUR")]
     pub threshold: Duration,

@@ -315,6 +315,18 @@ pub fn maps_file(pid: u32, id: FileId, path: &Path) -> bool {
 /// its NUL): `AWT-EventQueue-0` is seen as `AWT-EventQueue-`.
 pub const COMM_LEN: usize = 15;
 
+/// AWT's event-dispatch thread, `AWT-EventQueue-0`, as Linux keeps it.
+pub const AWT_EDT: &str = "AWT-EventQueue-";
+/// JavaFX's `JavaFX Application Thread`, as Linux keeps it.
+pub const JAVAFX_APP: &str = "JavaFX Applicat";
+
+/// Thread `tid` of `pid` is in a `futex` system call now (parked), from
+/// `/proc/PID/task/TID/syscall`.
+fn in_futex(pid: u32, tid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+        .is_ok_and(|s| s.split_whitespace().next() == Some(&libc::SYS_futex.to_string()))
+}
+
 /// Whether the truncation note was said (once a run: `--thread` is
 /// resolved more than once).
 static TOLD_TRUNCATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -358,10 +370,17 @@ pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
 impl Target {
     /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
     /// a thread name (one longer than Linux keeps matches its truncation,
-    /// [`by_name`]). Returns the tid and its name.
-    pub fn resolve_thread(&self, spec: &str) -> Result<(u32, String)> {
+    /// [`by_name`]); without it, the main thread, or a JVM's
+    /// ([`Target::jvm_thread`]). Returns the tid and its name.
+    pub fn resolve_thread(&self, spec: Option<&str>) -> Result<(u32, String)> {
         let pid = self.pid;
         let name_of = |tid: u32| thread_name(pid, tid);
+        let Some(spec) = spec else {
+            if let Some(found) = self.jvm_thread() {
+                return Ok(found);
+            }
+            return Ok((pid, name_of(pid).unwrap_or_default()));
+        };
         if spec == "main" {
             return Ok((pid, name_of(pid).unwrap_or_default()));
         }
@@ -409,6 +428,61 @@ impl Target {
                 )))
             }
         }
+    }
+
+    /// The thread a JVM's dispatches are watched on, when the target is
+    /// one (it maps `libjvm.so`): the `java` launcher's main thread only
+    /// waits in `pthread_join` for the VM. While the Java main thread
+    /// (the first thread after it with its name) is parked in a futex, or
+    /// gone (`DestroyJavaVM` waits the same way), the event-dispatch
+    /// thread (`AWT-EventQueue-0`, seen as [`AWT_EDT`]; or JavaFX's,
+    /// [`JAVAFX_APP`]) when one exists; else the Java main thread. Says
+    /// which on stderr. None for any other process.
+    pub fn jvm_thread(&self) -> Option<(u32, String)> {
+        let pid = self.pid;
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        if !maps.lines().any(|l| l.ends_with("/libjvm.so")) {
+            return None;
+        }
+        let mut threads: Vec<(u32, String)> = fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let tid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                Some((tid, thread_name(pid, tid)?))
+            })
+            .collect();
+        threads.sort();
+        let launcher = threads.iter().find(|(t, _)| *t == pid)?.1.clone();
+        let java_main = threads
+            .iter()
+            .find(|(t, n)| *t > pid && *n == launcher)
+            .cloned();
+        let parked = java_main
+            .as_ref()
+            .is_none_or(|(tid, _)| in_futex(pid, *tid));
+        let edt = [AWT_EDT, JAVAFX_APP].iter().find_map(|want| {
+            let mut named = threads.iter().filter(|(_, n)| n == want);
+            match (named.next(), named.next()) {
+                (Some(t), None) => Some(t.clone()),
+                _ => None,
+            }
+        });
+        let (tid, name, why) = match (edt, java_main) {
+            (Some(e), _) if parked => (e.0, e.1, "its Java main thread is parked"),
+            (_, Some(m)) => (
+                m.0,
+                m.1,
+                "its launcher's main thread only waits for the VM; this is the Java main thread",
+            ),
+            (Some(e), None) => (e.0, e.1, "its Java main thread is gone"),
+            (None, None) => return None,
+        };
+        eprintln!(
+            "profiler: note: PID {pid} is a JVM and {why}: watching thread {tid} ({name}); \
+             --thread main|TID|NAME watches another"
+        );
+        Some((tid, name))
     }
 }
 

@@ -575,7 +575,9 @@ fn plan_exits(sel: &mut Selection, symbols: &[symbols::Functions], mode: ExitPro
 }
 
 /// Adds the dispatch functions of the first preset whose library (or the
-/// executable) has them.
+/// executable) has them. None for a JVM: its threads' loops run in the VM
+/// (AWT maps libglib, and its event-dispatch thread never calls it), so
+/// they are bounded by their waits from the first, with no trial.
 fn apply_presets(
     target: &Target,
     binaries: &mut Vec<Binary>,
@@ -583,6 +585,9 @@ fn apply_presets(
     sel: &mut Selection,
     taken: &mut std::collections::HashSet<(u32, u64)>,
 ) -> Result<()> {
+    if target.find_library("libjvm.so").is_ok() {
+        return Ok(());
+    }
     for (name, lib, patterns) in PRESETS {
         let pats = Patterns::new(patterns)?;
         let mut candidates: Vec<u32> = vec![0];

@@ -44,6 +44,7 @@ mod reliability;
 mod replay;
 mod sampling;
 mod stages;
+mod swing;
 mod tables;
 mod tail_calls;
 mod teardown;

@@ -705,7 +705,7 @@ fn an_iteration_is_sourced_by_who_woke_its_loop_read_before_or_after_its_start()
         .iter()
         .map(|s| s.source.as_ref().map(|w| w.who()))
         .collect();
-    let by_7 = Some(format!("notifier (tid 7)"));
+    let by_7 = Some("notifier (tid 7)".to_string());
     assert_eq!(
         who,
         vec![by_7.clone(), by_7.clone(), None, None, by_7],

@@ -73,7 +73,7 @@ const SUSPEND_MIN_NS: u64 = 50_000_000;
 /// What a worker needs of the command line.
 #[derive(Debug, Clone)]
 pub struct WorkerArgs {
-    pub thread: String,
+    pub thread: Option<String>,
     pub threshold_ns: u64,
     pub hang_ns: u64,
     pub frame_interval_ns: u64,
@@ -139,7 +139,7 @@ fn watch(
     snapshot: &Arc<AtomicBool>,
 ) -> Result<String> {
     let target = process::Target::open(pid)?;
-    let (tid, thread_name) = target.resolve_thread(&args.thread)?;
+    let (tid, thread_name) = target.resolve_thread(args.thread.as_deref())?;
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
         .trim_end()
