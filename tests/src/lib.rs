@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod outputs;
 pub mod prometheus;
 pub mod recording;
+pub mod xvfb;
 
 pub use build::{
     build_c, build_c_world, build_glib, build_with, calls_exe, plugin_exes, rust_fixture_exe,
@@ -35,6 +36,7 @@ pub use recording::{
     assert_error, profiler, profiler_bin, profiler_within, profiler_wrapped, record_fixture,
     replay, timeout, Finished, Recording,
 };
+pub use xvfb::Xvfb;
 
 use std::path::PathBuf;
 

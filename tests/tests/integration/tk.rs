@@ -8,54 +8,11 @@
 //! named by the Python function, and the loop is idle between them.
 //! Skipped with a printed reason without python3.11, python3-tk or Xvfb.
 use profiler_tests::*;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const PYTHON: &str = "/usr/bin/python3.11";
-
-/// An Xvfb server of our own, on the display it picked; killed on drop.
-struct Xvfb {
-    child: Child,
-    display: String,
-}
-
-impl Xvfb {
-    fn start() -> Option<Xvfb> {
-        let mut child = Command::new("Xvfb")
-            .args([
-                "-displayfd",
-                "1",
-                "-nolisten",
-                "tcp",
-                "-screen",
-                "0",
-                "640x480x24",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let mut line = String::new();
-        let read = BufReader::new(child.stdout.take()?).read_line(&mut line);
-        let n: u32 = match read {
-            Ok(_) => line.trim().parse().ok()?,
-            Err(_) => return None,
-        };
-        Some(Xvfb {
-            child,
-            display: format!(":{n}"),
-        })
-    }
-}
-
-impl Drop for Xvfb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Why the test cannot run here, if it cannot.
 fn missing() -> Option<String> {
