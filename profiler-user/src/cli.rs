@@ -387,9 +387,11 @@ pub struct StageArgs {
 /// Slow main-thread dispatches.
 #[derive(Debug, Args)]
 pub struct DispatchArgs {
-    /// Thread whose dispatches are watched: `main` (tid == pid), a TID or a
-    /// thread name (one longer than the 15 characters Linux keeps matches
-    /// the thread named its first 15, said on stderr).
+    /// Thread whose dispatches are watched: `main` (tid == pid; for a JVM
+    /// whose main thread is parked, its `AWT-EventQueue-0` thread if it has
+    /// one, said on stderr), a TID or a thread name (one longer than the 15
+    /// characters Linux keeps matches the thread named its first 15, said
+    /// on stderr).
     #[arg(long, default_value = "main", value_name = "main|TID|NAME")]
     pub thread: String,
     /// A dispatch at least this long is slow and explained.

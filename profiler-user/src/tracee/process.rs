@@ -355,14 +355,57 @@ pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
     }
 }
 
+/// The name Linux keeps of AWT's event-dispatch thread, `AWT-EventQueue-0`.
+const AWT_EVENT_THREAD: &str = "AWT-EventQueue-";
+
+static TOLD_JAVA_EVENT_THREAD: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 impl Target {
-    /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
+    /// For a JVM (it maps `libjvm.so`) whose main thread (tid == pid, the
+    /// launcher's, which only waits for the Java threads) is asleep, its
+    /// one AWT event-dispatch thread, said once on stderr; else None.
+    fn java_event_thread(&self) -> Option<(u32, String)> {
+        let pid = self.pid;
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        if !maps.lines().any(|l| l.ends_with("/libjvm.so")) {
+            return None;
+        }
+        let stat = fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
+        let state = stat.rsplit_once(") ")?.1.chars().next()?;
+        if state != 'S' {
+            return None;
+        }
+        let mut found = fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&tid| thread_name(pid, tid).as_deref() == Some(AWT_EVENT_THREAD));
+        let tid = found.next()?;
+        if found.next().is_some() {
+            return None;
+        }
+        if !TOLD_JAVA_EVENT_THREAD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "profiler: note: PID {pid} is a JVM whose main thread is parked: watching its \
+                 event-dispatch thread AWT-EventQueue-0 (TID {tid}); --thread {pid} watches the \
+                 main thread"
+            );
+        }
+        Some((tid, AWT_EVENT_THREAD.to_string()))
+    }
+
+    /// Resolves `--thread`: `main` (tid == pid; for a parked JVM, its AWT
+    /// event thread: [`Self::java_event_thread`]), a TID of this process, or
     /// a thread name (one longer than Linux keeps matches its truncation,
     /// [`by_name`]). Returns the tid and its name.
     pub fn resolve_thread(&self, spec: &str) -> Result<(u32, String)> {
         let pid = self.pid;
         let name_of = |tid: u32| thread_name(pid, tid);
         if spec == "main" {
+            if let Some(edt) = self.java_event_thread() {
+                return Ok(edt);
+            }
             return Ok((pid, name_of(pid).unwrap_or_default()));
         }
         if let Ok(tid) = spec.parse::<u32>() {

@@ -163,21 +163,21 @@ fn java_frames_by_pid_serial_gc() {
     sample_chain("java_frames_by_pid_serial_gc", &["-XX:+UseSerialGC"]);
 }
 
-#[test]
-fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
-    const TEST: &str = "a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method";
-    require_root!();
+/// Records the Swing fixture by PID with `extra` for 8 s and checks that
+/// each stall of its timer is one slow dispatch named by `slowLayout`.
+/// Returns the profiler's stderr, None when skipped.
+fn swing_stalls(test: &str, extra: &[&str]) -> Option<Vec<String>> {
     let dir = TempDir::new("swing");
     let classes = match compile(dir.path(), "SwingStall") {
         Ok(c) => c,
         Err(why) => {
-            eprintln!("SKIP {TEST}: {why}");
-            return;
+            eprintln!("SKIP {test}: {why}");
+            return None;
         }
     };
     let Some(x) = Xvfb::start() else {
-        eprintln!("SKIP {TEST}: Xvfb is missing or did not start");
-        return;
+        eprintln!("SKIP {test}: Xvfb is missing or did not start");
+        return None;
     };
     let log = dir.join("stalls.log");
     let java = PathBuf::from("/usr/bin/java");
@@ -190,11 +190,9 @@ fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
     let mut fx = Fixture::spawn_cmd(cmd, &java);
     std::thread::sleep(std::time::Duration::from_millis(500));
     let out = TempDir::new("swing-out");
-    let rec = Recording::start(
-        fx.pid,
-        out.path(),
-        &["--thread", "AWT-EventQueue-0", "--duration", "8s"],
-    );
+    let mut args = extra.to_vec();
+    args.extend(["--duration", "8s"]);
+    let rec = Recording::start(fx.pid, out.path(), &args);
     let fin = rec.wait();
     assert!(fin.status.success(), "profiler failed: {fin:?}");
     assert!(fx.alive(), "the app died while profiled");
@@ -244,9 +242,35 @@ fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
         "each stall of the app's log is one slow dispatch: {slow:?}"
     );
     eprintln!(
-        "{TEST}: {} slow dispatches for the {} stalls in the window ({} in the session)",
+        "{test}: {} slow dispatches for the {} stalls in the window ({} in the session)",
         counted.len(),
         want.len(),
         matched.len()
     );
+    Some(fin.stderr)
+}
+
+#[test]
+fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
+    require_root!();
+    swing_stalls(
+        "a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method",
+        &["--thread", "AWT-EventQueue-0"],
+    );
+}
+
+#[test]
+fn a_jvm_whose_main_thread_is_parked_is_watched_on_its_event_thread() {
+    require_root!();
+    let Some(stderr) = swing_stalls(
+        "a_jvm_whose_main_thread_is_parked_is_watched_on_its_event_thread",
+        &[],
+    ) else {
+        return;
+    };
+    let told: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("is a JVM whose main thread is parked: watching its event-dispatch thread AWT-EventQueue-0"))
+        .collect();
+    assert_eq!(told.len(), 1, "said once: {stderr:?}");
 }
