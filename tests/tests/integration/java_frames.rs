@@ -131,6 +131,39 @@ fn sample_chain(test: &str, flags: &[&str]) -> Option<Vec<(Vec<String>, u64)>> {
 }
 
 #[test]
+fn a_jvm_whose_structures_do_not_match_says_so_once_and_keeps_native_frames() {
+    require_root!();
+    // Named libjvm.so, exporting tables that describe none of the fields
+    // the profiler reads.
+    let exe = build_c("fake_jvm.c", "libjvm.so", &["-rdynamic", "-O1", "-g"]);
+    let fx = Fixture::spawn(&exe, &[]);
+    let out = TempDir::new("fakejvm-out");
+    let fin = profiler(&[
+        "sample",
+        "--pid",
+        &fx.pid.to_string(),
+        "--duration",
+        "1s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{fin:?}");
+    let told: Vec<&String> = fin
+        .stderr
+        .iter()
+        .filter(|l| l.contains("runs HotSpot, but its structures do not match"))
+        .collect();
+    assert_eq!(told.len(), 1, "one line: {:?}", fin.stderr);
+    assert!(
+        told[0].contains("its Java frames stay native addresses"),
+        "{told:?}"
+    );
+    let folded = read(out.path(), "cpu.folded");
+    assert!(!folded.contains("java:"), "{folded}");
+    assert!(folded.contains(";main"), "native frames kept: {folded}");
+}
+
+#[test]
 fn java_frames_by_pid_interpreted_and_compiled() {
     require_root!();
     let Some(stacks) = sample_chain("java_frames_by_pid_interpreted_and_compiled", &[]) else {
