@@ -20,7 +20,9 @@ use super::files::{append, out_err, subdir, write_new};
 use super::profiles::Profiles;
 use crate::{
     analyze::dispatch::retain::Durations,
-    output::watch::{report_svg, report_text, GroupEntry, GroupsFile, StallLine, StallReport},
+    output::watch::{
+        report_svg, report_text, Escalation, GroupEntry, GroupsFile, StallLine, StallReport,
+    },
     text::fmt_ns,
     Result,
 };
@@ -386,6 +388,16 @@ impl Journal {
         write_new(&tmp, json.as_bytes())?;
         let path = self.dir.join(GROUPS);
         fs::rename(&tmp, &path).map_err(|e| out_err(&path, e))
+    }
+
+    /// Group `key`'s escalation changed (`--trace-stalls`): kept in its
+    /// entry of `groups.json`.
+    pub fn escalation(&mut self, key: &str, e: Escalation) {
+        let gid = self.group_of(key);
+        if let Some(g) = self.groups.get_mut(&gid) {
+            g.entry.escalation = Some(e);
+            self.dirty = true;
+        }
     }
 
     /// The group of `key`, made if new (past [`MAX_GROUPS`]: [`OTHER`]).
