@@ -54,3 +54,4 @@ mod unwind_budget;
 mod unwinding;
 mod waker;
 mod watch;
+mod watch_escalation;
