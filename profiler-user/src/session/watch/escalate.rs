@@ -197,6 +197,19 @@ impl Escalator {
         if let Some(t) = &mut self.current {
             if t.group == gid {
                 t.last_seen = Instant::now();
+                if !has_traced && start_ns >= t.attached_ns {
+                    // Its functions still probed explain nothing: none ran
+                    // in a stall of its own (the governor detached those
+                    // that did, or they ran only before).
+                    let why = match t.governed {
+                        0 => "none of its probed functions ran in its last stall".to_string(),
+                        n => format!(
+                            "the overhead governor detached {n} of its functions, and none of the others ran in its last stall"
+                        ),
+                    };
+                    self.finish(probes, sinks, why);
+                    return;
+                }
                 if traced {
                     t.traced_stalls += 1;
                     if t.traced_stalls >= self.trace_stalls {
@@ -531,6 +544,20 @@ impl Escalator {
         self.current = None;
         if let Some(next) = self.queue.pop_front() {
             self.start(probes, sinks, next);
+        }
+    }
+
+    /// The watch of the process ends (its probes go with it): the traced
+    /// group is done, and the queued ones never had their turn.
+    pub fn end(&mut self, why: &str) {
+        if let Some(t) = &mut self.current {
+            t.live.clear();
+        }
+        self.tell(Some(format!("the watch of the process ended ({why})")));
+        self.current = None;
+        for q in std::mem::take(&mut self.queue) {
+            let why = format!("the watch of the process ended ({why}) before its turn");
+            self.send(&q.key, "refused", 0, Some(why));
         }
     }
 

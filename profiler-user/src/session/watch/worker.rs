@@ -347,6 +347,12 @@ fn watch(
     steer.forward(&mut sinks);
     // The partial window: nothing is lost at an exit or a SIGTERM.
     steer.end_windows(&mut sinks);
+    let why = match &collected {
+        Ok(StopReason::TargetExited) => "it exited",
+        Ok(StopReason::Signal(_)) => "the watch was stopped",
+        _ => "its watch stopped",
+    };
+    steer.esc.end(why);
     Ok(match collected {
         Ok(StopReason::TargetExited) => "it exited".into(),
         Ok(StopReason::TargetExeced) => "it exec'd another program".into(),
