@@ -90,6 +90,10 @@ pub struct Journal {
     /// `--profile-every`'s pprof files, deleted first past the cap.
     profiles: Profiles,
     dirty: bool,
+    /// An escalation changed since the last write: written with the next
+    /// change of the counts, or at the end (it never spends the once a
+    /// second a stall's count is written in at once).
+    escalated: bool,
     last_groups: Instant,
 }
 
@@ -191,6 +195,7 @@ impl Journal {
             usage,
             profiles,
             dirty: true,
+            escalated: false,
             last_groups: Instant::now() - GROUPS_EVERY,
         })
     }
@@ -371,10 +376,13 @@ impl Journal {
     /// Rewrites `groups.json` if it changed, at most once a second
     /// (`now`: at once).
     pub fn flush_groups(&mut self, now: bool) -> Result<()> {
-        if !self.dirty || (!now && self.last_groups.elapsed() < GROUPS_EVERY) {
+        if !(self.dirty || (now && self.escalated))
+            || (!now && self.last_groups.elapsed() < GROUPS_EVERY)
+        {
             return Ok(());
         }
         self.dirty = false;
+        self.escalated = false;
         self.last_groups = Instant::now();
         let mut groups: Vec<GroupEntry> = self.groups.values().map(|g| g.entry.clone()).collect();
         groups.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.group.cmp(&b.group)));
@@ -396,7 +404,7 @@ impl Journal {
         let gid = self.group_of(key);
         if let Some(g) = self.groups.get_mut(&gid) {
             g.entry.escalation = Some(e);
-            self.dirty = true;
+            self.escalated = true;
         }
     }
 
