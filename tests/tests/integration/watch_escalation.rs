@@ -360,15 +360,35 @@ fn asyncio_stalls_stay_counted_exactly_through_escalation() {
         }
         assert_eq!(held[i], 1, "stall {st} is one line: {summary:#?}");
     }
-    // The on-CPU group was traced 3 times, then unprobed (the asleep
-    // group's turn may come next: each escalated group's traced lines are
-    // its own traced stalls); the governor kept the probes' cost within
-    // its budget once it had detached the hottest.
+    // The on-CPU group was escalated, traced, then unprobed: after 3
+    // traced stalls, or earlier when the governor had detached the
+    // interpreter's hot functions its stalls called and the rest explain
+    // nothing (the asleep group's turn may come next: each escalated
+    // group's traced lines are its own traced stalls); the governor kept
+    // the probes' cost within its budget once it had detached the hottest.
+    assert!(
+        fin.stderr
+            .iter()
+            .any(|l| l.contains("escalation: attached") && l.contains("blocking_parse")),
+        "{:?}",
+        fin.stderr
+    );
     let e = escalation_of(out.path(), "blocking_parse");
     eprintln!("escalation: {e}");
     assert_eq!(e["state"], "done", "{e}\n{:?}", fin.stderr);
-    assert_eq!(e["traced_stalls"], 3, "{e}");
-    assert_eq!(e["reason"], "after 3 traced stalls", "{e}");
+    let n = e["traced_stalls"].as_u64().unwrap();
+    assert!(n <= 3, "{e}");
+    if n < 3 {
+        assert!(
+            e["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("the overhead governor detached"),
+            "{e}"
+        );
+    } else {
+        assert_eq!(e["reason"], "after 3 traced stalls", "{e}");
+    }
     let groups = read_json(out.path(), "groups.json");
     for g in groups["groups"].as_array().unwrap() {
         let traced = lines
