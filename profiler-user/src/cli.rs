@@ -498,6 +498,19 @@ pub struct WatchArgs {
     /// Kernel memory for the unwind tables (e.g. 64M), per watched process.
     #[arg(long, value_parser = parse_unwind_memory, value_name = "SIZE")]
     pub unwind_memory: Option<u64>,
+    /// Escalation: when a group of stalls is first seen in a process, the
+    /// native functions on its stall's samples (in the main executable,
+    /// with their tail callers) get uprobes, so the group's next N stalls
+    /// carry an exact call tree ("tree": "traced"); then the probes come
+    /// off. 0 turns escalation off (no uprobes ever).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub trace_stalls: u32,
+    /// While a group is traced, keep the watched thread's estimated time
+    /// in probes under PCT percent of its CPU time: the hottest functions
+    /// are detached as `record`'s governor does (0 turns the governor
+    /// off).
+    #[arg(long, default_value = "10", value_parser = parse_overhead, value_name = "PCT", allow_negative_numbers = true)]
+    pub max_overhead: f64,
     /// Slow dispatches of the watched thread: `--thread`, `--threshold`,
     /// `--hang`, `--dispatch-hz`, `--no-wakers` as in `record`.
     #[command(flatten)]

@@ -303,6 +303,41 @@ pub struct GroupEntry {
     pub reports: Vec<String>,
     /// Stalls past `--max-reports-per-hour`: lines without a tree.
     pub rate_limited: u64,
+    /// Its escalation (`--trace-stalls`) in the process it was last
+    /// escalated in: absent when it never was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+}
+
+/// A group's escalation in one process (`watch --trace-stalls`): the
+/// native functions on its first stall's samples probed, so that its next
+/// stalls carry an exact call tree, then unprobed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Escalation {
+    /// The process.
+    pub pid: u32,
+    /// `traced` (its functions probed now), `queued` (waiting for another
+    /// group's probes to come off), `done` (probed, then unprobed) or
+    /// `refused` (never probed: `reason` says why).
+    pub state: String,
+    /// Functions probed for it.
+    pub functions: usize,
+    /// Its stalls with an exact tree so far.
+    pub traced_stalls: u32,
+    /// Of `functions`, those the overhead governor detached early.
+    #[serde(default)]
+    pub governed: usize,
+    /// The highest estimated share of the watched thread's CPU time
+    /// spent in probes while it was traced, %.
+    #[serde(default)]
+    pub peak_overhead_pct: f64,
+    /// The same since the governor's last detach (or the attach): what
+    /// the probes left on cost, held under `--max-overhead`, %.
+    #[serde(default)]
+    pub settled_overhead_pct: f64,
+    /// Why the probes came off, or why it was refused or queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `groups.json`.

@@ -55,3 +55,4 @@ mod unwind_budget;
 mod unwinding;
 mod waker;
 mod watch;
+mod watch_escalation;

@@ -20,7 +20,9 @@ use super::files::{append, out_err, subdir, write_new};
 use super::profiles::Profiles;
 use crate::{
     analyze::dispatch::retain::Durations,
-    output::watch::{report_svg, report_text, GroupEntry, GroupsFile, StallLine, StallReport},
+    output::watch::{
+        report_svg, report_text, Escalation, GroupEntry, GroupsFile, StallLine, StallReport,
+    },
     text::fmt_ns,
     Result,
 };
@@ -88,6 +90,10 @@ pub struct Journal {
     /// `--profile-every`'s pprof files, deleted first past the cap.
     profiles: Profiles,
     dirty: bool,
+    /// An escalation changed since the last write: written with the next
+    /// change of the counts, or at the end (it never spends the once a
+    /// second a stall's count is written in at once).
+    escalated: bool,
     last_groups: Instant,
 }
 
@@ -189,6 +195,7 @@ impl Journal {
             usage,
             profiles,
             dirty: true,
+            escalated: false,
             last_groups: Instant::now() - GROUPS_EVERY,
         })
     }
@@ -369,10 +376,13 @@ impl Journal {
     /// Rewrites `groups.json` if it changed, at most once a second
     /// (`now`: at once).
     pub fn flush_groups(&mut self, now: bool) -> Result<()> {
-        if !self.dirty || (!now && self.last_groups.elapsed() < GROUPS_EVERY) {
+        if !(self.dirty || (now && self.escalated))
+            || (!now && self.last_groups.elapsed() < GROUPS_EVERY)
+        {
             return Ok(());
         }
         self.dirty = false;
+        self.escalated = false;
         self.last_groups = Instant::now();
         let mut groups: Vec<GroupEntry> = self.groups.values().map(|g| g.entry.clone()).collect();
         groups.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.group.cmp(&b.group)));
@@ -386,6 +396,16 @@ impl Journal {
         write_new(&tmp, json.as_bytes())?;
         let path = self.dir.join(GROUPS);
         fs::rename(&tmp, &path).map_err(|e| out_err(&path, e))
+    }
+
+    /// Group `key`'s escalation changed (`--trace-stalls`): kept in its
+    /// entry of `groups.json`.
+    pub fn escalation(&mut self, key: &str, e: Escalation) {
+        let gid = self.group_of(key);
+        if let Some(g) = self.groups.get_mut(&gid) {
+            g.entry.escalation = Some(e);
+            self.escalated = true;
+        }
     }
 
     /// The group of `key`, made if new (past [`MAX_GROUPS`]: [`OTHER`]).

@@ -12,6 +12,7 @@
 //! of each process's flight recorder (`snapshots/`). With
 //! `--profile-every`, each worker also hands over a pprof per window
 //! ([`profiles`]), and its partial window when its watch ends.
+mod escalate;
 mod files;
 mod journal;
 mod profiles;
@@ -33,7 +34,7 @@ pub use self::journal::{GROUPS, STALLS};
 use crate::{
     cli::WatchArgs,
     output::metrics::{Metrics, Origin},
-    output::watch::{StallLine, StallReport},
+    output::watch::{Escalation, StallLine, StallReport},
     tracee::watched::Matcher,
     Error, Result,
 };
@@ -76,6 +77,8 @@ pub enum Msg {
     },
     /// A window's pprof (`--profile-every`), begun at `unix_ns`.
     Profile { pid: u32, unix_ns: u64, gz: Vec<u8> },
+    /// A group's escalation changed (`--trace-stalls`).
+    Escalation { key: String, escalation: Escalation },
     /// The watch of a process ended, and why.
     Stopped { pid: u32, reason: String },
 }
@@ -410,6 +413,16 @@ fn handle(
             state.metrics(|m| m.hang(pid));
         }
         Msg::Excluded { reason, .. } => journal.excluded(&reason),
+        Msg::Escalation { key, escalation } => {
+            // Probes cost only while they are on.
+            let ratio = match escalation.state.as_str() {
+                "traced" => escalation.peak_overhead_pct / 100.0,
+                _ => 0.0,
+            };
+            let pid = escalation.pid;
+            journal.escalation(&key, escalation);
+            state.metrics(|m| m.set_probe_overhead(pid, ratio));
+        }
         Msg::Snapshot {
             pid,
             comm,

@@ -13,10 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Msg, StallMsg};
+use super::{escalate::Escalator, Msg, StallMsg};
 use crate::{
     analyze::{
-        dispatch::{self, Dispatcher, Notice, Streamed},
+        dispatch::{self, tree::Kind, Dispatcher, Notice, Streamed},
         flight::FlightRecorder,
         stacks::Stacks,
         windows::Windows,
@@ -92,6 +92,10 @@ pub struct WorkerArgs {
     pub profile_every_ns: Option<u64>,
     /// The label the targets were chosen by (`unit` or `cgroup`), if any.
     pub origin: Option<(String, String)>,
+    /// `--trace-stalls` (0: no escalation).
+    pub trace_stalls: u32,
+    /// `--max-overhead`, %.
+    pub max_overhead: f64,
 }
 
 impl WorkerArgs {
@@ -115,6 +119,8 @@ impl WorkerArgs {
                 .as_nanos() as u64,
             profile_every_ns: a.profile_every.map(|d| d.as_nanos() as u64),
             origin: None,
+            trace_stalls: a.trace_stalls,
+            max_overhead: a.max_overhead,
         }
     }
 }
@@ -241,8 +247,14 @@ fn watch(
         true => "its main thread".to_string(),
         false => format!("thread {tid} ({thread_name})"),
     };
+    let uprobes = match args.trace_stalls {
+        0 => "no uprobes".to_string(),
+        n => format!(
+            "no uprobes until a new group of stalls, then on its functions for its next {n} stalls (--trace-stalls)"
+        ),
+    };
     let attached = format!(
-        "profiler: watching PID {pid} ({comm}, {exe}), {thread}: its loop's waits, the scheduler, and samples of each iteration at {} Hz, {} Hz once it has run {}; no uprobes",
+        "profiler: watching PID {pid} ({comm}, {exe}), {thread}: its loop's waits, the scheduler, and samples of each iteration at {} Hz, {} Hz once it has run {}; {uprobes}",
         args.dispatch_hz / u64::from(args.early_every),
         args.dispatch_hz,
         crate::text::fmt_ns(args.full_after_ns)
@@ -296,6 +308,13 @@ fn watch(
         suspended_ns: crate::clock::suspended_ns(),
         uncertain: Vec::new(),
         told_stopped: false,
+        esc: Escalator::new(
+            pid,
+            (args.trace_stalls, args.max_overhead),
+            probes.wait_tracepoints(),
+            tx.clone(),
+        ),
+        probes: Some(probes),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -322,12 +341,18 @@ fn watch(
     steer.forward(&mut sinks);
     sinks.stop_at(crate::clock::monotonic_ns());
     sinks.catch_up = None;
-    drop(probes);
+    drop(steer.probes.take());
     sinks.flush(&mut rings);
     sinks.finish_dispatches();
     steer.forward(&mut sinks);
     // The partial window: nothing is lost at an exit or a SIGTERM.
     steer.end_windows(&mut sinks);
+    let why = match &collected {
+        Ok(StopReason::TargetExited) => "it exited",
+        Ok(StopReason::Signal(_)) => "the watch was stopped",
+        _ => "its watch stopped",
+    };
+    steer.esc.end(why);
     Ok(match collected {
         Ok(StopReason::TargetExited) => "it exited".into(),
         Ok(StopReason::TargetExeced) => "it exec'd another program".into(),
@@ -379,6 +404,10 @@ struct WatchSteer<'a> {
     /// was behind, and why; the oldest dropped past a minute.
     uncertain: Vec<(u64, u64, String)>,
     told_stopped: bool,
+    /// `--trace-stalls`: groups' functions probed for a few stalls.
+    esc: Escalator,
+    /// The process's probes (None once detached at the end).
+    probes: Option<Probes>,
 }
 
 impl Steer for WatchSteer<'_> {
@@ -429,6 +458,9 @@ impl Steer for WatchSteer<'_> {
             self.snapshot(sinks, now_ns);
         }
         self.forward(sinks);
+        if let Some(p) = &mut self.probes {
+            self.esc.on_tick(p, sinks);
+        }
         Ok(())
     }
 }
@@ -470,14 +502,34 @@ impl WatchSteer<'_> {
         }
     }
 
-    /// Everything the dispatcher told since the last call, to the journal.
+    /// Everything the dispatcher told since the last call, to the journal;
+    /// then each stall's group escalated, or its traced stalls counted.
     fn forward(&mut self, sinks: &mut Sinks) {
+        let stalls = self.forward_told(sinks);
+        let Some(p) = &mut self.probes else { return };
+        for (gid, key, span, traced) in stalls {
+            self.esc
+                .on_stall(p, sinks, &gid, &key, span, traced, &self.ctx.exe);
+        }
+    }
+
+    /// [`WatchSteer::forward`]'s telling: returns each stall's group id,
+    /// key, span (CLOCK_MONOTONIC), and whether it was traced (its group's
+    /// probes on all along) and whether its tree has traced frames.
+    #[expect(clippy::type_complexity, reason = "one stall's facts, once")]
+    fn forward_told(
+        &mut self,
+        sinks: &mut Sinks,
+    ) -> Vec<(String, String, (u64, u64), (bool, bool))> {
+        let mut told = Vec::new();
         let notices = sinks
             .kept_notices
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default();
-        let Some(d) = &mut sinks.dispatch else { return };
+        let Some(d) = &mut sinks.dispatch else {
+            return told;
+        };
         for n in notices {
             let msg = match n {
                 Notice::Hang {
@@ -500,10 +552,31 @@ impl WatchSteer<'_> {
         let mut stalls = Vec::new();
         for s in d.take_streamed() {
             stalls.push(s.slow.index);
-            let report = self.report(d, sinks.flight.as_ref(), s);
+            let gid = super::journal::group_id(&s.slow.key);
+            let start_ns = self.ctx.session_start_ns + s.slow.start_ns;
+            let end_ns = start_ns + s.slow.duration_ns + s.slow.probe_ns;
+            // (Its root, the iteration, is a traced node in every tree.)
+            let has_traced = s
+                .slow
+                .tree
+                .iter()
+                .any(|n| n.depth > 0 && n.kind == Kind::Traced);
+            let traced = self.esc.is_traced(&gid, start_ns, has_traced);
+            told.push((
+                gid,
+                s.slow.key.clone(),
+                (start_ns, end_ns),
+                (traced, has_traced),
+            ));
+            let mut report = self.report(d, sinks.flight.as_ref(), s);
+            if traced {
+                report.line.tree = "traced".into();
+            }
             let _ = self.tx.send(Msg::Stall(Box::new(StallMsg { report })));
         }
-        let Some(w) = &mut sinks.windows else { return };
+        let Some(w) = &mut sinks.windows else {
+            return told;
+        };
         // Slow iterations still being explained are stalls already.
         w.decide(
             stalls.into_iter().chain(d.slow_waiting()),
@@ -518,6 +591,7 @@ impl WatchSteer<'_> {
         for win in w.ready(now, WINDOW_GRACE_NS, self.profiles.hold_ns, open_stalled) {
             self.send_window(d, &win, w.period_ns());
         }
+        told
     }
 
     /// The watch ends: every window left written, the last one partial;

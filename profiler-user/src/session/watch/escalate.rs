@@ -1,0 +1,753 @@
+//! Escalation (issue 43, item 1): sample to find, trace to explain. When a
+//! group of stalls is first seen in a watched process, the native functions
+//! on its stall's samples (those of the main executable with symbols, and
+//! the functions that tail-call them, chosen as `record`'s presample chooses:
+//! `select::select_among`) get uprobes on the worker's own eBPF object,
+//! whose entry, exit and return-site programs are loaded but unattached
+//! until then (`Probes::attach_from`). The group's next stalls carry an
+//! exact call tree (`"tree": "traced"`); after `--trace-stalls` of them the
+//! probes come off (`Probes::detach_funcs`). Meanwhile `record`'s overhead
+//! estimator holds the watched thread's probe time under `--max-overhead`,
+//! detaching the hottest functions; when it has detached them all, the
+//! escalation is done. One group is traced at a time per process; a group
+//! first seen meanwhile waits its turn (`queued`).
+//!
+//! The functions are appended to a selection that only grows (a function's
+//! index is its probe cookie, and the pipeline's aggregates grow with it,
+//! told through a `ProbedRecord`); their probes' removal is told through a
+//! `DetachRecord`, as the governor's, so frames still open close there.
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::{mpsc::Sender, Once, OnceLock},
+    time::{Duration, Instant},
+};
+
+use super::Msg;
+use crate::{
+    analyze::{
+        flight::FlightRecorder,
+        overhead::{Estimator, ExitKind, FuncCost, ThreadSample},
+    },
+    attach::{
+        calibrate::{self, EntryKind, HitCost},
+        probes::Probes,
+    },
+    cli::{ExitProbes, SelectArgs},
+    clock::monotonic_ns,
+    output::watch::Escalation,
+    session::{
+        governor,
+        presample::{self, Seen},
+        probed::{DetachRecord, ProbedRecord},
+        sinks::Sinks,
+    },
+    tracee::{exits::ExitProbe, process, select},
+};
+
+/// Most functions probed for one group: the heaviest on its samples first
+/// (each probed call costs a trap or two).
+pub const MAX_FUNCS_PER_GROUP: usize = 64;
+/// Groups waiting for another group's probes to come off, at most.
+const MAX_QUEUED: usize = 16;
+/// A traced group without a stall for this long is unprobed.
+const IDLE: Duration = Duration::from_secs(60);
+/// The hit cost assumed when the calibration fails: this kernel's int3
+/// cost as `cargo xtask bench` measured it (as `record` assumes).
+const FALLBACK_COST: HitCost = HitCost {
+    entry_ns: 5000.0,
+    entry_push_ns: 1500.0,
+    entry_nop_ns: 500.0,
+    entry_endbr_ns: 5000.0,
+    entry_nopl_ns: 5000.0,
+    ret_site_ns: 5000.0,
+    uretprobe_ns: 3000.0,
+    inside_ns: [0.0; 6],
+    inside_spread_pct: 0.0,
+};
+
+/// The probes' cost on this host, measured once for every watched
+/// process, on a thread of its own (0.1-0.3 s, seconds on a loaded
+/// machine: a worker waiting for it would let stalls go by untraced).
+static CALIBRATED: OnceLock<HitCost> = OnceLock::new();
+static CALIBRATING: Once = Once::new();
+
+/// Starts the calibration, once, with the session's wait tracepoints.
+fn calibrate_soon(waits: calibrate::WaitTracepoints) {
+    CALIBRATING.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("watch-calibrate".into())
+            .spawn(move || {
+                let cost = calibrate::calibrate(waits).unwrap_or_else(|e| {
+                    eprintln!(
+                        "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
+                        crate::error::chain(&e),
+                        FALLBACK_COST.entry_ns / 1000.0
+                    );
+                    FALLBACK_COST
+                });
+                let _ = CALIBRATED.set(cost);
+            });
+        if spawned.is_err() {
+            let _ = CALIBRATED.set(FALLBACK_COST);
+        }
+    });
+}
+
+/// The group being traced.
+struct Traced {
+    group: String,
+    key: String,
+    /// Its functions still probed (indices into the selection).
+    live: Vec<usize>,
+    /// Functions probed for it.
+    functions: usize,
+    traced_stalls: u32,
+    governed: usize,
+    /// CLOCK_MONOTONIC once its probes were on: a stall begun before is
+    /// not traced whole.
+    attached_ns: u64,
+    /// When it was last seen stalling (or was attached).
+    last_seen: Instant,
+    est: Option<Estimator>,
+    began: Instant,
+    last_eval: Instant,
+    peak_pct: f64,
+    settled_pct: f64,
+}
+
+/// A group waiting for its turn, with the file offsets (and weights) of
+/// its first stall's samples in the main executable.
+struct Queued {
+    group: String,
+    key: String,
+    offsets: Vec<(u64, u64)>,
+}
+
+/// One watched process's escalations.
+pub struct Escalator {
+    pid: u32,
+    /// `--trace-stalls` (0: off).
+    trace_stalls: u32,
+    /// `--max-overhead` (0: no governor).
+    max_overhead: f64,
+    /// Every function probed in this process so far.
+    sel: select::Selection,
+    current: Option<Traced>,
+    queue: VecDeque<Queued>,
+    /// Groups escalated, queued or refused here: each once.
+    decided: HashSet<String>,
+    tx: Sender<Msg>,
+}
+
+impl Escalator {
+    /// Escalations in process `pid` (`trace_stalls` 0: none), whose loop's
+    /// waits are watched with `waits`.
+    pub fn new(
+        pid: u32,
+        (trace_stalls, max_overhead): (u32, f64),
+        waits: calibrate::WaitTracepoints,
+        tx: Sender<Msg>,
+    ) -> Self {
+        if trace_stalls > 0 {
+            calibrate_soon(waits);
+        }
+        Escalator {
+            pid,
+            trace_stalls,
+            max_overhead,
+            sel: select::Selection::default(),
+            current: None,
+            queue: VecDeque::new(),
+            decided: HashSet::new(),
+            tx,
+        }
+    }
+
+    /// Whether a stall of group `gid` begun at `start_ns` (CLOCK_MONOTONIC)
+    /// whose tree has traced frames (`has_traced`) is a traced stall: its
+    /// group's probes were on for the whole of it.
+    pub fn is_traced(&self, gid: &str, start_ns: u64, has_traced: bool) -> bool {
+        self.current
+            .as_ref()
+            .is_some_and(|t| t.group == gid && start_ns >= t.attached_ns && has_traced)
+    }
+
+    /// A stall of group `gid` (key `key`) was told, `traced` or not, from
+    /// `start_ns` to `end_ns`: counted for the traced group (its probes off
+    /// after `--trace-stalls`), or, for a group first seen, its functions
+    /// probed (or queued). A stall that is not traced but has traced
+    /// frames (`has_traced`: another group's probed functions ran in it)
+    /// starts nothing: those frames can move its key (a sampled Python
+    /// frame hung under a traced native one loses its Python callers), and
+    /// its group, so named, is no new kind of stall.
+    #[expect(clippy::too_many_arguments, reason = "one stall's facts")]
+    pub fn on_stall(
+        &mut self,
+        probes: &mut Probes,
+        sinks: &mut Sinks,
+        gid: &str,
+        key: &str,
+        (start_ns, end_ns): (u64, u64),
+        (traced, has_traced): (bool, bool),
+        exe: &str,
+    ) {
+        if self.trace_stalls == 0 {
+            return;
+        }
+        if let Some(t) = &mut self.current {
+            if t.group == gid {
+                t.last_seen = Instant::now();
+                if !has_traced && start_ns >= t.attached_ns {
+                    // Its functions still probed explain nothing: none ran
+                    // in a stall of its own (the governor detached those
+                    // that did, or they ran only before).
+                    let why = match t.governed {
+                        0 => "none of its probed functions ran in its last stall".to_string(),
+                        n => format!(
+                            "the overhead governor detached {n} of its functions, and none of the others ran in its last stall"
+                        ),
+                    };
+                    self.finish(probes, sinks, why);
+                    return;
+                }
+                if traced {
+                    t.traced_stalls += 1;
+                    if t.traced_stalls >= self.trace_stalls {
+                        let why = format!("after {} traced stalls", t.traced_stalls);
+                        self.finish(probes, sinks, why);
+                    } else {
+                        self.tell(None);
+                    }
+                }
+                return;
+            }
+        }
+        if has_traced || !self.decided.insert(gid.to_string()) {
+            return;
+        }
+        if let Some(runtime) = interpreted(key) {
+            let q = Queued {
+                group: gid.to_string(),
+                key: key.to_string(),
+                offsets: Vec::new(),
+            };
+            self.refuse(
+                &q,
+                format!(
+                    "its stall runs {runtime} code: the interpreter's own functions on its stack \
+                     are too hot to probe (a 220-ms CPython stall ran 516-675 ms traced, the \
+                     governor's estimate under-reading it), so it stays sampled"
+                ),
+            );
+            return;
+        }
+        let offsets = sinks
+            .flight
+            .as_ref()
+            .map(|f| stall_offsets(f, self.pid, exe, start_ns, end_ns))
+            .unwrap_or_default();
+        let q = Queued {
+            group: gid.to_string(),
+            key: key.to_string(),
+            offsets,
+        };
+        if self.current.is_none() {
+            self.start(probes, sinks, q);
+            return;
+        }
+        if self.queue.len() >= MAX_QUEUED {
+            self.refuse(&q, "too many groups waiting for their turn".into());
+            return;
+        }
+        let why = format!(
+            "group {} is traced now; this one is next after {} other(s)",
+            self.current.as_ref().map_or("", |t| t.group.as_str()),
+            self.queue.len()
+        );
+        self.send(&q.key, "queued", 0, Some(why));
+        self.queue.push_back(q);
+    }
+
+    /// Every drain tick: the overhead governor's estimate, and a traced
+    /// group gone quiet unprobed.
+    pub fn on_tick(&mut self, probes: &mut Probes, sinks: &mut Sinks) {
+        let Some(t) = &mut self.current else { return };
+        if t.last_seen.elapsed() >= IDLE {
+            let why = format!("no stall of the group in {} s", IDLE.as_secs());
+            self.finish(probes, sinks, why);
+            return;
+        }
+        let Some(est) = &mut t.est else { return };
+        let every = match t.began.elapsed() < governor::EARLY_FOR {
+            true => governor::EARLY_EVERY,
+            false => governor::EVERY,
+        };
+        if t.last_eval.elapsed() < every {
+            return;
+        }
+        t.last_eval = Instant::now();
+        let pid = self.pid;
+        let threads: Vec<ThreadSample> = sinks
+            .stacks
+            .threads()
+            .filter(|s| s.exited_threads == 0)
+            .map(|s| ThreadSample {
+                tid: s.tid,
+                events: s.events,
+                cpu_ns: process::thread_cpu_ns(pid, s.tid),
+            })
+            .collect();
+        let decided_ns = monotonic_ns();
+        let decision = est.evaluate(decided_ns, &sinks.hits, threads.into_iter());
+        let peak = est.peak_pct;
+        let grew = peak > t.peak_pct + 1.0;
+        t.peak_pct = t.peak_pct.max(peak);
+        t.settled_pct = est.settled_pct();
+        let Some(d) = decision else {
+            if grew {
+                self.tell(None);
+            }
+            return;
+        };
+        let gone: Vec<usize> = d
+            .funcs
+            .iter()
+            .map(|f| f.0 as usize)
+            .filter(|i| t.live.contains(i))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let names: Vec<&str> = gone
+            .iter()
+            .take(5)
+            .map(|&i| self.sel.funcs[i].name.as_str())
+            .collect();
+        eprintln!(
+            "profiler: PID {pid}: overhead governor: thread {} spent an estimated {:.1}% of its CPU time in probes (--max-overhead {}%): {} of group {}'s functions detached ({}{})",
+            d.tid,
+            d.thread_pct,
+            self.max_overhead,
+            gone.len(),
+            t.group,
+            names.join(", "),
+            if gone.len() > 5 { ", …" } else { "" }
+        );
+        if let Err(e) = detach(probes, sinks, &self.sel, pid, &gone, decided_ns) {
+            eprintln!(
+                "profiler: warning: PID {pid}: detaching probes: {}",
+                crate::error::chain(&e)
+            );
+        }
+        t.live.retain(|i| !gone.contains(i));
+        t.governed += gone.len();
+        if t.live.is_empty() {
+            self.finish(
+                probes,
+                sinks,
+                "the overhead governor detached every function".into(),
+            );
+        } else {
+            self.tell(None);
+        }
+    }
+
+    /// Probes group `q`'s functions, or refuses it (and then tries the
+    /// next queued group).
+    fn start(&mut self, probes: &mut Probes, sinks: &mut Sinks, q: Queued) {
+        let began = Instant::now();
+        match self.attach(probes, sinks, &q) {
+            Ok(live) => {
+                let names: Vec<&str> = live
+                    .iter()
+                    .take(8)
+                    .map(|&i| self.sel.funcs[i].name.as_str())
+                    .collect();
+                eprintln!(
+                    "profiler: PID {}: escalation: attached {} functions in {} ms for group {} ({}): {}{}; its next {} stalls are traced",
+                    self.pid,
+                    live.len(),
+                    began.elapsed().as_millis(),
+                    q.group,
+                    q.key,
+                    names.join(", "),
+                    if live.len() > 8 { ", …" } else { "" },
+                    self.trace_stalls
+                );
+                let est = (self.max_overhead > 0.0).then(|| self.estimator(sinks));
+                self.current = Some(Traced {
+                    group: q.group,
+                    key: q.key,
+                    functions: live.len(),
+                    live,
+                    traced_stalls: 0,
+                    governed: 0,
+                    attached_ns: monotonic_ns(),
+                    last_seen: Instant::now(),
+                    est,
+                    began: Instant::now(),
+                    last_eval: Instant::now(),
+                    peak_pct: 0.0,
+                    settled_pct: 0.0,
+                });
+                self.tell(None);
+            }
+            Err(why) => {
+                self.refuse(&q, why);
+                if let Some(next) = self.queue.pop_front() {
+                    self.start(probes, sinks, next);
+                }
+            }
+        }
+    }
+
+    /// Chooses and attaches group `q`'s functions, telling the pipeline;
+    /// returns their indices, or why none could be.
+    fn attach(
+        &mut self,
+        probes: &mut Probes,
+        sinks: &mut Sinks,
+        q: &Queued,
+    ) -> std::result::Result<Vec<usize>, String> {
+        let pid = self.pid;
+        if q.offsets.is_empty() {
+            return Err(
+                "none of its stall's on-CPU samples is in a function of the main executable \
+                 (a stall that blocked has its blocked stacks in its report already)"
+                    .into(),
+            );
+        }
+        let target = process::Target::open(pid).map_err(|e| crate::error::chain(&e))?;
+        let args = SelectArgs {
+            funcs: Vec::new(),
+            excludes: Vec::new(),
+            libs: Vec::new(),
+            dispatch: Vec::new(),
+            max_funcs: Some(MAX_FUNCS_PER_GROUP),
+            exit_probes: ExitProbes::Auto,
+        };
+        let mut new = select::select_among(&target, &args, &[], Some(&q.offsets))
+            .map_err(|e| crate::error::chain(&e))?;
+        // A preset's dispatch functions and CPython's collections are not
+        // on the stall's stacks: only those that are, and their tail
+        // callers, none of them a dispatch function (iterations are the
+        // loop's, from its waits).
+        if !new.dispatch_fallback {
+            new.funcs.retain(|f| !f.dispatch);
+        }
+        new.funcs
+            .retain(|f| f.semaphores == [0; 2] && f.binary == 0);
+        for f in &mut new.funcs {
+            f.dispatch = false;
+        }
+        if new.funcs.is_empty() {
+            return Err(format!(
+                "no function of {} with a symbol on its samples",
+                target.exe.display()
+            ));
+        }
+        // Not calibrated yet: durations keep the probes' cost, and the
+        // governor assumes `record`'s fallback.
+        if let Some(cost) = CALIBRATED.get() {
+            calibrate::set_costs(&mut new, cost);
+        }
+        let first_binary = self.sel.binaries.len();
+        match self.sel.binaries.first() {
+            None => self.sel.binaries = new.binaries.drain(..1).collect(),
+            Some(b) if b.path == new.binaries[0].path => {}
+            Some(_) => return Err("the process runs another executable now".into()),
+        }
+        let first = self.sel.funcs.len();
+        if first + new.funcs.len() > profiler_common::MAX_FUNCS as usize {
+            return Err("too many functions probed in this process already".into());
+        }
+        self.sel.funcs.extend(new.funcs);
+        let failed = probes.failed.len();
+        if let Err(e) = probes.attach_from(&self.sel, first, pid) {
+            self.sel.funcs.truncate(first);
+            self.sel.binaries.truncate(first_binary.max(1));
+            return Err(crate::error::chain(&e));
+        }
+        let refused: HashSet<&str> = probes.failed[failed..]
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let live: Vec<usize> = (first..self.sel.funcs.len())
+            .filter(|&i| !refused.contains(self.sel.funcs[i].name.as_str()))
+            .collect();
+        let rec = ProbedRecord::new(
+            pid,
+            monotonic_ns(),
+            target.exe.display().to_string(),
+            &self.sel.binaries[first_binary.min(self.sel.binaries.len())..],
+            &self.sel.funcs[first..],
+        );
+        sinks.inject(&rec.encode());
+        sinks.hits.resize(self.sel.funcs.len(), 0);
+        sinks.dedup.get_or_insert_with(Default::default);
+        Ok(live)
+    }
+
+    /// The estimator over every function of the selection, its first
+    /// window starting now.
+    fn estimator(&self, sinks: &Sinks) -> Estimator {
+        let file = self
+            .sel
+            .binaries
+            .first()
+            .and_then(|b| std::fs::File::open(&b.open_path).ok());
+        let funcs: Vec<FuncCost> = self
+            .sel
+            .funcs
+            .iter()
+            .map(|f| FuncCost {
+                entry: file.as_ref().map_or(EntryKind::Step, |file| {
+                    calibrate::entry_kind(file, f.entry_offset())
+                }),
+                exit: match f.exit {
+                    ExitProbe::Sites(_) => ExitKind::Sites,
+                    ExitProbe::Uretprobe => ExitKind::Uretprobe,
+                    ExitProbe::EntryOnly(_) => ExitKind::None,
+                },
+                protected: false,
+            })
+            .collect();
+        let mut est = Estimator::new(
+            self.max_overhead,
+            CALIBRATED.get().copied().unwrap_or(FALLBACK_COST),
+            &funcs,
+        );
+        let threads: Vec<ThreadSample> = sinks
+            .stacks
+            .threads()
+            .map(|s| ThreadSample {
+                tid: s.tid,
+                events: s.events,
+                cpu_ns: process::thread_cpu_ns(self.pid, s.tid),
+            })
+            .collect();
+        est.evaluate(monotonic_ns(), &sinks.hits, threads.into_iter());
+        est
+    }
+
+    /// The traced group's probes come off, for `why`; the next queued
+    /// group's go on.
+    fn finish(&mut self, probes: &mut Probes, sinks: &mut Sinks, why: String) {
+        let Some(t) = &mut self.current else { return };
+        if let Some(est) = &t.est {
+            t.settled_pct = est.settled_pct();
+        }
+        let decided_ns = monotonic_ns();
+        let gone = t.live.clone();
+        if let Err(e) = detach(probes, sinks, &self.sel, self.pid, &gone, decided_ns) {
+            eprintln!(
+                "profiler: warning: PID {}: detaching probes: {}",
+                self.pid,
+                crate::error::chain(&e)
+            );
+        }
+        eprintln!(
+            "profiler: PID {}: escalation: detached {} functions of group {} ({}) {why}",
+            self.pid,
+            gone.len(),
+            t.group,
+            t.key,
+        );
+        if let Some(t) = &mut self.current {
+            t.live.clear();
+        }
+        self.tell(Some(why));
+        self.current = None;
+        if let Some(next) = self.queue.pop_front() {
+            self.start(probes, sinks, next);
+        }
+    }
+
+    /// The watch of the process ends (its probes go with it): the traced
+    /// group is done, and the queued ones never had their turn.
+    pub fn end(&mut self, why: &str) {
+        if let Some(t) = &mut self.current {
+            t.live.clear();
+        }
+        self.tell(Some(format!("the watch of the process ended ({why})")));
+        self.current = None;
+        for q in std::mem::take(&mut self.queue) {
+            let why = format!("the watch of the process ended ({why}) before its turn");
+            self.send(&q.key, "refused", 0, Some(why));
+        }
+    }
+
+    fn refuse(&self, q: &Queued, why: String) {
+        eprintln!(
+            "profiler: PID {}: escalation: group {} ({}) not traced: {why}",
+            self.pid, q.group, q.key
+        );
+        self.send(&q.key, "refused", 0, Some(why));
+    }
+
+    /// Tells the journal the traced group's state; `done` once its probes
+    /// are off, with `why`.
+    fn tell(&self, why: Option<String>) {
+        let Some(t) = &self.current else { return };
+        let state = match t.live.is_empty() {
+            true => "done",
+            false => "traced",
+        };
+        let _ = self.tx.send(Msg::Escalation {
+            key: t.key.clone(),
+            escalation: Escalation {
+                pid: self.pid,
+                state: state.into(),
+                functions: t.functions,
+                traced_stalls: t.traced_stalls,
+                governed: t.governed,
+                peak_overhead_pct: (t.peak_pct * 10.0).round() / 10.0,
+                settled_overhead_pct: (t.settled_pct * 10.0).round() / 10.0,
+                reason: why,
+            },
+        });
+    }
+
+    fn send(&self, key: &str, state: &str, functions: usize, why: Option<String>) {
+        let _ = self.tx.send(Msg::Escalation {
+            key: key.to_string(),
+            escalation: Escalation {
+                pid: self.pid,
+                state: state.into(),
+                functions,
+                reason: why,
+                ..Escalation::default()
+            },
+        });
+    }
+}
+
+/// Unprobes functions `gone` of `sel` (decided at `decided_ns`), and tells
+/// the pipeline: their frames still open close once every record up to
+/// the detach is read, as the governor's do.
+fn detach(
+    probes: &mut Probes,
+    sinks: &mut Sinks,
+    sel: &select::Selection,
+    pid: u32,
+    gone: &[usize],
+    decided_ns: u64,
+) -> crate::Result<()> {
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let done = probes.detach_funcs(sel, gone, pid);
+    let record = DetachRecord {
+        ts_ns: monotonic_ns(),
+        decided_ns,
+        funcs: gone.iter().map(|&f| f as u32).collect(),
+    };
+    for &f in &record.funcs {
+        sinks.detach_from(f, decided_ns);
+    }
+    sinks.detach_later(record);
+    done
+}
+
+/// The file offsets in the main executable `exe` (as `/proc/PID/maps`
+/// names it) of the addresses on the flight recorder's samples of
+/// `[start_ns, end_ns)`, with their weights (samples), sorted.
+fn stall_offsets(
+    f: &FlightRecorder,
+    pid: u32,
+    exe: &str,
+    start_ns: u64,
+    end_ns: u64,
+) -> Vec<(u64, u64)> {
+    let mut seen = Seen::default();
+    for (_, user) in f.between(start_ns, end_ns) {
+        seen.stacks += 1;
+        for (i, &a) in user.iter().enumerate() {
+            if profiler_common::is_runtime_frame(a) {
+                continue;
+            }
+            // A return address, moved back into its call.
+            let at = if i == 0 { a } else { a.saturating_sub(1) };
+            *seen.addrs.entry(at).or_default() += 1;
+        }
+    }
+    let Ok(maps) = process::read_maps(pid) else {
+        return Vec::new();
+    };
+    presample::file_offsets(&seen, &maps, exe)
+}
+
+/// The runtime whose frames a stall's key holds (`py:`, `JS:`, `java:`):
+/// its native functions are the interpreter's or the VM's, hot in every
+/// stall, and not escalated.
+fn interpreted(key: &str) -> Option<&'static str> {
+    key.split(" <- ").find_map(|f| {
+        let f = f.trim_start_matches('[');
+        [("py:", "Python"), ("JS:", "JavaScript"), ("java:", "Java")]
+            .iter()
+            .find(|(p, _)| f.starts_with(p))
+            .map(|(_, r)| *r)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn traced(group: &str, attached_ns: u64) -> Traced {
+        Traced {
+            group: group.into(),
+            key: "k".into(),
+            live: vec![0],
+            functions: 1,
+            traced_stalls: 0,
+            governed: 0,
+            attached_ns,
+            last_seen: Instant::now(),
+            est: None,
+            began: Instant::now(),
+            last_eval: Instant::now(),
+            peak_pct: 0.0,
+            settled_pct: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_stall_is_traced_only_in_its_group_begun_once_its_probes_were_on() {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let mut e = Escalator::new(1, (0, 10.0), Default::default(), tx);
+        assert!(!e.is_traced("g", 200, true));
+        e.current = Some(traced("g", 100));
+        assert!(e.is_traced("g", 100, true));
+        assert!(e.is_traced("g", 200, true));
+        // Begun before the probes went on: only part of it was seen.
+        assert!(!e.is_traced("g", 99, true));
+        // No traced frame in it (none of the functions was called).
+        assert!(!e.is_traced("g", 200, false));
+        // Another group's stall, though it called probed functions.
+        assert!(!e.is_traced("h", 200, true));
+    }
+
+    #[test]
+    fn a_group_escalation_in_groups_json_is_absent_until_it_has_one() {
+        let entry = crate::output::watch::GroupEntry::default();
+        let json = serde_json::to_value(&entry).unwrap();
+        assert!(json.get("escalation").is_none(), "{json}");
+        let entry = crate::output::watch::GroupEntry {
+            escalation: Some(Escalation {
+                pid: 7,
+                state: "done".into(),
+                functions: 3,
+                traced_stalls: 5,
+                reason: Some("after 5 traced stalls".into()),
+                ..Escalation::default()
+            }),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&entry).unwrap();
+        assert_eq!(json["escalation"]["state"], "done");
+        assert_eq!(json["escalation"]["traced_stalls"], 5);
+        let back: crate::output::watch::GroupEntry = serde_json::from_value(json).unwrap();
+        assert_eq!(back.escalation, entry.escalation);
+    }
+}
