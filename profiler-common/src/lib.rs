@@ -16,7 +16,6 @@
 #![no_std]
 
 pub mod counters;
-pub mod hotspot;
 pub mod maps;
 pub mod programs;
 pub mod python;

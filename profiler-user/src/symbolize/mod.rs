@@ -4,12 +4,10 @@
 //!   remembered for processes that exited, with a journal for offline
 //!   replay;
 //! - [`perfmap`]: JIT perf maps (`/tmp/perf-PID.map`);
-//! - [`python`], [`v8`], [`hotspot`]: the interpreters' own frames named
-//!   from their memory (`proc_mem.rs` reads another process's memory for
-//!   them).
+//! - [`python`], [`v8`]: the interpreters' own frames named from their
+//!   memory (`proc_mem.rs` reads another process's memory for both).
 //!
 //! User stacks to addresses is the next layer, [`crate::unwind`].
-pub mod hotspot;
 pub mod perfmap;
 mod proc_mem;
 pub mod python;
