@@ -367,6 +367,10 @@ pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
     }
 }
 
+/// Whether the JVM thread note was said (once a run: the thread is
+/// resolved more than once).
+static TOLD_JVM_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 impl Target {
     /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
     /// a thread name (one longer than Linux keeps matches its truncation,
@@ -478,10 +482,12 @@ impl Target {
             (Some(e), None) => (e.0, e.1, "its Java main thread is gone"),
             (None, None) => return None,
         };
-        eprintln!(
-            "profiler: note: PID {pid} is a JVM and {why}: watching thread {tid} ({name}); \
-             --thread main|TID|NAME watches another"
-        );
+        if !TOLD_JVM_THREAD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "profiler: note: PID {pid} is a JVM and {why}: watching thread {tid} ({name}); \
+                 --thread main|TID|NAME watches another"
+            );
+        }
         Some((tid, name))
     }
 }
