@@ -24,21 +24,27 @@ struct Truth {
     duration_ns: u64,
 }
 
-/// A stall_server run: started, its stalls read as it logs them.
-struct Server {
+/// A stall_server run (or another fixture that logs its stalls the same
+/// way, `watch_escalation.rs`'s): started, its lines read as it logs them.
+pub(crate) struct Server {
     child: Child,
     lines: std::sync::mpsc::Receiver<String>,
-    pid: u32,
+    pub(crate) pid: u32,
 }
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(stall_server())
+        Server::spawn(stall_server(), args)
+    }
+
+    /// Starts `exe` with `args` and waits for its `ready PID` line.
+    pub(crate) fn spawn(exe: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(exe)
             .args(args)
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .spawn()
-            .expect("start stall_server");
+            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
         let out = child.stdout.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -53,23 +59,31 @@ impl Server {
         Server { child, lines, pid }
     }
 
-    /// Reads stall lines until `done`; returns them.
-    fn run_to_end(&mut self, limit: Duration) -> Vec<Truth> {
+    /// Reads lines until `done`, waits for a clean exit, and returns them.
+    pub(crate) fn lines_to_end(&mut self, limit: Duration) -> Vec<String> {
         let deadline = Instant::now() + limit;
-        let mut stalls = Vec::new();
+        let mut lines = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self
                 .lines
                 .recv_timeout(left)
-                .expect("stall_server ended its run");
+                .expect("the fixture ended its run");
             if line == "done" {
                 break;
             }
-            stalls.push(parse_truth(&line));
+            lines.push(line);
         }
         assert!(self.child.wait().unwrap().success());
-        stalls
+        lines
+    }
+
+    /// Reads stall lines until `done`; returns them.
+    fn run_to_end(&mut self, limit: Duration) -> Vec<Truth> {
+        self.lines_to_end(limit)
+            .iter()
+            .map(|l| parse_truth(l))
+            .collect()
     }
 
     /// Waits for the next stall line.
@@ -114,7 +128,8 @@ fn lines(out: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn lines_of(out: &Path, pid: u32) -> Vec<Value> {
+/// The lines of `pid` in `stalls.jsonl`, hangs still running left out.
+pub(crate) fn lines_of(out: &Path, pid: u32) -> Vec<Value> {
     lines(out)
         .into_iter()
         .filter(|l| l["pid"] == pid && l["hang"] != true)

@@ -3,13 +3,13 @@
 //! functions are then probed, its next N stalls carry an exact call tree
 //! (`"tree": "traced"`), and the probes come off. Every stall stays one
 //! line throughout.
+use crate::watch::{lines_of, Server};
 use profiler_tests::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `fixtures/escalation.c`, built as the brief of its test says: -O0 -g,
 /// frame pointers, its request path noinline.
@@ -36,68 +36,20 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The escalation fixture, running: its stall lines read as it logs them.
-struct App {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    pid: u32,
+/// Starts the escalation fixture with `args`.
+fn start_app(args: &[&str]) -> Server {
+    Server::spawn(escalation_exe(), args)
 }
 
-impl App {
-    fn start(args: &[&str]) -> App {
-        let mut child = Command::new(escalation_exe())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start the escalation fixture");
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        let ready = lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("ready line");
-        let pid = ready.strip_prefix("ready ").unwrap().parse().unwrap();
-        App { child, lines, pid }
-    }
-
-    /// Its stalls (start, duration, ns) until `done`.
-    fn run_to_end(&mut self, limit: Duration) -> Vec<(u64, u64)> {
-        let deadline = Instant::now() + limit;
-        let mut stalls = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("the fixture ended");
-            if line == "done" {
-                break;
-            }
+/// Its stalls (start, duration, ns) until `done`.
+fn stalls_to_end(app: &mut Server, limit: Duration) -> Vec<(u64, u64)> {
+    app.lines_to_end(limit)
+        .iter()
+        .map(|line| {
             let f: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(f[0], "stall", "{line}");
-            stalls.push((f[1].parse().unwrap(), f[2].parse().unwrap()));
-        }
-        assert!(self.child.wait().unwrap().success());
-        stalls
-    }
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The lines of `stalls.jsonl` of `pid` (hangs still running left out).
-fn lines_of(out: &Path, pid: u32) -> Vec<Value> {
-    std::fs::read_to_string(out.join("stalls.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-        .filter(|l| l["pid"] == pid && l["hang"] != true)
+            (f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
         .collect()
 }
 
@@ -139,7 +91,7 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
     // 16 requests, one every ~300 ms (100 ms in
     // handle_request -> parse_body -> tokenize, then 200 ms of fast ticks),
     // the first 1.5 s after the start.
-    let mut app = App::start(&["16", "1500", "200", "100"]);
+    let mut app = start_app(&["16", "1500", "200", "100"]);
     let pid = app.pid.to_string();
     let mut w = Recording::spawn_until(
         {
@@ -158,7 +110,7 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
         },
         &format!("watching PID {pid} ("),
     );
-    let truth = app.run_to_end(Duration::from_secs(60));
+    let truth = stalls_to_end(&mut app, Duration::from_secs(60));
     w.wait_for_line(
         &format!("stopped watching PID {pid}: it exited"),
         Duration::from_secs(10),
@@ -247,7 +199,7 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
 fn trace_stalls_0_probes_nothing() {
     require_root!();
     let out = TempDir::new("watch-esc-off");
-    let mut app = App::start(&["4", "1500", "200", "100"]);
+    let mut app = start_app(&["4", "1500", "200", "100"]);
     let pid = app.pid.to_string();
     let mut w = Recording::spawn_until(
         {
@@ -264,7 +216,7 @@ fn trace_stalls_0_probes_nothing() {
         },
         &format!("watching PID {pid} ("),
     );
-    let truth = app.run_to_end(Duration::from_secs(30));
+    let truth = stalls_to_end(&mut app, Duration::from_secs(30));
     w.wait_for_line(
         &format!("stopped watching PID {pid}: it exited"),
         Duration::from_secs(10),
