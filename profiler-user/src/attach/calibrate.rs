@@ -90,6 +90,21 @@ pub struct HitCost {
 }
 
 impl HitCost {
+    /// The hit cost assumed when calibration fails: this kernel's int3
+    /// cost as measured by `cargo xtask bench` (BENCHMARKS.md, part a).
+    /// Durations are not corrected with guesses.
+    pub const FALLBACK: HitCost = HitCost {
+        entry_ns: 5000.0,
+        entry_push_ns: 1500.0,
+        entry_nop_ns: 500.0,
+        entry_endbr_ns: 5000.0,
+        entry_nopl_ns: 5000.0,
+        ret_site_ns: 5000.0,
+        uretprobe_ns: 3000.0,
+        inside_ns: [0.0; 6],
+        inside_spread_pct: 0.0,
+    };
+
     /// Whether this kernel emulates `endbr64` (its entry costs nearer a
     /// `push`'s than a single-stepped one's).
     pub fn endbr_emulated(&self) -> bool {

@@ -2,21 +2,6 @@
 //! samplers and the probes on, a launched command let go.
 use super::*;
 
-/// The hit cost the governor assumes when calibration fails: this kernel's
-/// int3 cost as measured by `cargo xtask bench` (BENCHMARKS.md, part a).
-const FALLBACK_COST: HitCost = HitCost {
-    entry_ns: 5000.0,
-    entry_push_ns: 1500.0,
-    entry_nop_ns: 500.0,
-    entry_endbr_ns: 5000.0,
-    entry_nopl_ns: 5000.0,
-    ret_site_ns: 5000.0,
-    uretprobe_ns: 3000.0,
-    // Durations are not corrected with guesses.
-    inside_ns: [0.0; 6],
-    inside_spread_pct: 0.0,
-};
-
 impl<'a> Recorder<'a> {
     /// Loads the programs, measures a probe's cost, and attaches the
     /// samplers and the probes; a launched command is let go.
@@ -221,11 +206,11 @@ impl<'a> Recorder<'a> {
                 eprintln!(
                     "profiler: warning: {}; the overhead governor assumes {} µs per probe hit, and durations keep the probes' cost",
                     crate::error::chain(e),
-                    FALLBACK_COST.entry_ns / 1000.0
+                    HitCost::FALLBACK.entry_ns / 1000.0
                 );
-                FALLBACK_COST
+                HitCost::FALLBACK
             }
-            None => FALLBACK_COST,
+            None => HitCost::FALLBACK,
         });
         let spread_pct = match &calibrated {
             Some(Ok(c)) if !args.raw_durations => Some(c.inside_spread_pct),

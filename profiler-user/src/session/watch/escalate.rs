@@ -51,20 +51,6 @@ pub const MAX_FUNCS_PER_GROUP: usize = 64;
 const MAX_QUEUED: usize = 16;
 /// A traced group without a stall for this long is unprobed.
 const IDLE: Duration = Duration::from_secs(60);
-/// The hit cost assumed when the calibration fails: this kernel's int3
-/// cost as `cargo xtask bench` measured it (as `record` assumes).
-const FALLBACK_COST: HitCost = HitCost {
-    entry_ns: 5000.0,
-    entry_push_ns: 1500.0,
-    entry_nop_ns: 500.0,
-    entry_endbr_ns: 5000.0,
-    entry_nopl_ns: 5000.0,
-    ret_site_ns: 5000.0,
-    uretprobe_ns: 3000.0,
-    inside_ns: [0.0; 6],
-    inside_spread_pct: 0.0,
-};
-
 /// The probes' cost on this host, measured once for every watched
 /// process, on a thread of its own (0.1-0.3 s, seconds on a loaded
 /// machine: a worker waiting for it would let stalls go by untraced).
@@ -81,14 +67,14 @@ fn calibrate_soon(waits: calibrate::WaitTracepoints) {
                     eprintln!(
                         "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
                         crate::error::chain(&e),
-                        FALLBACK_COST.entry_ns / 1000.0
+                        HitCost::FALLBACK.entry_ns / 1000.0
                     );
-                    FALLBACK_COST
+                    HitCost::FALLBACK
                 });
                 let _ = CALIBRATED.set(cost);
             });
         if spawned.is_err() {
-            let _ = CALIBRATED.set(FALLBACK_COST);
+            let _ = CALIBRATED.set(HitCost::FALLBACK);
         }
     });
 }
@@ -514,7 +500,7 @@ impl Escalator {
             .collect();
         let mut est = Estimator::new(
             self.max_overhead,
-            CALIBRATED.get().copied().unwrap_or(FALLBACK_COST),
+            CALIBRATED.get().copied().unwrap_or(HitCost::FALLBACK),
             &funcs,
         );
         let threads: Vec<ThreadSample> = sinks
