@@ -227,9 +227,9 @@ pub(super) fn explain(
                 }
                 let names = displayed(d.symbolizer.user_stack(user));
                 let chain = chain_below_frame(&names, t, top);
-                if !chain.is_empty() {
-                    t.add_chain(top.node, &chain, Kind::Sampled, sample_ns * periods);
-                }
+                // (An empty chain, a sample in the traced frame's own code,
+                // still counts in its `seen_ns`.)
+                t.add_chain(top.node, &chain, Kind::Sampled, sample_ns * periods);
             }
             Rec::Block(ts, user, kernel) => {
                 let (Some(t), Some(top)) = (&tree, stack.last()) else {
@@ -270,9 +270,8 @@ pub(super) fn explain(
                 let blocked = ts.saturating_sub(out_ns);
                 let mut leaf = node;
                 if let Some(t) = &mut tree {
-                    if !chain.is_empty() {
-                        leaf = t.add_chain(node, &chain, Kind::Blocked, blocked);
-                    }
+                    // (An empty chain still counts in the frame's `seen_ns`.)
+                    leaf = t.add_chain(node, &chain, Kind::Blocked, blocked);
                 }
                 if let Some(sc) = wakers::syscall_of(&full) {
                     *syscalls.entry(sc).or_default() += blocked;
@@ -296,7 +295,11 @@ pub(super) fn explain(
     }
     let mut tree = tree.unwrap_or_else(|| Tree::new("?"));
     take_out_probes(&mut tree, duration_ns, &in_probes);
-    let key_node = tree.key_node_given(split.runnable_ns);
+    let key_node = if d.keys_from_samples {
+        tree.samples_key_node_given(split.runnable_ns)
+    } else {
+        tree.key_node_given(split.runnable_ns)
+    };
     let mut key = tree.signature(key_node);
     let (mut verdict, mut pinned) = verdict(&tree, key_node, split, duration_ns);
     pinned.push(key_node);

@@ -61,6 +61,9 @@ pub struct Node {
     /// Of `calls`, those entered by a tail call (`jmp`) from the caller,
     /// which stayed open until this one returned.
     pub tail_calls: u64,
+    /// The sampled and blocked time at or below it: its `total_ns` as the
+    /// samples and blocked stacks alone would have it, traced or not.
+    pub seen_ns: u64,
     /// False once a later sibling was called: no more merging into it.
     open_for_merge: bool,
 }
@@ -154,6 +157,16 @@ impl Tree {
     /// `parent`, weighted by `ns`. Chains merge by name at each level.
     /// Returns the node of the innermost frame (`parent` if none).
     pub fn add_chain(&mut self, parent: usize, frames: &[String], kind: Kind, ns: u64) -> usize {
+        if matches!(kind, Kind::Sampled | Kind::Blocked) {
+            let mut up = parent;
+            loop {
+                self.nodes[up].seen_ns += ns;
+                if up == 0 {
+                    break;
+                }
+                up = self.nodes[up].parent;
+            }
+        }
         let mut at = parent;
         for (i, f) in frames.iter().enumerate() {
             let found = self.nodes[at]
@@ -167,6 +180,9 @@ impl Tree {
             };
             let n = &mut self.nodes[id];
             n.total_ns += ns;
+            if matches!(kind, Kind::Sampled | Kind::Blocked) {
+                n.seen_ns += ns;
+            }
             if i + 1 == frames.len() {
                 n.calls += 1;
                 n.self_ns += ns;
@@ -253,6 +269,29 @@ impl Tree {
             .filter(|&i| i != 0)
             .or_else(|| pick(&[Kind::Sampled, Kind::Blocked]))
             .unwrap_or(0)
+    }
+
+    /// The key node as the samples and blocked stacks alone would pick it
+    /// (the sampled and blocked pick of [`Self::key_node_given`], every
+    /// node weighed by its `seen_ns`), whichever of its frames are traced:
+    /// the same for a stall whether its functions were probed or not, so
+    /// `watch`'s groups hold still while it probes a group's functions and
+    /// its governor takes some of them off.
+    pub fn samples_key_node_given(&self, runnable_ns: u64) -> usize {
+        let total = self.nodes[0].total_ns.max(1);
+        let seen = total.saturating_sub(runnable_ns).max(1);
+        let depths = self.own_depths();
+        let mut best: Option<(u128, usize)> = None;
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            if n.kind == Kind::Waker || u128::from(n.seen_ns) * 10 < u128::from(seen) * 3 {
+                continue;
+            }
+            let score = u128::from(depths[i] + 1) * u128::from(n.seen_ns);
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, i));
+            }
+        }
+        best.map_or(0, |(_, i)| self.own_or_ancestor(i))
     }
 
     /// `id` if it is a frame of the program's own ([`frames::is_own`]),
@@ -488,6 +527,7 @@ fn node(name: &str, kind: Kind, parent: usize) -> Node {
         open_for_merge: false,
         detached: 0,
         tail_calls: 0,
+        seen_ns: 0,
     }
 }
 
@@ -563,6 +603,58 @@ mod tests {
                 ("x".to_string(), 1)
             ]
         );
+    }
+
+    /// watch's key: the same stall, its functions untraced, then with
+    /// the outer ones traced and the inner ones detached by the governor
+    /// (their samples hang under the traced caller), has one samples key;
+    /// the traced pick would have moved it to the traced caller.
+    #[test]
+    fn the_samples_key_holds_still_whichever_frames_are_traced() {
+        let chain = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let mut untraced = Tree::new("(loop iteration)");
+        let mut traced = Tree::new("(loop iteration)");
+        let s = traced.enter(0, "serve");
+        let h = traced.enter(s, "handle_request");
+        for _ in 0..14 {
+            untraced.add_chain(
+                0,
+                &chain(&["serve", "handle_request", "parse_body", "tokenize"]),
+                Kind::Sampled,
+                10 * MS,
+            );
+            traced.add_chain(
+                h,
+                &chain(&["parse_body", "tokenize"]),
+                Kind::Sampled,
+                10 * MS,
+            );
+        }
+        for _ in 0..2 {
+            untraced.add_chain(0, &chain(&["serve"]), Kind::Sampled, 10 * MS);
+            // A sample in the traced frame's own code.
+            traced.add_chain(s, &[], Kind::Sampled, 10 * MS);
+        }
+        untraced.complete(0, 200 * MS, 40 * MS);
+        traced.complete(h, 190 * MS, 50 * MS);
+        traced.complete(s, 200 * MS, 10 * MS);
+        traced.complete(0, 200 * MS, 0);
+        let key = |t: &Tree, i: usize| t.signature(i);
+        assert_eq!(
+            key(&untraced, untraced.key_node()),
+            "tokenize <- parse_body"
+        );
+        assert_eq!(
+            key(&untraced, untraced.samples_key_node_given(0)),
+            "tokenize <- parse_body"
+        );
+        assert_eq!(
+            key(&traced, traced.samples_key_node_given(0)),
+            "tokenize <- parse_body"
+        );
+        assert_eq!(key(&traced, traced.key_node()), "handle_request <- serve");
+        assert_eq!(traced.nodes[s].seen_ns, 160 * MS);
+        assert_eq!(traced.nodes[0].seen_ns, 160 * MS);
     }
 
     #[test]

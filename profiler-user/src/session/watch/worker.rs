@@ -222,6 +222,7 @@ fn watch(
     // named from them, without waiting on a process that is gone.
     d.remember_maps();
     d.set_early_rate(args.early_every, args.full_after_ns);
+    d.keys_from_samples();
     let mut sinks = Sinks::new(pid, Stacks::new(0), Some(d), None);
     sinks.tables = tables;
     sinks.flight = Some(FlightRecorder::new(args.keep_ns, FLIGHT_MAX));
