@@ -28,6 +28,8 @@ pub struct Fixtures {
     pub burn: PathBuf,
     /// `bench_loop.c`, stripped: an epoll loop at about 10 kHz.
     pub event_loop: PathBuf,
+    /// `bench_escalation.c`: an epoll HTTP server whose `GET /slow` stalls.
+    pub escalation: PathBuf,
 }
 
 pub const NOP_FLAGS: &[&str] = &[
@@ -59,7 +61,16 @@ pub fn build(dir: &Path) -> Result<Fixtures> {
         dispatch: dir.join("dispatch-nop"),
         burn: dir.join("burn"),
         event_loop: dir.join("loop-stripped"),
+        escalation: dir.join("escalation-server"),
     };
+    gcc(
+        &workspace_root().join("xtask/bench/bench_escalation.c"),
+        &f.escalation,
+        &["-O2", "-g", "-fno-omit-frame-pointer"],
+    )?;
+    for func in ["serve", "handle_request", "parse_body", "tokenize"] {
+        check_entry(&f.escalation, func, "55 ", "`push %rbp`")?;
+    }
     gcc(
         &workspace_root().join("xtask/bench/bench_loop.c"),
         &f.event_loop,

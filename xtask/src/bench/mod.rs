@@ -5,6 +5,7 @@
 mod attach;
 mod datafile;
 mod dispatch;
+mod escalation;
 mod event_loop;
 mod fixtures;
 mod governor;
@@ -92,6 +93,8 @@ enum Part {
     Runtimes,
     /// q: `profiler watch`: redis and node throughput watched against unwatched, the watcher's CPU and memory.
     Watch,
+    /// r: `profiler watch`'s escalation: a server's throughput while a stall group is traced, and after.
+    Escalation,
 }
 
 impl Args {
@@ -252,6 +255,13 @@ pub fn run(args: &Args) -> Result<()> {
         let w = watch::measure(&fx.event_loop, args.repeat, &work);
         md.push_str("\n## q. `profiler watch`\n\n");
         md.push_str(&watch::rows(&w));
+    }
+    if args.wants(Part::Escalation) {
+        let e = escalation::measure(&fx.escalation, args.repeat, &work);
+        md.push_str(
+            "\n## r. `profiler watch`'s escalation: throughput while traced, and after\n\n",
+        );
+        md.push_str(&escalation::rows(&e));
     }
     md.push_str(&format!(
         "\nBench wall time: {:.0} s.\n",

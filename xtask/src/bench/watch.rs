@@ -24,8 +24,8 @@ const REDIS_PORT: &str = "6394";
 /// Requests of each of SET and GET per redis-benchmark run: a few seconds.
 const REDIS_REQUESTS: u64 = 100_000;
 /// Connections of the HTTP load, and the length of one run.
-const NODE_CONNS: usize = 10;
-const NODE_RUN: Duration = Duration::from_secs(5);
+pub(super) const NODE_CONNS: usize = 10;
+pub(super) const NODE_RUN: Duration = Duration::from_secs(5);
 /// From the watcher's attached line to the measured run.
 const SETTLE: Duration = Duration::from_secs(1);
 /// The watched CPU figures: this many windows of this long, after 1 s.
@@ -52,9 +52,38 @@ server.listen(0, '127.0.0.1', () => {
 /// One load run: requests per second, and the server's CPU time per
 /// request in µs (every thread's schedstat run time).
 #[derive(Clone, Copy, Debug)]
-struct Load {
-    rate: f64,
-    cpu_us: f64,
+pub(super) struct Load {
+    pub(super) rate: f64,
+    pub(super) cpu_us: f64,
+}
+
+/// `NODE_CONNS` keep-alive `GET /` connections to 127.0.0.1:`port` for
+/// `NODE_RUN` (the load on CPU 1 when `pinned`), against server `pid`.
+pub(super) fn http_run(port: u16, pid: u32, pinned: bool) -> Result<Load> {
+    let c0 = cpu_ns(pid);
+    let (n, secs) = super::http_load::run(port, NODE_CONNS, NODE_RUN, pinned.then_some(1))?;
+    let c = cpu_ns(pid).saturating_sub(c0);
+    Ok(Load {
+        rate: n as f64 / secs,
+        cpu_us: c as f64 / 1e3 / n.max(1) as f64,
+    })
+}
+
+/// The `port=N` of a target's ready line.
+pub(super) fn port_of(target: &Target) -> Result<u16> {
+    target
+        .stdout
+        .seen
+        .iter()
+        .find_map(|l| {
+            l.split("port=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .context("no port= in the target's ready line")
 }
 
 /// One round: the load unwatched and watched, and the watcher's CPU
@@ -162,7 +191,7 @@ fn tally(paths: &mut Paths, path: String) {
 }
 
 /// VmRSS and VmHWM of `pid`, KiB.
-fn mem_kb(pid: u32) -> (u64, u64) {
+pub(super) fn mem_kb(pid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let get = |k: &str| {
         s.lines()
@@ -260,19 +289,7 @@ fn start_node(work: &Path, pinned: bool) -> Result<(Target, u16)> {
     cmd.arg(&script);
     let target =
         Target::start(pin(&mut cmd, pinned, 0)).context("starting node (Debian's nodejs, 20)")?;
-    let port = target
-        .stdout
-        .seen
-        .iter()
-        .find_map(|l| {
-            l.split("port=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .context("no port= in node's ready line")?;
+    let port = port_of(&target)?;
     Ok((target, port))
 }
 
@@ -393,16 +410,7 @@ pub fn measure(loop_fixture: &Path, rounds: usize, work: &Path) -> Watch {
     match start_node(work, pinned) {
         Ok((node, port)) => {
             let pid = node.pid();
-            let mut run = || -> Result<Load> {
-                let c0 = cpu_ns(pid);
-                let (n, secs) =
-                    super::http_load::run(port, NODE_CONNS, NODE_RUN, pinned.then_some(1))?;
-                let c = cpu_ns(pid).saturating_sub(c0);
-                Ok(Load {
-                    rate: n as f64 / secs,
-                    cpu_us: c as f64 / 1e3 / n.max(1) as f64,
-                })
-            };
+            let mut run = || http_run(port, pid, pinned);
             loads.push(throughput(
                 "node 20 `http` server",
                 node_load,
@@ -459,7 +467,7 @@ fn stop(mut g: Guard) {
     }
 }
 
-fn min_max(v: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
+pub(super) fn min_max(v: impl Iterator<Item = f64> + Clone) -> (f64, f64) {
     (
         v.clone().fold(f64::INFINITY, f64::min),
         v.fold(f64::NEG_INFINITY, f64::max),
