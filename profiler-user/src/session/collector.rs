@@ -190,7 +190,36 @@ pub async fn collect(
         }
     };
     sinks.drain(rings);
+    if matches!(reason, StopReason::Signal(_) | StopReason::Duration) {
+        // The dispatch open at the stop ends only while its probes and the
+        // loop's wait watchers are still on: it gets up to `STOP_GRACE`
+        // (a second signal, or the target's exit, ends that at once).
+        if let Some(open) = open_dispatch(sinks) {
+            let until = Instant::now() + STOP_GRACE;
+            while open_dispatch(sinks) == Some(open) && Instant::now() < until {
+                tokio::select! {
+                    biased;
+                    _ = sigint.recv() => break,
+                    _ = sigterm.recv() => break,
+                    _ = exit_fd.readable(), if one_target => break,
+                    _ = tokio::time::sleep(STOP_POLL) => sinks.drain(rings),
+                }
+            }
+        }
+    }
     Ok(reason)
+}
+
+/// How long a stop waits for the dispatch open at it to end.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How often it looks meanwhile.
+const STOP_POLL: Duration = Duration::from_millis(5);
+
+/// The watched thread's open dispatch, by its ordinal, if one is open.
+fn open_dispatch(sinks: &Sinks) -> Option<u64> {
+    let d = sinks.dispatch.as_ref()?;
+    d.open_running_ns(0)?;
+    Some(d.decided_below())
 }
 
 /// A drain tick's work, after the drain: hangs and the once-a-second

@@ -62,6 +62,38 @@ fn a_poll_inlined_into_the_loop_is_a_wait_inside_its_iteration() {
     );
 }
 
+/// A stall still running when the session is stopped (Ctrl-C) ends only
+/// while the loop's waits are watched: the stop waits for it (up to 1 s)
+/// before the probes come off, and it is one slow dispatch, timed in full
+/// (before, it was left open and not counted: CI, stop 46).
+#[test]
+fn a_stall_running_at_the_stop_is_counted_in_full() {
+    require_root!();
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    let exe = EXE.get_or_init(|| build_c("stop_stall.c", "stop_stall", &["-O2", "-g"]));
+    let out = TempDir::new("stop-stall");
+    let mut fx = Fixture::spawn(exe, &["800"]);
+    let rec = Recording::start(fx.pid, out.path(), &["--threshold", "50ms"]);
+    let truth = fx.run();
+    // Stopped 100 ms into the 800-ms stall.
+    std::thread::sleep(Duration::from_millis(100));
+    let fin = rec.stop(libc::SIGINT);
+    fx.release();
+    assert!(fin.status.success(), "profiler failed: {fin:?}");
+    assert_nothing_attached();
+    let d = dispatches(out.path());
+    let got = slow(&d);
+    assert_eq!(got.len(), 1, "the stall running at the stop: {got:?}");
+    let want = num(&truth, "stall_ns");
+    let dur = num(&got[0], "duration_ns");
+    // Its iteration also holds the read of "go" and the truth's printf;
+    // 25% over allows for a loaded machine.
+    assert!(
+        dur >= want && dur <= want + want / 4,
+        "duration {dur} ns against the fixture's {want} ns stall"
+    );
+}
+
 /// Records `exe` (an `epoll_loop.c` build) by PID and checks every
 /// iteration against the fixture's own clock; returns dispatches.json.
 fn check_epoll_loop(exe: &Path) -> Value {
