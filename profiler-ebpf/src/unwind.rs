@@ -100,6 +100,10 @@ struct Walk {
     /// their function).
     v8: u32,
     v8p: profiler_common::v8::V8Proc,
+    /// 1 when the process runs HotSpot (`hsp`: its code heaps and the
+    /// offsets of its frames).
+    hs: u32,
+    hsp: profiler_common::hotspot::HsProc,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -317,6 +321,28 @@ fn js_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) {
     }
 }
 
+/// In a JVM, frame `n` when its pc is in the code cache: its slot becomes
+/// the Java frame's (`hotspot.rs`) and the walk steps to its caller.
+/// None when the pc is not in a blob the JVM's frames describe.
+#[inline(always)]
+fn java_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) -> Option<i64> {
+    if w.hs == 0 {
+        return None;
+    }
+    let s = crate::hotspot::frame(&w.hsp, w.pc, w.sp, w.bp, n == 0)?;
+    // SAFETY: per-CPU scratch, index masked into range.
+    unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = s.slot };
+    w.hash = (before ^ s.slot).wrapping_mul(FNV_PRIME);
+    if s.sp <= w.sp {
+        w.end = unwind_end::BAD_FRAME;
+        return Some(1);
+    }
+    w.pc = s.pc;
+    w.sp = s.sp;
+    w.bp = s.bp;
+    Some(0)
+}
+
 /// One frame: records the pc, then finds the caller's pc, sp and rbp.
 /// Returns 1 to stop the loop.
 #[inline(never)]
@@ -353,6 +379,9 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     let lookup = if n == 0 { w.pc } else { w.pc - 1 };
     if w.no_tables != 0 {
         w.fp_no_table = unwind_end::FP_NO_TABLE;
+        if let Some(r) = java_frame(w, stack, n, before) {
+            return r;
+        }
         js_frame(w, stack, n, before);
         return fp_step(w);
     }
@@ -387,6 +416,11 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
         },
     };
     let Some(row) = row else {
+        if w.map_end == 0 {
+            if let Some(r) = java_frame(w, stack, n, before) {
+                return r;
+            }
+        }
         js_frame(w, stack, n, before);
         return fp_step(w);
     };
@@ -479,6 +513,7 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
     let v8p = crate::v8::proc(pid);
+    let hsp = crate::hotspot::proc(pid);
     let w = WALK.get_ptr_mut(0)?;
     // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
     // expects.
@@ -504,6 +539,8 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
             ri,
             v8: u32::from(v8p.is_some()),
             v8p: v8p.unwrap_or_default(),
+            hs: u32::from(hsp.is_some()),
+            hsp: hsp.unwrap_or_default(),
         };
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,
@@ -581,7 +618,10 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
 /// when a dispatch that holds it is reported.
 #[inline(always)]
 pub fn note_codes(pid: u32) {
-    if crate::python::runs(pid) || crate::v8::proc(pid).is_some() {
+    if crate::python::runs(pid)
+        || crate::v8::proc(pid).is_some()
+        || crate::hotspot::proc(pid).is_some()
+    {
         // SAFETY: `note_step` has the callback signature bpf_loop expects.
         unsafe {
             bpf_loop(
@@ -613,6 +653,8 @@ extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
         crate::python::note_code(pid, profiler_common::python::decode(slot).0);
     } else if profiler_common::v8::is_frame(slot) && profiler_common::v8::marker(slot).is_none() {
         crate::python::note_code(pid, slot);
+    } else if profiler_common::hotspot::is_frame(slot) {
+        crate::python::note_code(pid, profiler_common::hotspot::object(slot));
     }
     0
 }
