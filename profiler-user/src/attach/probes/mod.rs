@@ -45,15 +45,6 @@ use crate::{cli::UnwindMode, error::chain, tracee::cgroup::Cgroup, Error, Result
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
-/// A program that did not load: a verifier refusal is one line
-/// ([`kernel::refused`]; `profiler check --verbose` prints the log).
-fn load_error(name: &str, e: ProgramError) -> Error {
-    match e {
-        ProgramError::LoadError { io_error, .. } => kernel::refused(name, &io_error.to_string()),
-        other => Error::Load(chain(&other)),
-    }
-}
-
 /// Loads raw tracepoint program `name` and attaches it to `tp`; a
 /// verifier rejection carries the verifier's log.
 pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()> {
@@ -82,7 +73,7 @@ fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoi
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -95,7 +86,7 @@ fn load_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -170,7 +161,7 @@ fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -403,7 +394,7 @@ impl Probes {
             .then_some(profiler_common::PROG_TEST_REFUSED);
         for name in [PROG_ENTRY, PROG_EXIT, PROG_RET].into_iter().chain(refused) {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load().map_err(|e| load_error(name, e))?;
+            prog.load().map_err(|e| kernel::load_error(name, e))?;
         }
         let rings = rings::create(&mut ebpf, ring)?;
         // Load the uprobe_multi copies now, while every map is still in
