@@ -45,6 +45,30 @@ use crate::{cli::UnwindMode, error::chain, tracee::cgroup::Cgroup, Error, Result
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
+/// The `URETPROBE_OFFSETS` setting: where return uprobes keep the return
+/// addresses they replace, so stacks walked through them name the callers
+/// (zeros: unknown, and the trampoline's address stays in those stacks).
+pub(crate) fn uret_setting() -> [u32; profiler_common::uret::COUNT] {
+    match super::task_btf::uretprobe_offsets() {
+        Ok(o) => [
+            o.task_utask,
+            o.utask_return_instances,
+            o.ri_orig_ret_vaddr,
+            o.ri_chained,
+            o.ri_next,
+            o.task_mm,
+            o.mm_xol_area,
+            o.xol_vaddr,
+            o.utask_vaddr,
+            match super::kernel::at_least((6, 11)) {
+                true => profiler_common::uret::TRAMP_SYSCALL,
+                false => profiler_common::uret::TRAMP_INT3,
+            },
+        ],
+        Err(_) => [0; profiler_common::uret::COUNT],
+    }
+}
+
 /// Loads raw tracepoint program `name` and attaches it to `tp`; a
 /// verifier rejection carries the verifier's log.
 pub(crate) fn attach_raw_tp(ebpf: &mut Ebpf, name: &str, tp: &str) -> Result<()> {
@@ -316,27 +340,7 @@ impl Probes {
         // Read once: the loader relocates with it, and the wait syscalls'
         // fentry programs are loaded against it later.
         let btf = aya::Btf::from_sys_fs().ok();
-        // Where return uprobes keep the return addresses they replace, so
-        // stacks walked through them name the callers (zeros: unknown, and
-        // the trampoline's address stays in those stacks).
-        let uret: [u32; profiler_common::uret::COUNT] = match super::task_btf::uretprobe_offsets() {
-            Ok(o) => [
-                o.task_utask,
-                o.utask_return_instances,
-                o.ri_orig_ret_vaddr,
-                o.ri_chained,
-                o.ri_next,
-                o.task_mm,
-                o.mm_xol_area,
-                o.xol_vaddr,
-                o.utask_vaddr,
-                match super::kernel::at_least((6, 11)) {
-                    true => profiler_common::uret::TRAMP_SYSCALL,
-                    false => profiler_common::uret::TRAMP_INT3,
-                },
-            ],
-            Err(_) => [0; profiler_common::uret::COUNT],
-        };
+        let uret = uret_setting();
         let mut loader = EbpfLoader::new();
         loader.btf(btf.as_ref());
         for (map, entries) in samplers.map_sizes() {
