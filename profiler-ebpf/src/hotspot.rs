@@ -41,6 +41,13 @@ pub fn proc(pid: u32) -> Option<HsProc> {
     unsafe { HS_PROCS.get(pid) }.copied()
 }
 
+/// This process's entry in its map, if it runs HotSpot, to copy from.
+#[inline(always)]
+pub fn proc_ptr(pid: u32) -> Option<*const HsProc> {
+    // SAFETY: only the pointer is taken.
+    unsafe { HS_PROCS.get(pid) }.map(|p| p as *const HsProc)
+}
+
 /// The code heap holding `pc`: its start, segment map and segment shift.
 #[inline(always)]
 fn heap(p: &HsProc, pc: u64) -> Option<(u64, u64, u64)> {

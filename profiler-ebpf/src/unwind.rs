@@ -395,8 +395,14 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
                 w.table_len = table_len;
             }
             None => {
-                w.map_start = 0;
-                w.map_end = 0;
+                // Volatile: LLVM would merge the two stores into a call
+                // of `memset`, a subprogram whose frame Linux 6.1 adds
+                // to the step's and the program's stacks.
+                // SAFETY: plain stores into the per-CPU walk state.
+                unsafe {
+                    core::ptr::write_volatile(&mut w.map_start, 0);
+                    core::ptr::write_volatile(&mut w.map_end, 0);
+                }
                 w.table_len = 0;
                 w.outside = 1;
             }
@@ -512,36 +518,43 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
-    let v8p = crate::v8::proc(pid);
-    let hsp = crate::hotspot::proc(pid);
     let w = WALK.get_ptr_mut(0)?;
+    // Written field by field into the per-CPU value, the language
+    // walkers' entries copied from their maps' values: a `Walk` built on
+    // the BPF stack first took 248 bytes of it (prof_sched_switch: 472
+    // bytes, now 224), and Linux 6.1's verifier counts the step
+    // callback's stack (64) on top of the program's, 512 in all.
     // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
     // expects.
     let w = unsafe {
-        *w = Walk {
-            pc,
-            sp,
-            bp,
-            hash: FNV_OFFSET,
-            pid,
-            n: 0,
-            cap: cap - py_n,
-            end: 0,
-            no_tables,
-            map_start: 0,
-            map_end: 0,
-            map_bias: 0,
-            table_start: 0,
-            table_len: 0,
-            outside: 0,
-            fp_no_table: 0,
-            tramp,
-            ri,
-            v8: u32::from(v8p.is_some()),
-            v8p: v8p.unwrap_or_default(),
-            hs: u32::from(hsp.is_some()),
-            hsp: hsp.unwrap_or_default(),
-        };
+        (*w).pc = pc;
+        (*w).sp = sp;
+        (*w).bp = bp;
+        (*w).hash = FNV_OFFSET;
+        (*w).pid = pid;
+        (*w).n = 0;
+        (*w).cap = cap - py_n;
+        (*w).end = 0;
+        (*w).no_tables = no_tables;
+        (*w).map_start = 0;
+        (*w).map_end = 0;
+        (*w).map_bias = 0;
+        (*w).table_start = 0;
+        (*w).table_len = 0;
+        (*w).outside = 0;
+        (*w).fp_no_table = 0;
+        (*w).tramp = tramp;
+        (*w).ri = ri;
+        (*w).v8 = 0;
+        if let Some(v8p) = crate::v8::proc_ptr(pid) {
+            (*w).v8 = 1;
+            core::ptr::copy_nonoverlapping(v8p, &mut (*w).v8p, 1);
+        }
+        (*w).hs = 0;
+        if let Some(hsp) = crate::hotspot::proc_ptr(pid) {
+            (*w).hs = 1;
+            core::ptr::copy_nonoverlapping(hsp, &mut (*w).hsp, 1);
+        }
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,
             step as *mut c_void,
