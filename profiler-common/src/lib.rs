@@ -16,6 +16,7 @@
 #![no_std]
 
 pub mod counters;
+pub mod hotspot;
 pub mod maps;
 pub mod programs;
 pub mod python;

@@ -218,9 +218,9 @@ unsafe impl aya::Pod for ExecMapping {}
 unsafe impl aya::Pod for ProcMaps {}
 
 /// True for a slot that holds an interpreter's or JIT's frame (Python,
-/// JavaScript) rather than a code address.
+/// JavaScript, Java) rather than a code address.
 pub const fn is_runtime_frame(slot: u64) -> bool {
-    python::is_frame(slot) || v8::is_frame(slot)
+    python::is_frame(slot) || v8::is_frame(slot) || hotspot::is_frame(slot)
 }
 
 /// Where the kernel keeps a task's pending return uprobes (see the agent's

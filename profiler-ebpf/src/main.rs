@@ -34,6 +34,7 @@
 ))]
 compile_error!("profiler-ebpf supports x86_64 only: it reads x86-64 registers and stack frames");
 
+mod hotspot;
 mod probes;
 mod procs;
 mod python;

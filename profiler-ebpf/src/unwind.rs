@@ -100,6 +100,10 @@ struct Walk {
     /// their function).
     v8: u32,
     v8p: profiler_common::v8::V8Proc,
+    /// 1 when the process runs HotSpot (`hsp`: its code heaps and the
+    /// offsets of its frames).
+    hs: u32,
+    hsp: profiler_common::hotspot::HsProc,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -317,6 +321,28 @@ fn js_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) {
     }
 }
 
+/// In a JVM, frame `n` when its pc is in the code cache: its slot becomes
+/// the Java frame's (`hotspot.rs`) and the walk steps to its caller.
+/// None when the pc is not in a blob the JVM's frames describe.
+#[inline(always)]
+fn java_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) -> Option<i64> {
+    if w.hs == 0 {
+        return None;
+    }
+    let s = crate::hotspot::frame(&w.hsp, w.pc, w.sp, w.bp, n == 0)?;
+    // SAFETY: per-CPU scratch, index masked into range.
+    unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = s.slot };
+    w.hash = (before ^ s.slot).wrapping_mul(FNV_PRIME);
+    if s.sp <= w.sp {
+        w.end = unwind_end::BAD_FRAME;
+        return Some(1);
+    }
+    w.pc = s.pc;
+    w.sp = s.sp;
+    w.bp = s.bp;
+    Some(0)
+}
+
 /// One frame: records the pc, then finds the caller's pc, sp and rbp.
 /// Returns 1 to stop the loop.
 #[inline(never)]
@@ -353,6 +379,9 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
     let lookup = if n == 0 { w.pc } else { w.pc - 1 };
     if w.no_tables != 0 {
         w.fp_no_table = unwind_end::FP_NO_TABLE;
+        if let Some(r) = java_frame(w, stack, n, before) {
+            return r;
+        }
         js_frame(w, stack, n, before);
         return fp_step(w);
     }
@@ -366,8 +395,14 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
                 w.table_len = table_len;
             }
             None => {
-                w.map_start = 0;
-                w.map_end = 0;
+                // Volatile: LLVM would merge the two stores into a call
+                // of `memset`, a subprogram whose frame Linux 6.1 adds
+                // to the step's and the program's stacks.
+                // SAFETY: plain stores into the per-CPU walk state.
+                unsafe {
+                    core::ptr::write_volatile(&mut w.map_start, 0);
+                    core::ptr::write_volatile(&mut w.map_end, 0);
+                }
                 w.table_len = 0;
                 w.outside = 1;
             }
@@ -387,6 +422,11 @@ extern "C" fn step(_index: u32, _ctx: *mut c_void) -> i64 {
         },
     };
     let Some(row) = row else {
+        if w.map_end == 0 {
+            if let Some(r) = java_frame(w, stack, n, before) {
+                return r;
+            }
+        }
         js_frame(w, stack, n, before);
         return fp_step(w);
     };
@@ -478,33 +518,43 @@ pub fn walk(pid: u32, cap: u32) -> Option<(*mut UserStack, u64)> {
     let stack = UNWIND_SCRATCH.get_ptr_mut(0)?;
     // SAFETY: the value is only checked for presence.
     let no_tables = u32::from(unsafe { UNWIND_PROCS.get(pid) }.is_none());
-    let v8p = crate::v8::proc(pid);
     let w = WALK.get_ptr_mut(0)?;
+    // Written field by field into the per-CPU value, the language
+    // walkers' entries copied from their maps' values: a `Walk` built on
+    // the BPF stack first took 248 bytes of it (prof_sched_switch: 472
+    // bytes, now 224), and Linux 6.1's verifier counts the step
+    // callback's stack (64) on top of the program's, 512 in all.
     // SAFETY: per-CPU scratch; `step` has the callback signature bpf_loop
     // expects.
     let w = unsafe {
-        *w = Walk {
-            pc,
-            sp,
-            bp,
-            hash: FNV_OFFSET,
-            pid,
-            n: 0,
-            cap: cap - py_n,
-            end: 0,
-            no_tables,
-            map_start: 0,
-            map_end: 0,
-            map_bias: 0,
-            table_start: 0,
-            table_len: 0,
-            outside: 0,
-            fp_no_table: 0,
-            tramp,
-            ri,
-            v8: u32::from(v8p.is_some()),
-            v8p: v8p.unwrap_or_default(),
-        };
+        (*w).pc = pc;
+        (*w).sp = sp;
+        (*w).bp = bp;
+        (*w).hash = FNV_OFFSET;
+        (*w).pid = pid;
+        (*w).n = 0;
+        (*w).cap = cap - py_n;
+        (*w).end = 0;
+        (*w).no_tables = no_tables;
+        (*w).map_start = 0;
+        (*w).map_end = 0;
+        (*w).map_bias = 0;
+        (*w).table_start = 0;
+        (*w).table_len = 0;
+        (*w).outside = 0;
+        (*w).fp_no_table = 0;
+        (*w).tramp = tramp;
+        (*w).ri = ri;
+        (*w).v8 = 0;
+        if let Some(v8p) = crate::v8::proc_ptr(pid) {
+            (*w).v8 = 1;
+            core::ptr::copy_nonoverlapping(v8p, &mut (*w).v8p, 1);
+        }
+        (*w).hs = 0;
+        if let Some(hsp) = crate::hotspot::proc_ptr(pid) {
+            (*w).hs = 1;
+            core::ptr::copy_nonoverlapping(hsp, &mut (*w).hsp, 1);
+        }
         bpf_loop(
             MAX_UNWIND_FRAMES as u32,
             step as *mut c_void,
@@ -581,7 +631,10 @@ pub fn store(pid: u32, full: impl Fn()) -> u64 {
 /// when a dispatch that holds it is reported.
 #[inline(always)]
 pub fn note_codes(pid: u32) {
-    if crate::python::runs(pid) || crate::v8::proc(pid).is_some() {
+    if crate::python::runs(pid)
+        || crate::v8::proc(pid).is_some()
+        || crate::hotspot::proc(pid).is_some()
+    {
         // SAFETY: `note_step` has the callback signature bpf_loop expects.
         unsafe {
             bpf_loop(
@@ -613,6 +666,8 @@ extern "C" fn note_step(index: u32, _ctx: *mut c_void) -> i64 {
         crate::python::note_code(pid, profiler_common::python::decode(slot).0);
     } else if profiler_common::v8::is_frame(slot) && profiler_common::v8::marker(slot).is_none() {
         crate::python::note_code(pid, slot);
+    } else if profiler_common::hotspot::is_frame(slot) {
+        crate::python::note_code(pid, profiler_common::hotspot::object(slot));
     }
     0
 }

@@ -46,6 +46,13 @@ pub fn proc(pid: u32) -> Option<V8Proc> {
     unsafe { V8_PROCS.get(pid) }.copied()
 }
 
+/// This process's entry in its map, if it runs V8, to copy from.
+#[inline(always)]
+pub fn proc_ptr(pid: u32) -> Option<*const V8Proc> {
+    // SAFETY: only the pointer is taken.
+    unsafe { V8_PROCS.get(pid) }.map(|p| p as *const V8Proc)
+}
+
 /// The slot of the JavaScript frame whose frame pointer is `bp`, or None
 /// when that frame is not one (native code, or a typed frame: a stub, an
 /// exit or entry frame). `jit`: the pc is in no file mapping, so that a

@@ -152,7 +152,7 @@ pub const ROWS: &[Row] = &[
     },
     Row {
         n: 15,
-        scenario: "verifier rejection: one line names the program; `profiler check --verbose` shows the verifier log",
+        scenario: "verifier rejection: one line names the program and the verifier's reason, then the log's last 20 lines (`PROFILER_VERIFIER_LOG=full`: all); `profiler check --verbose` shows the verifier log",
         covers: &[It("reliability::input::row15_verifier_rejection_shows_the_log")],
     },
     Row {

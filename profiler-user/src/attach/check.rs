@@ -288,6 +288,7 @@ fn load_each() -> (Vec<Finding>, Vec<(String, String)>, Finding) {
     // (The sched_process_exit finding, when there is one, is among the
     // programs.)
     let pid = std::process::id();
+    let uret = super::probes::uret_setting();
     let spec = RingSpec::shared(1 << 16);
     let mut loader = EbpfLoader::new();
     let loaded = spec.configure(&mut loader).and_then(|l| {
@@ -295,6 +296,21 @@ fn load_each() -> (Vec<Finding>, Vec<(String, String)>, Finding) {
             .override_global(WATCH_TID_GLOBAL, &0u32, true)
             .override_global(SAMPLE_ALL_GLOBAL, &0u32, true)
             .override_global(WAKEUP_BYTES_GLOBAL, &u64::MAX, true)
+            // As `record` and `sample` load them by default: stacks
+            // walked with the unwind tables (with the language walks),
+            // through return uprobes' trampolines. With the settings'
+            // zeros, the verifier would drop that code as dead and pass
+            // programs a session's kernel refuses.
+            .override_global(
+                profiler_common::UNWIND_MODE_GLOBAL,
+                &profiler_common::unwind_mode::TABLES,
+                true,
+            )
+            .override_global(
+                profiler_common::uret::GLOBAL,
+                &uret,
+                true,
+            )
             .load(EBPF_OBJECT)
             .map_err(|e| crate::Error::Load(chain(&e)))
     });

@@ -1,6 +1,6 @@
 //! The running kernel: its release, the oldest one the programs load on,
-//! and one line instead of a verifier log when the kernel refuses a
-//! program.
+//! and what a user sees when the kernel refuses a program: one line with
+//! the verifier's reason, then its log's last lines.
 //!
 //! What the profiler uses, and the release that added it (KERNELS.md has
 //! the table and what each missing one costs): the BPF ring buffer (5.8),
@@ -50,13 +50,84 @@ fn require_of(rel: &str, btf: bool) -> Result<()> {
     Ok(())
 }
 
-/// The error for program `name` refused by the verifier: one line that
-/// says where the log is, not the log.
-pub fn refused(name: &str, why: &str) -> Error {
-    Error::Kernel(format!(
-        "this kernel (Linux {}) refused the eBPF program {name} ({why}): a profiler defect on this kernel; `profiler check --verbose` prints the verifier's log to report it with",
-        release()
-    ))
+/// Set to `full`, a refused program's error carries the verifier's whole
+/// log instead of its last [`LOG_TAIL`] lines.
+pub const VERIFIER_LOG_ENV: &str = "PROFILER_VERIFIER_LOG";
+
+/// Lines of the verifier's log a refusal shows by default.
+pub const LOG_TAIL: usize = 20;
+
+/// The error for program `name` refused by the verifier (`why`: the
+/// system call's error; `log`: the verifier's log): a first line naming
+/// the program and the verifier's reason, then the log's last
+/// [`LOG_TAIL`] lines (all of it with `PROFILER_VERIFIER_LOG=full`), each
+/// indented under `verifier:`.
+pub fn refused(name: &str, why: &str, log: &str) -> Error {
+    let full = std::env::var(VERIFIER_LOG_ENV).is_ok_and(|v| v == "full");
+    Error::Kernel(refusal_text(&release(), name, why, log, full))
+}
+
+/// The refusal's text ([`refused`]), for kernel release `rel`.
+fn refusal_text(rel: &str, name: &str, why: &str, log: &str, full: bool) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let reason = verifier_reason(&lines);
+    let why = match reason {
+        Some(r) => format!("{why}: {r}"),
+        None => why.to_string(),
+    };
+    let mut text = format!(
+        "this kernel (Linux {rel}) refused the eBPF program {name} ({why}): a profiler defect on this kernel; "
+    );
+    let skip = if full {
+        0
+    } else {
+        lines.len().saturating_sub(LOG_TAIL)
+    };
+    if lines.is_empty() {
+        text.push_str("the verifier gave no log; `profiler check --verbose` tries again");
+        return text;
+    }
+    if skip == 0 {
+        text.push_str("the verifier's log follows, to report it with");
+    } else {
+        text.push_str(&format!(
+            "the last {} of the verifier's {} log lines follow (all of them with {VERIFIER_LOG_ENV}=full, or `profiler check --verbose`), to report it with",
+            lines.len() - skip,
+            lines.len()
+        ));
+    }
+    for l in &lines[skip..] {
+        text.push_str("\n  verifier: ");
+        text.push_str(l);
+    }
+    text
+}
+
+/// A program that did not load: a verifier refusal is [`refused`], with
+/// its log's tail; any other failure one line.
+pub fn load_error(name: &str, e: aya::programs::ProgramError) -> Error {
+    match e {
+        aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => refused(name, &io_error.to_string(), &verifier_log.to_string()),
+        other => Error::Load(format!("{name}: {}", crate::error::chain(&other))),
+    }
+}
+
+/// The verifier's own reason in its log: the last line before the
+/// statistics it ends with.
+fn verifier_reason<'a>(lines: &[&'a str]) -> Option<&'a str> {
+    lines.iter().rev().copied().find(|l| {
+        !(l.starts_with("processed ")
+            || l.starts_with("verification time ")
+            || l.starts_with("stack depth ")
+            || l.starts_with("-- "))
+    })
 }
 
 /// `/sys/kernel/rcu_expedited`: 1 makes the kernel's RCU grace periods
@@ -152,6 +223,60 @@ fn restore_left(setting: &Path, mark: &Path, alive: impl Fn(u32) -> bool) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LOG: &str = "func#0 @0\n0: R1=ctx() R10=fp0\n0: (61) r0 = *(u32 *)(r1 +16384)\ninvalid bpf_context access off=16384 size=4\nprocessed 1 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0\n";
+
+    #[test]
+    fn a_refusal_names_the_verifiers_reason_and_shows_its_log() {
+        let t = refusal_text(
+            "6.1.0-57-amd64",
+            "prof_x",
+            "Permission denied (os error 13)",
+            LOG,
+            false,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with("this kernel (Linux 6.1.0-57-amd64) refused the eBPF program prof_x (Permission denied (os error 13): invalid bpf_context access off=16384 size=4): "),
+            "{t}"
+        );
+        assert!(
+            lines[0].ends_with("the verifier's log follows, to report it with"),
+            "{t}"
+        );
+        assert_eq!(lines.len(), 6, "{t}");
+        assert_eq!(
+            lines[4],
+            "  verifier: invalid bpf_context access off=16384 size=4"
+        );
+    }
+
+    #[test]
+    fn a_long_log_shows_its_tail_unless_asked_for_all() {
+        let log: String = (0..100).map(|i| format!("{i}: insn\n")).collect::<String>()
+            + "R1 invalid mem access 'scalar'\nverification time 12 usec\nstack depth 8\nprocessed 100 insns\n";
+        let t = refusal_text("6.1", "p", "Permission denied", &log, false);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 1 + LOG_TAIL, "{t}");
+        assert!(
+            lines[0].contains("(Permission denied: R1 invalid mem access 'scalar')"),
+            "{t}"
+        );
+        assert!(lines[0].contains("the last 20 of the verifier's 104 log lines follow (all of them with PROFILER_VERIFIER_LOG=full"), "{t}");
+        assert_eq!(lines[LOG_TAIL], "  verifier: processed 100 insns");
+        let all = refusal_text("6.1", "p", "Permission denied", &log, true);
+        assert_eq!(all.lines().count(), 1 + 104, "{all}");
+    }
+
+    #[test]
+    fn a_refusal_without_a_log_says_so() {
+        let t = refusal_text("6.1", "p", "Permission denied", "", false);
+        assert_eq!(t.lines().count(), 1, "{t}");
+        assert!(
+            t.ends_with("the verifier gave no log; `profiler check --verbose` tries again"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn a_setting_left_by_a_killed_profiler_is_set_back_once() {

@@ -136,7 +136,8 @@ pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<&'static str> {
         .ok_or_else(|| Error::Load(format!("program {PROG_CPU_SAMPLE} missing")))?
         .try_into()
         .map_err(|e: ProgramError| Error::ebpf(e))?;
-    prog.load().map_err(Error::ebpf)?;
+    prog.load()
+        .map_err(|e| super::kernel::load_error(PROG_CPU_SAMPLE, e))?;
     let cpus = aya::util::online_cpus().map_err(|(what, e)| Error::io(what.to_string(), e))?;
     let cycles = PerfEventConfig::Hardware(HardwareEvent::CpuCycles);
     let first = cpus.first().copied().unwrap_or(0);

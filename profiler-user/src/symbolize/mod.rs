@@ -4,10 +4,12 @@
 //!   remembered for processes that exited, with a journal for offline
 //!   replay;
 //! - [`perfmap`]: JIT perf maps (`/tmp/perf-PID.map`);
-//! - [`python`], [`v8`]: the interpreters' own frames named from their
-//!   memory (`proc_mem.rs` reads another process's memory for both).
+//! - [`python`], [`v8`], [`hotspot`]: the interpreters' own frames named
+//!   from their memory (`proc_mem.rs` reads another process's memory for
+//!   them).
 //!
 //! User stacks to addresses is the next layer, [`crate::unwind`].
+pub mod hotspot;
 pub mod perfmap;
 mod proc_mem;
 pub mod python;

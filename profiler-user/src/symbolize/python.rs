@@ -356,6 +356,14 @@ impl News {
             let slots: Vec<u64> = group.iter().map(|n| n.code).collect();
             super::v8::learn(group[0].pid, &slots);
         }
+        // And Java methods (`hotspot.rs`).
+        let (java, told): (Vec<PyCodeNotice>, Vec<PyCodeNotice>) = told
+            .into_iter()
+            .partition(|n| profiler_common::hotspot::is_frame(n.code));
+        for group in java.chunk_by(|a, b| a.pid == b.pid) {
+            let slots: Vec<u64> = group.iter().map(|n| n.code).collect();
+            super::hotspot::learn(group[0].pid, &slots);
+        }
         let mut open: Option<(u32, Option<Mem>)> = None;
         for n in &told {
             let Some(proc) = registered(n.pid) else {

@@ -516,7 +516,7 @@ impl Symbolizer {
         }
         for &a in lookup.iter().filter(|&&a| runtime_frame(a)) {
             if self.named(pid, a).is_none() {
-                self.journal.insert((pid, a), vec![runtime_name(pid, a)]);
+                self.journal.insert((pid, a), runtime_frames(pid, a));
             }
         }
         let settled = self.settle(self.patience.is_none());
@@ -659,6 +659,8 @@ impl Symbolizer {
         let index = *self.python_names.entry(name.clone()).or_insert(next);
         let out = if profiler_common::v8::is_frame(slot) {
             profiler_common::v8::encode(index << 3)
+        } else if profiler_common::hotspot::is_frame(slot) {
+            profiler_common::hotspot::encode_interpreted(index << 3, 0)
         } else {
             let entry = profiler_common::python::decode(slot).2;
             profiler_common::python::encode(index << 3, 0, entry)
@@ -1313,7 +1315,21 @@ fn runtime_name(pid: u32, slot: u64) -> String {
         return super::v8::name(pid, slot)
             .unwrap_or_else(|| format!("{}[unknown {slot:#x}]", super::v8::PREFIX));
     }
+    if profiler_common::hotspot::is_frame(slot) {
+        return runtime_frames(pid, slot).swap_remove(0);
+    }
     python::name(pid, slot).unwrap_or_else(|| format!("{}[unknown]", python::PREFIX))
+}
+
+/// The frames of a runtime's slot of `pid`: one name, or a compiled
+/// Java method's with the methods inlined into it.
+fn runtime_frames(pid: u32, slot: u64) -> Frames {
+    if profiler_common::hotspot::is_frame(slot) {
+        return super::hotspot::name(pid, slot)
+            .filter(|f| !f.is_empty())
+            .unwrap_or_else(|| vec![format!("{}[unknown {slot:#x}]", super::hotspot::PREFIX)]);
+    }
+    vec![runtime_name(pid, slot)]
 }
 
 /// True for the native frame that runs Python frames.

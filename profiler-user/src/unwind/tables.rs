@@ -172,6 +172,7 @@ pub struct Tables {
     /// have no Python walker).
     python: Option<crate::symbolize::python::Python>,
     v8: Option<crate::symbolize::v8::V8>,
+    hotspot: Option<crate::symbolize::hotspot::Hotspot>,
     /// Processes whose CPython could not be read yet (its version, read
     /// from its memory, just after an exec): tried again on each call.
     python_retry: HashSet<u32>,
@@ -242,6 +243,7 @@ impl Tables {
             stacks_seen: HashSet::new(),
             python: crate::symbolize::python::Python::take(ebpf).ok(),
             v8: crate::symbolize::v8::V8::take(ebpf).ok(),
+            hotspot: crate::symbolize::hotspot::Hotspot::take(ebpf).ok(),
             python_retry: HashSet::new(),
             stats: TablesStats {
                 capacity: u64::from(capacity),
@@ -474,11 +476,14 @@ impl Tables {
     }
 
     /// Tells the kernel how `pid`'s interpreters' frames look (CPython,
-    /// V8), from its executable mappings `exec`.
+    /// V8, HotSpot), from its executable mappings `exec`.
     fn add_runtimes(&mut self, pid: u32, exec: &str) {
         self.add_python(pid, exec);
         if let Some(v8) = &mut self.v8 {
             v8.add_process(pid, exec);
+        }
+        if let Some(hs) = &mut self.hotspot {
+            hs.add_process(pid, exec);
         }
     }
 
@@ -488,6 +493,12 @@ impl Tables {
         if self.per_pid.get(&pid).is_some_and(|e| e.exec == exec) {
             if self.python_retry.contains(&pid) {
                 self.add_python(pid, &exec);
+            }
+            // A JVM whose code heaps were not set up yet.
+            if let Some(hs) = &mut self.hotspot {
+                if hs.pending(pid) {
+                    hs.add_process(pid, &exec);
+                }
             }
             return;
         }
@@ -625,6 +636,9 @@ impl Tables {
             }
             if let Some(v8) = &mut self.v8 {
                 v8.remove_process(pid);
+            }
+            if let Some(hs) = &mut self.hotspot {
+                hs.remove_process(pid);
             }
             self.release(&e.keys);
             self.stats.processes = self.per_pid.len() as u64;

@@ -27,6 +27,7 @@ mod governor;
 mod helpers;
 mod html;
 mod inlined;
+mod java_frames;
 mod js_frames;
 mod launch;
 mod libs;

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Why the test cannot run here, if it cannot.
-fn missing() -> Option<String> {
+pub(super) fn missing() -> Option<String> {
     for tool in ["java", "javac"] {
         if Command::new(tool).arg("-version").output().is_err() {
             return Some(format!(
@@ -28,7 +28,7 @@ fn missing() -> Option<String> {
 }
 
 /// `SwingApp.class`, compiled into a directory of its own.
-fn compiled(dir: &Path) -> PathBuf {
+pub(super) fn compiled(dir: &Path) -> PathBuf {
     let src = workspace().join("tests/fixtures/java/SwingApp.java");
     let out = Command::new("javac")
         .arg("-d")
@@ -42,7 +42,7 @@ fn compiled(dir: &Path) -> PathBuf {
 
 /// Records the app by PID for 8 s with `extra`; returns stderr and
 /// `dispatches.json`, with the session's CLOCK_MONOTONIC span.
-fn record(pid: u32, extra: &[&str]) -> (String, Value, u64, u64) {
+pub(super) fn record(pid: u32, extra: &[&str]) -> (String, Value, u64, u64) {
     let out = TempDir::new("swing-out");
     let mut args = vec!["--duration", "8s"];
     args.extend_from_slice(extra);
@@ -58,7 +58,7 @@ fn record(pid: u32, extra: &[&str]) -> (String, Value, u64, u64) {
 
 /// Each slow dispatch holds exactly one of the app's stalls, every stall
 /// well inside the session is one, and each was started by `TimerQueue`.
-fn assert_each_stall_is_one_dispatch(d: &Value, stalls: &[Value], start: u64, end: u64) {
+pub(super) fn assert_each_stall_is_one_dispatch(d: &Value, stalls: &[Value], start: u64, end: u64) {
     assert_eq!(d["thread"]["name"], "AWT-EventQueue-", "{}", d["thread"]);
     let slow = d["slow"].as_array().expect("slow array");
     let mut matched = Vec::new();

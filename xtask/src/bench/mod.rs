@@ -89,7 +89,7 @@ enum Part {
     Rings,
     /// m: event-loop iterations from the loop's waits: cost per iteration on a 10 kHz loop.
     Loop,
-    /// n: kernel cost per sample of walking Python and JavaScript frames, on and off.
+    /// n: kernel cost per sample of walking Python, JavaScript and Java frames, on and off.
     Runtimes,
     /// q: `profiler watch`: redis and node throughput watched against unwatched, the watcher's CPU and memory.
     Watch,
@@ -274,8 +274,8 @@ pub fn run(args: &Args) -> Result<()> {
         md.push_str(
             "\nThe CPU sampler's own run time per sample (`kernel.bpf_stats_enabled`, `bpftool \
              prog show name prof_cpu_sample`) while `profiler sample --pid P --hz 999` samples the \
-             runtime, its frame walk on and off (`PROFILER_PYTHON_FRAMES=0`, `PROFILER_JS_FRAMES=0`) \
-             in alternating rounds against the same process. Goal: at most 2x the native walk.\n",
+             runtime, its frame walk on and off (`PROFILER_PYTHON_FRAMES=0`, `PROFILER_JS_FRAMES=0`, \
+             `PROFILER_JAVA_FRAMES=0`) in alternating rounds against the same process. Goal: at most 2x the native walk.\n",
         );
     }
 

@@ -1,8 +1,10 @@
 //! Part n: what walking interpreter and JIT frames costs the kernel per
-//! CPU sample. Debian's python3.11 (four Python frames deep) and node (five
-//! JavaScript frames deep), each sampled by PID at 999 Hz, with the
-//! runtime's walk on and off (`PROFILER_PYTHON_FRAMES=0`,
-//! `PROFILER_JS_FRAMES=0`) in alternating rounds against the same process.
+//! CPU sample. Debian's python3.11 (four Python frames deep), node (five
+//! JavaScript frames deep) and OpenJDK 17 (`tests/fixtures/java/Chain.java`:
+//! four Java frames, three interpreted and one compiled), each sampled by
+//! PID at 999 Hz, with the runtime's walk on and off
+//! (`PROFILER_PYTHON_FRAMES=0`, `PROFILER_JS_FRAMES=0`,
+//! `PROFILER_JAVA_FRAMES=0`) in alternating rounds against the same process.
 //! The figure is the sampler program's own run time per run
 //! (`kernel.bpf_stats_enabled`, read with `bpftool` while it runs).
 
@@ -138,18 +140,22 @@ fn one(runtime: &str, cmd: &mut Command, env: &str, rounds: usize, work: &Path) 
             bail!("profiler sample exited with {status}");
         }
         let txt = std::fs::read_to_string(out.join("cpu.txt")).unwrap_or_default();
-        // The runtime's line ends with the share of its samples named.
-        let named = txt
-            .lines()
-            .filter(|l| l.starts_with("Python: ") || l.starts_with("JavaScript: "))
-            .filter_map(|l| {
-                l.rsplit('(')
-                    .next()?
-                    .strip_suffix("%)")?
-                    .parse::<f64>()
-                    .ok()
-            })
-            .any(|share| share > 50.0);
+        // The runtime's line ends with the share of its samples named
+        // (Java has no such line: its main thread's stacks are read).
+        let named = if env == "PROFILER_JAVA_FRAMES" {
+            java_named(&out)
+        } else {
+            txt.lines()
+                .filter(|l| l.starts_with("Python: ") || l.starts_with("JavaScript: "))
+                .filter_map(|l| {
+                    l.rsplit('(')
+                        .next()?
+                        .strip_suffix("%)")?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .any(|share| share > 50.0)
+        };
         if named != walk {
             bail!(
                 "{runtime}: {} frames named with the walk {}",
@@ -165,6 +171,23 @@ fn one(runtime: &str, cmd: &mut Command, env: &str, rounds: usize, work: &Path) 
         .push(ns?);
     }
     Ok(row)
+}
+
+/// Whether most of the JVM's main-thread samples (its launcher's name,
+/// `java`) hold a named Java frame of the fixture.
+fn java_named(out: &Path) -> bool {
+    let folded = std::fs::read_to_string(out.join("cpu.folded")).unwrap_or_default();
+    let (mut all, mut named) = (0u64, 0u64);
+    for (stack, n) in folded.lines().filter_map(|l| l.rsplit_once(' ')) {
+        let n: u64 = n.parse().unwrap_or(0);
+        if stack.starts_with("java;") {
+            all += n;
+            if stack.contains(";java:Chain.inner (") {
+                named += n;
+            }
+        }
+    }
+    named * 2 > all
 }
 
 pub fn measure(rounds: usize, work: &Path) -> Vec<Result<Row>> {
@@ -186,6 +209,24 @@ pub fn measure(rounds: usize, work: &Path) -> Vec<Result<Row>> {
             "node, 5 JavaScript frames",
             Command::new("node").arg(&js),
             "PROFILER_JS_FRAMES",
+            rounds,
+            work,
+        ));
+    }
+    let chain = crate::util::workspace_root().join("tests/fixtures/java/Chain.java");
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(work)
+        .arg(&chain)
+        .status();
+    if javac.is_ok_and(|s| s.success()) {
+        rows.push(one(
+            "OpenJDK 17 (Debian), 4 Java frames",
+            Command::new("java")
+                .arg("-cp")
+                .arg(work)
+                .args(["Chain", "600"]),
+            "PROFILER_JAVA_FRAMES",
             rounds,
             work,
         ));

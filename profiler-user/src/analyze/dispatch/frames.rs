@@ -89,12 +89,20 @@ pub fn libc_name(name: &str) -> &str {
     }
 }
 
-/// A Python frame's name without the line it was at:
-/// `py:parse (/app/x.py:12)` → `py:parse (/app/x.py)`, so that one
-/// function is one node and one key whatever line ran. None for other
-/// frames, or a name already without its line.
+/// A Python or Java frame's name without the line it was at:
+/// `py:parse (/app/x.py:12)` → `py:parse (/app/x.py)`,
+/// `java:a.B.run (B.java:7)` → `java:a.B.run (B.java)` (as a compiled
+/// frame is named), so that one function is one node and one key
+/// whatever line ran. None for other frames, or a name already without
+/// its line.
 fn python_function(name: &str) -> Option<String> {
-    name.strip_prefix("py:")?;
+    if !name.starts_with("py:") && !name.starts_with("java:") {
+        return None;
+    }
+    // An inlined Java method's.
+    if let Some(bare) = name.strip_suffix("_[i]") {
+        return python_function(bare).map(|f| format!("{f}_[i]"));
+    }
     let inner = name.strip_suffix(')')?;
     let (_, line) = inner.rsplit_once(':')?;
     if line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit() || b == b'?') {
@@ -238,6 +246,12 @@ pub fn is_own(name: &str) -> bool {
     if name.starts_with("py:") {
         return !name.starts_with("py:[") && !is_python_runtime(name);
     }
+    // Java: the JDK's own classes, and the JVM's stubs, are the runtime.
+    if let Some(rest) = name.strip_prefix("java:") {
+        return !["[", "java.", "javax.", "jdk.", "sun.", "com.sun."]
+            .iter()
+            .any(|p| rest.starts_with(p));
+    }
     // The C library, the loader, the vDSO.
     if name.starts_with('_')
         || name.starts_with("pthread_")
@@ -308,6 +322,28 @@ fn thunk_target(name: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn java_frames_lose_their_line_and_the_jdk_is_not_the_program() {
+        assert_eq!(
+            display("java:app.Ui.slowLayout (Ui.java:42)"),
+            "java:app.Ui.slowLayout (Ui.java)"
+        );
+        assert_eq!(
+            display("java:app.Ui.slowLayout (Ui.java)"),
+            "java:app.Ui.slowLayout (Ui.java)"
+        );
+        assert_eq!(
+            display("java:app.Ui.measure (Ui.java:9)_[i]"),
+            "java:app.Ui.measure (Ui.java)_[i]"
+        );
+        assert!(is_own("java:app.Ui.slowLayout (Ui.java:42)"));
+        assert!(!is_own("java:java.lang.Thread.sleep (Thread.java)"));
+        assert!(!is_own(
+            "java:javax.swing.Timer.fireActionPerformed (Timer.java:317)"
+        ));
+        assert!(!is_own("java:[StubRoutines (1)]"));
+    }
 
     #[test]
     fn tier_markers_are_dropped() {

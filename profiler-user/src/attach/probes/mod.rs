@@ -45,12 +45,27 @@ use crate::{cli::UnwindMode, error::chain, tracee::cgroup::Cgroup, Error, Result
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
-/// A program that did not load: a verifier refusal is one line
-/// ([`kernel::refused`]; `profiler check --verbose` prints the log).
-fn load_error(name: &str, e: ProgramError) -> Error {
-    match e {
-        ProgramError::LoadError { io_error, .. } => kernel::refused(name, &io_error.to_string()),
-        other => Error::Load(chain(&other)),
+/// The `URETPROBE_OFFSETS` setting: where return uprobes keep the return
+/// addresses they replace, so stacks walked through them name the callers
+/// (zeros: unknown, and the trampoline's address stays in those stacks).
+pub(crate) fn uret_setting() -> [u32; profiler_common::uret::COUNT] {
+    match super::task_btf::uretprobe_offsets() {
+        Ok(o) => [
+            o.task_utask,
+            o.utask_return_instances,
+            o.ri_orig_ret_vaddr,
+            o.ri_chained,
+            o.ri_next,
+            o.task_mm,
+            o.mm_xol_area,
+            o.xol_vaddr,
+            o.utask_vaddr,
+            match super::kernel::at_least((6, 11)) {
+                true => profiler_common::uret::TRAMP_SYSCALL,
+                false => profiler_common::uret::TRAMP_INT3,
+            },
+        ],
+        Err(_) => [0; profiler_common::uret::COUNT],
     }
 }
 
@@ -82,7 +97,7 @@ fn load_raw_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut RawTracePoi
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -95,7 +110,7 @@ fn load_tp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -170,7 +185,7 @@ fn load_perf<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent> {
         .map_err(|e: ProgramError| Error::Load(chain(&e)))?;
     match prog.load() {
         Ok(()) | Err(ProgramError::AlreadyLoaded) => Ok(prog),
-        Err(e) => Err(load_error(name, e)),
+        Err(e) => Err(kernel::load_error(name, e)),
     }
 }
 
@@ -325,27 +340,7 @@ impl Probes {
         // Read once: the loader relocates with it, and the wait syscalls'
         // fentry programs are loaded against it later.
         let btf = aya::Btf::from_sys_fs().ok();
-        // Where return uprobes keep the return addresses they replace, so
-        // stacks walked through them name the callers (zeros: unknown, and
-        // the trampoline's address stays in those stacks).
-        let uret: [u32; profiler_common::uret::COUNT] = match super::task_btf::uretprobe_offsets() {
-            Ok(o) => [
-                o.task_utask,
-                o.utask_return_instances,
-                o.ri_orig_ret_vaddr,
-                o.ri_chained,
-                o.ri_next,
-                o.task_mm,
-                o.mm_xol_area,
-                o.xol_vaddr,
-                o.utask_vaddr,
-                match super::kernel::at_least((6, 11)) {
-                    true => profiler_common::uret::TRAMP_SYSCALL,
-                    false => profiler_common::uret::TRAMP_INT3,
-                },
-            ],
-            Err(_) => [0; profiler_common::uret::COUNT],
-        };
+        let uret = uret_setting();
         let mut loader = EbpfLoader::new();
         loader.btf(btf.as_ref());
         for (map, entries) in samplers.map_sizes() {
@@ -403,7 +398,7 @@ impl Probes {
             .then_some(profiler_common::PROG_TEST_REFUSED);
         for name in [PROG_ENTRY, PROG_EXIT, PROG_RET].into_iter().chain(refused) {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load().map_err(|e| load_error(name, e))?;
+            prog.load().map_err(|e| kernel::load_error(name, e))?;
         }
         let rings = rings::create(&mut ebpf, ring)?;
         // Load the uprobe_multi copies now, while every map is still in
