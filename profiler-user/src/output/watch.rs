@@ -130,6 +130,11 @@ pub struct StallLine {
     /// `sampled` (from the flight recorder's samples) or `traced` (exact,
     /// from uprobes).
     pub tree: String,
+    /// What its group's escalation probed in it: the functions traced all
+    /// through a traced stall, or why a stall begun with them on is not
+    /// traced (the overhead governor took some off while it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<String>,
     /// Samples taken inside it.
     pub samples: u32,
     /// True on the line told while a hang still runs.

@@ -595,6 +595,7 @@ mod tests {
                 waker: None,
                 source: None,
                 tree: "sampled".into(),
+                escalation: None,
                 samples: 10,
                 hang: false,
                 uncertain: None,
