@@ -135,6 +135,10 @@ pub struct StallLine {
     /// traced (the overhead governor took some off while it ran).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation: Option<String>,
+    /// The probes' time taken out of `duration_ns` (its wall time is the
+    /// sum): its hits' calibrated cost, or its samples in uprobe handling.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub probe_ns: u64,
     /// Samples taken inside it.
     pub samples: u32,
     /// True on the line told while a hang still runs.
@@ -156,6 +160,10 @@ pub struct StallLine {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A stall's full report: its line, and what a line leaves out.

@@ -261,7 +261,8 @@ impl Escalator {
                     let why = match t.governed {
                         0 => "none of its probed functions ran in its last stall".to_string(),
                         n => format!(
-                            "the overhead governor detached {n} of its functions, and none of the others ran in its last stall"
+                            "the overhead governor detached {n} of its functions (over --max-overhead {}%), and none of the others ran in its last stall: nothing left to trace within the budget",
+                            self.max_overhead
                         ),
                     };
                     self.finish(probes, sinks, why);
@@ -403,7 +404,10 @@ impl Escalator {
             self.finish(
                 probes,
                 sinks,
-                "the overhead governor detached every function".into(),
+                format!(
+                    "the overhead governor detached every function (over --max-overhead {}%)",
+                    self.max_overhead
+                ),
             );
         } else {
             self.tell(None);

@@ -596,6 +596,7 @@ mod tests {
                 source: None,
                 tree: "sampled".into(),
                 escalation: None,
+                probe_ns: 0,
                 samples: 10,
                 hang: false,
                 uncertain: None,
