@@ -16,18 +16,27 @@
 //! index is its probe cookie, and the pipeline's aggregates grow with it,
 //! told through a `ProbedRecord`); their probes' removal is told through a
 //! `DetachRecord`, as the governor's, so frames still open close there.
+//!
+//! `budget.rs` holds what keeps the probes within `--max-overhead` (the
+//! calibration, how often the estimate is judged, which stalls ran over,
+//! the functions too hot to probe again); `probes.rs` the stall's sampled
+//! offsets and the detach.
+mod budget;
+mod probes;
+
 use std::{
     collections::{HashSet, VecDeque},
-    sync::{mpsc::Sender, Once, OnceLock},
+    sync::mpsc::Sender,
     time::{Duration, Instant},
 };
 
+use self::{
+    budget::{calibrate_soon, governed_in, without_too_hot, CALIBRATED, EVERY},
+    probes::{detach, stall_offsets},
+};
 use super::Msg;
 use crate::{
-    analyze::{
-        flight::FlightRecorder,
-        overhead::{Estimator, ExitKind, FuncCost, ThreadSample},
-    },
+    analyze::overhead::{Estimator, ExitKind, FuncCost, ThreadSample},
     attach::{
         calibrate::{self, EntryKind, HitCost},
         probes::Probes,
@@ -35,54 +44,17 @@ use crate::{
     cli::{ExitProbes, SelectArgs},
     clock::monotonic_ns,
     output::watch::Escalation,
-    session::{
-        presample::{self, Seen},
-        probed::{DetachRecord, ProbedRecord},
-        sinks::Sinks,
-    },
+    session::{probed::ProbedRecord, sinks::Sinks},
     tracee::{exits::ExitProbe, process, select},
 };
 
 /// Most functions probed for one group: the heaviest on its samples first
 /// (each probed call costs a trap or two).
 pub const MAX_FUNCS_PER_GROUP: usize = 64;
-/// How often the overhead governor judges a traced group's probes. Not
-/// `record`'s 250 ms (50 ms for its first 2 s): a traced stall lasts a few
-/// hundred ms, and one over the budget runs many times slower until its
-/// hottest functions are off (python3.11's asyncio app: 96% of the thread
-/// in probes, 4,800 hits of each of two functions per 100 ms).
-const EVERY: Duration = Duration::from_millis(20);
 /// Groups waiting for another group's probes to come off, at most.
 const MAX_QUEUED: usize = 16;
 /// A traced group without a stall for this long is unprobed.
 const IDLE: Duration = Duration::from_secs(60);
-/// The probes' cost on this host, measured once for every watched
-/// process, on a thread of its own (0.1-0.3 s, seconds on a loaded
-/// machine: a worker waiting for it would let stalls go by untraced).
-static CALIBRATED: OnceLock<HitCost> = OnceLock::new();
-static CALIBRATING: Once = Once::new();
-
-/// Starts the calibration, once, with the session's wait tracepoints.
-fn calibrate_soon(waits: calibrate::WaitTracepoints) {
-    CALIBRATING.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("watch-calibrate".into())
-            .spawn(move || {
-                let cost = calibrate::calibrate(waits).unwrap_or_else(|e| {
-                    eprintln!(
-                        "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
-                        crate::error::chain(&e),
-                        HitCost::FALLBACK.entry_ns / 1000.0
-                    );
-                    HitCost::FALLBACK
-                });
-                let _ = CALIBRATED.set(cost);
-            });
-        if spawned.is_err() {
-            let _ = CALIBRATED.set(HitCost::FALLBACK);
-        }
-    });
-}
 
 /// The group being traced.
 struct Traced {
@@ -694,82 +666,6 @@ impl Escalator {
     }
 }
 
-/// Whether the overhead governor detached some of `t`'s functions during
-/// `(start_ns, end_ns)`.
-fn governed_in(t: &Traced, (start_ns, end_ns): (u64, u64)) -> bool {
-    t.governed_ns.is_some_and(|g| g >= start_ns && g <= end_ns)
-}
-
-/// Leaves out of `funcs` those `too_hot` names (the overhead governor
-/// detached them in an earlier escalation of the process); returns their
-/// names.
-fn without_too_hot(funcs: &mut Vec<select::Func>, too_hot: &HashSet<String>) -> Vec<String> {
-    let mut gone = Vec::new();
-    funcs.retain(|f| match too_hot.contains(&f.name) {
-        true => {
-            gone.push(f.name.clone());
-            false
-        }
-        false => true,
-    });
-    gone
-}
-
-/// Unprobes functions `gone` of `sel` (decided at `decided_ns`), and tells
-/// the pipeline: their frames still open close once every record up to
-/// the detach is read, as the governor's do.
-fn detach(
-    probes: &mut Probes,
-    sinks: &mut Sinks,
-    sel: &select::Selection,
-    pid: u32,
-    gone: &[usize],
-    decided_ns: u64,
-) -> crate::Result<()> {
-    if gone.is_empty() {
-        return Ok(());
-    }
-    let done = probes.detach_funcs(sel, gone, pid);
-    let record = DetachRecord {
-        ts_ns: monotonic_ns(),
-        decided_ns,
-        funcs: gone.iter().map(|&f| f as u32).collect(),
-    };
-    for &f in &record.funcs {
-        sinks.detach_from(f, decided_ns);
-    }
-    sinks.detach_later(record);
-    done
-}
-
-/// The file offsets in the main executable `exe` (as `/proc/PID/maps`
-/// names it) of the addresses on the flight recorder's samples of
-/// `[start_ns, end_ns)`, with their weights (samples), sorted.
-fn stall_offsets(
-    f: &FlightRecorder,
-    pid: u32,
-    exe: &str,
-    start_ns: u64,
-    end_ns: u64,
-) -> Vec<(u64, u64)> {
-    let mut seen = Seen::default();
-    for (_, user) in f.between(start_ns, end_ns) {
-        seen.stacks += 1;
-        for (i, &a) in user.iter().enumerate() {
-            if profiler_common::is_runtime_frame(a) {
-                continue;
-            }
-            // A return address, moved back into its call.
-            let at = if i == 0 { a } else { a.saturating_sub(1) };
-            *seen.addrs.entry(at).or_default() += 1;
-        }
-    }
-    let Ok(maps) = process::read_maps(pid) else {
-        return Vec::new();
-    };
-    presample::file_offsets(&seen, &maps, exe)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -827,37 +723,6 @@ mod tests {
         assert!(note.contains("12% of its time on the CPU"), "{note}");
         // Begun before the probes: nothing to say.
         assert_eq!(e.stall_note("g", (50, 400), false, 12.0), None);
-    }
-
-    #[test]
-    fn functions_too_hot_in_an_earlier_escalation_are_left_out() {
-        let func = |name: &str| select::Func {
-            name: name.into(),
-            binary: 0,
-            offset: 0,
-            dispatch: false,
-            exit: ExitProbe::Uretprobe,
-            unprobed: None,
-            cost: Default::default(),
-            semaphores: [0; 2],
-            tails: Vec::new(),
-            entry_shift: 0,
-        };
-        let mut funcs = vec![
-            func("_PyEval_EvalFrameDefault"),
-            func("parse"),
-            func("PyLong_FromLong"),
-        ];
-        let hot: HashSet<String> = ["PyLong_FromLong", "_PyEval_EvalFrameDefault"]
-            .into_iter()
-            .map(String::from)
-            .collect();
-        let gone = without_too_hot(&mut funcs, &hot);
-        assert_eq!(gone, ["_PyEval_EvalFrameDefault", "PyLong_FromLong"]);
-        assert_eq!(
-            funcs.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
-            ["parse"]
-        );
     }
 
     #[test]
