@@ -130,6 +130,15 @@ pub struct StallLine {
     /// `sampled` (from the flight recorder's samples) or `traced` (exact,
     /// from uprobes).
     pub tree: String,
+    /// What its group's escalation probed in it: the functions traced all
+    /// through a traced stall, or why a stall begun with them on is not
+    /// traced (the overhead governor took some off while it ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<String>,
+    /// The probes' time taken out of `duration_ns` (its wall time is the
+    /// sum): its hits' calibrated cost, or its samples in uprobe handling.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub probe_ns: u64,
     /// Samples taken inside it.
     pub samples: u32,
     /// True on the line told while a hang still runs.
@@ -151,6 +160,10 @@ pub struct StallLine {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A stall's full report: its line, and what a line leaves out.

@@ -595,6 +595,8 @@ mod tests {
                 waker: None,
                 source: None,
                 tree: "sampled".into(),
+                escalation: None,
+                probe_ns: 0,
                 samples: 10,
                 hang: false,
                 uncertain: None,

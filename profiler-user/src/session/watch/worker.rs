@@ -516,12 +516,13 @@ impl WatchSteer<'_> {
 
     /// [`WatchSteer::forward`]'s telling: returns each stall's group id,
     /// key, span (CLOCK_MONOTONIC), and whether it was traced (its group's
-    /// probes on all along) and whether its tree has traced frames.
+    /// probes on all along, within the budget), whether its tree has
+    /// traced frames, and its time in probes in % of its on-CPU time.
     #[expect(clippy::type_complexity, reason = "one stall's facts, once")]
     fn forward_told(
         &mut self,
         sinks: &mut Sinks,
-    ) -> Vec<(String, String, (u64, u64), (bool, bool))> {
+    ) -> Vec<(String, String, (u64, u64), (bool, bool, f64))> {
         let mut told = Vec::new();
         let notices = sinks
             .kept_notices
@@ -562,17 +563,28 @@ impl WatchSteer<'_> {
                 .tree
                 .iter()
                 .any(|n| n.depth > 0 && n.kind == Kind::Traced);
-            let traced = self.esc.is_traced(&gid, start_ns, has_traced);
+            // Its time in the probes, as its samples (in uprobe handling)
+            // or their calibrated cost say, whichever is more, in % of
+            // its time on the CPU.
+            let probe_pct = 100.0 * s.slow.probe_ns as f64
+                / (s.slow.split.on_cpu_ns + s.slow.probe_ns).max(1) as f64;
+            let traced = self
+                .esc
+                .is_traced(&gid, (start_ns, end_ns), has_traced, probe_pct);
+            let note = self
+                .esc
+                .stall_note(&gid, (start_ns, end_ns), traced, probe_pct);
             told.push((
                 gid,
                 s.slow.key.clone(),
                 (start_ns, end_ns),
-                (traced, has_traced),
+                (traced, has_traced, probe_pct),
             ));
             let mut report = self.report(d, sinks.flight.as_ref(), s);
             if traced {
                 report.line.tree = "traced".into();
             }
+            report.line.escalation = note;
             let _ = self.tx.send(Msg::Stall(Box::new(StallMsg { report })));
         }
         let Some(w) = &mut sinks.windows else {
@@ -660,6 +672,8 @@ impl WatchSteer<'_> {
             waker: None,
             source: None,
             tree: "sampled".into(),
+            escalation: None,
+            probe_ns: 0,
             samples: 0,
             hang: true,
             uncertain: None,
@@ -728,6 +742,8 @@ impl WatchSteer<'_> {
             waker,
             source: slow.source.as_ref().map(dispatch::wakers::source_text),
             tree: "sampled".into(),
+            escalation: None,
+            probe_ns: slow.probe_ns,
             samples: slow.samples,
             hang: false,
             uncertain,

@@ -16,18 +16,27 @@
 //! index is its probe cookie, and the pipeline's aggregates grow with it,
 //! told through a `ProbedRecord`); their probes' removal is told through a
 //! `DetachRecord`, as the governor's, so frames still open close there.
+//!
+//! `budget.rs` holds what keeps the probes within `--max-overhead` (the
+//! calibration, how often the estimate is judged, which stalls ran over,
+//! the functions too hot to probe again); `probes.rs` the stall's sampled
+//! offsets and the detach.
+mod budget;
+mod probes;
+
 use std::{
     collections::{HashSet, VecDeque},
-    sync::{mpsc::Sender, Once, OnceLock},
+    sync::mpsc::Sender,
     time::{Duration, Instant},
 };
 
+use self::{
+    budget::{calibrate_soon, governed_in, without_too_hot, CALIBRATED, EVERY},
+    probes::{detach, stall_offsets},
+};
 use super::Msg;
 use crate::{
-    analyze::{
-        flight::FlightRecorder,
-        overhead::{Estimator, ExitKind, FuncCost, ThreadSample},
-    },
+    analyze::overhead::{Estimator, ExitKind, FuncCost, ThreadSample},
     attach::{
         calibrate::{self, EntryKind, HitCost},
         probes::Probes,
@@ -35,12 +44,7 @@ use crate::{
     cli::{ExitProbes, SelectArgs},
     clock::monotonic_ns,
     output::watch::Escalation,
-    session::{
-        governor,
-        presample::{self, Seen},
-        probed::{DetachRecord, ProbedRecord},
-        sinks::Sinks,
-    },
+    session::{probed::ProbedRecord, sinks::Sinks},
     tracee::{exits::ExitProbe, process, select},
 };
 
@@ -51,33 +55,6 @@ pub const MAX_FUNCS_PER_GROUP: usize = 64;
 const MAX_QUEUED: usize = 16;
 /// A traced group without a stall for this long is unprobed.
 const IDLE: Duration = Duration::from_secs(60);
-/// The probes' cost on this host, measured once for every watched
-/// process, on a thread of its own (0.1-0.3 s, seconds on a loaded
-/// machine: a worker waiting for it would let stalls go by untraced).
-static CALIBRATED: OnceLock<HitCost> = OnceLock::new();
-static CALIBRATING: Once = Once::new();
-
-/// Starts the calibration, once, with the session's wait tracepoints.
-fn calibrate_soon(waits: calibrate::WaitTracepoints) {
-    CALIBRATING.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("watch-calibrate".into())
-            .spawn(move || {
-                let cost = calibrate::calibrate(waits).unwrap_or_else(|e| {
-                    eprintln!(
-                        "profiler: warning: {}; the overhead governor assumes {} µs per probe hit",
-                        crate::error::chain(&e),
-                        HitCost::FALLBACK.entry_ns / 1000.0
-                    );
-                    HitCost::FALLBACK
-                });
-                let _ = CALIBRATED.set(cost);
-            });
-        if spawned.is_err() {
-            let _ = CALIBRATED.set(HitCost::FALLBACK);
-        }
-    });
-}
 
 /// The group being traced.
 struct Traced {
@@ -89,13 +66,16 @@ struct Traced {
     functions: usize,
     traced_stalls: u32,
     governed: usize,
+    /// CLOCK_MONOTONIC when the overhead governor last detached some of
+    /// its functions: a stall running then ran over the budget, its tree
+    /// not whole, and is not one of its traced stalls.
+    governed_ns: Option<u64>,
     /// CLOCK_MONOTONIC once its probes were on: a stall begun before is
     /// not traced whole.
     attached_ns: u64,
     /// When it was last seen stalling (or was attached).
     last_seen: Instant,
     est: Option<Estimator>,
-    began: Instant,
     last_eval: Instant,
     peak_pct: f64,
     settled_pct: f64,
@@ -122,6 +102,10 @@ pub struct Escalator {
     queue: VecDeque<Queued>,
     /// Groups escalated, queued or refused here: each once.
     decided: HashSet<String>,
+    /// Functions the overhead governor detached here, by name: too hot to
+    /// probe within the budget in this process, never probed again for a
+    /// later group (an interpreter's evaluator runs in every stall).
+    too_hot: HashSet<String>,
     tx: Sender<Msg>,
 }
 
@@ -145,17 +129,75 @@ impl Escalator {
             current: None,
             queue: VecDeque::new(),
             decided: HashSet::new(),
+            too_hot: HashSet::new(),
             tx,
         }
     }
 
-    /// Whether a stall of group `gid` begun at `start_ns` (CLOCK_MONOTONIC)
-    /// whose tree has traced frames (`has_traced`) is a traced stall: its
-    /// group's probes were on for the whole of it.
-    pub fn is_traced(&self, gid: &str, start_ns: u64, has_traced: bool) -> bool {
-        self.current
-            .as_ref()
-            .is_some_and(|t| t.group == gid && start_ns >= t.attached_ns && has_traced)
+    /// Whether a stall of group `gid` from `start_ns` to `end_ns`
+    /// (CLOCK_MONOTONIC) whose tree has traced frames (`has_traced`) is a
+    /// traced stall: its group's probes were on for the whole of it, and
+    /// the overhead governor detached none of them while it ran (it ran
+    /// over the budget, and its tree lacks their calls from then on), and
+    /// its time in probes (`probe_pct` of its on-CPU time, from its
+    /// samples in uprobe handling or the calibrated cost of its hits) is
+    /// within `--max-overhead`.
+    pub fn is_traced(&self, gid: &str, span: (u64, u64), has_traced: bool, probe_pct: f64) -> bool {
+        self.current.as_ref().is_some_and(|t| {
+            t.group == gid
+                && span.0 >= t.attached_ns
+                && has_traced
+                && !governed_in(t, span)
+                && !self.over(probe_pct)
+        })
+    }
+
+    /// Whether `probe_pct` of a stall's on-CPU time in probes is over the
+    /// budget.
+    fn over(&self, probe_pct: f64) -> bool {
+        self.max_overhead > 0.0 && probe_pct > self.max_overhead
+    }
+
+    /// What a stall of group `gid` from `start_ns` to `end_ns` says of its
+    /// probes (`traced`: it is a traced stall): the functions traced all
+    /// through it, or that the governor took some off while it ran.
+    pub fn stall_note(
+        &self,
+        gid: &str,
+        span: (u64, u64),
+        traced: bool,
+        probe_pct: f64,
+    ) -> Option<String> {
+        let t = self.current.as_ref().filter(|t| t.group == gid)?;
+        if span.0 < t.attached_ns {
+            return None;
+        }
+        if traced {
+            let names: Vec<&str> = t
+                .live
+                .iter()
+                .take(8)
+                .map(|&i| self.sel.funcs[i].name.as_str())
+                .collect();
+            return Some(format!(
+                "traced: {} function(s) probed all through it: {}{}",
+                t.live.len(),
+                names.join(", "),
+                if t.live.len() > 8 { ", …" } else { "" }
+            ));
+        }
+        if governed_in(t, span) {
+            return Some(format!(
+                "not traced: its probes ran over --max-overhead {}% in it, and the overhead governor detached {} of its group's functions",
+                self.max_overhead, t.governed
+            ));
+        }
+        self.over(probe_pct).then(|| {
+            format!(
+                "not traced: {probe_pct:.0}% of its time on the CPU was in its group's probes, over --max-overhead {}%",
+                self.max_overhead
+            )
+        })
     }
 
     /// A stall of group `gid` (key `key`) was told, `traced` or not, from
@@ -174,12 +216,13 @@ impl Escalator {
         gid: &str,
         key: &str,
         (start_ns, end_ns): (u64, u64),
-        (traced, has_traced): (bool, bool),
+        (traced, has_traced, probe_pct): (bool, bool, f64),
         exe: &str,
     ) {
         if self.trace_stalls == 0 {
             return;
         }
+        let over = self.over(probe_pct);
         if let Some(t) = &mut self.current {
             if t.group == gid {
                 t.last_seen = Instant::now();
@@ -190,9 +233,28 @@ impl Escalator {
                     let why = match t.governed {
                         0 => "none of its probed functions ran in its last stall".to_string(),
                         n => format!(
-                            "the overhead governor detached {n} of its functions, and none of the others ran in its last stall"
+                            "the overhead governor detached {n} of its functions (over --max-overhead {}%), and none of the others ran in its last stall: nothing left to trace within the budget",
+                            self.max_overhead
                         ),
                     };
+                    self.finish(probes, sinks, why);
+                    return;
+                }
+                if start_ns >= t.attached_ns && over && !governed_in(t, (start_ns, end_ns)) {
+                    // Over the budget, and the governor's estimate did
+                    // not see it (its hits dearer than calibrated): the
+                    // stall's own samples say so, and the probes go.
+                    let why = format!(
+                        "its last stall spent {probe_pct:.0}% of its time on the CPU in the probes \
+                         (its samples in uprobe handling), over --max-overhead {}%",
+                        self.max_overhead
+                    );
+                    let hot: Vec<String> = t
+                        .live
+                        .iter()
+                        .map(|&i| self.sel.funcs[i].name.clone())
+                        .collect();
+                    self.too_hot.extend(hot);
                     self.finish(probes, sinks, why);
                     return;
                 }
@@ -209,22 +271,6 @@ impl Escalator {
             }
         }
         if has_traced || !self.decided.insert(gid.to_string()) {
-            return;
-        }
-        if let Some(runtime) = interpreted(key) {
-            let q = Queued {
-                group: gid.to_string(),
-                key: key.to_string(),
-                offsets: Vec::new(),
-            };
-            self.refuse(
-                &q,
-                format!(
-                    "its stall runs {runtime} code: the interpreter's own functions on its stack \
-                     are too hot to probe (a 220-ms CPython stall ran 516-675 ms traced, the \
-                     governor's estimate under-reading it), so it stays sampled"
-                ),
-            );
             return;
         }
         let offsets = sinks
@@ -264,11 +310,7 @@ impl Escalator {
             return;
         }
         let Some(est) = &mut t.est else { return };
-        let every = match t.began.elapsed() < governor::EARLY_FOR {
-            true => governor::EARLY_EVERY,
-            false => governor::EVERY,
-        };
-        if t.last_eval.elapsed() < every {
+        if t.last_eval.elapsed() < EVERY {
             return;
         }
         t.last_eval = Instant::now();
@@ -327,11 +369,17 @@ impl Escalator {
         }
         t.live.retain(|i| !gone.contains(i));
         t.governed += gone.len();
+        t.governed_ns = Some(decided_ns);
+        self.too_hot
+            .extend(gone.iter().map(|&i| self.sel.funcs[i].name.clone()));
         if t.live.is_empty() {
             self.finish(
                 probes,
                 sinks,
-                "the overhead governor detached every function".into(),
+                format!(
+                    "the overhead governor detached every function (over --max-overhead {}%)",
+                    self.max_overhead
+                ),
             );
         } else {
             self.tell(None);
@@ -360,7 +408,7 @@ impl Escalator {
                     if live.len() > 8 { ", …" } else { "" },
                     self.trace_stalls
                 );
-                let est = (self.max_overhead > 0.0).then(|| self.estimator(sinks));
+                let est = (self.max_overhead > 0.0).then(|| self.estimator(sinks).without_hold());
                 self.current = Some(Traced {
                     group: q.group,
                     key: q.key,
@@ -368,10 +416,10 @@ impl Escalator {
                     live,
                     traced_stalls: 0,
                     governed: 0,
+                    governed_ns: None,
                     attached_ns: monotonic_ns(),
                     last_seen: Instant::now(),
                     est,
-                    began: Instant::now(),
                     last_eval: Instant::now(),
                     peak_pct: 0.0,
                     settled_pct: 0.0,
@@ -430,6 +478,16 @@ impl Escalator {
             return Err(format!(
                 "no function of {} with a symbol on its samples",
                 target.exe.display()
+            ));
+        }
+        let hot = without_too_hot(&mut new.funcs, &self.too_hot);
+        if new.funcs.is_empty() {
+            return Err(format!(
+                "every function on its samples ({}) ran over --max-overhead {}% in an earlier \
+                 escalation here and was detached by the overhead governor: none is left to \
+                 trace within the budget",
+                hot.join(", "),
+                self.max_overhead
             ));
         }
         // Not calibrated yet: durations keep the probes' cost, and the
@@ -608,74 +666,6 @@ impl Escalator {
     }
 }
 
-/// Unprobes functions `gone` of `sel` (decided at `decided_ns`), and tells
-/// the pipeline: their frames still open close once every record up to
-/// the detach is read, as the governor's do.
-fn detach(
-    probes: &mut Probes,
-    sinks: &mut Sinks,
-    sel: &select::Selection,
-    pid: u32,
-    gone: &[usize],
-    decided_ns: u64,
-) -> crate::Result<()> {
-    if gone.is_empty() {
-        return Ok(());
-    }
-    let done = probes.detach_funcs(sel, gone, pid);
-    let record = DetachRecord {
-        ts_ns: monotonic_ns(),
-        decided_ns,
-        funcs: gone.iter().map(|&f| f as u32).collect(),
-    };
-    for &f in &record.funcs {
-        sinks.detach_from(f, decided_ns);
-    }
-    sinks.detach_later(record);
-    done
-}
-
-/// The file offsets in the main executable `exe` (as `/proc/PID/maps`
-/// names it) of the addresses on the flight recorder's samples of
-/// `[start_ns, end_ns)`, with their weights (samples), sorted.
-fn stall_offsets(
-    f: &FlightRecorder,
-    pid: u32,
-    exe: &str,
-    start_ns: u64,
-    end_ns: u64,
-) -> Vec<(u64, u64)> {
-    let mut seen = Seen::default();
-    for (_, user) in f.between(start_ns, end_ns) {
-        seen.stacks += 1;
-        for (i, &a) in user.iter().enumerate() {
-            if profiler_common::is_runtime_frame(a) {
-                continue;
-            }
-            // A return address, moved back into its call.
-            let at = if i == 0 { a } else { a.saturating_sub(1) };
-            *seen.addrs.entry(at).or_default() += 1;
-        }
-    }
-    let Ok(maps) = process::read_maps(pid) else {
-        return Vec::new();
-    };
-    presample::file_offsets(&seen, &maps, exe)
-}
-
-/// The runtime whose frames a stall's key holds (`py:`, `JS:`, `java:`):
-/// its native functions are the interpreter's or the VM's, hot in every
-/// stall, and not escalated.
-fn interpreted(key: &str) -> Option<&'static str> {
-    key.split(" <- ").find_map(|f| {
-        let f = f.trim_start_matches('[');
-        [("py:", "Python"), ("JS:", "JavaScript"), ("java:", "Java")]
-            .iter()
-            .find(|(p, _)| f.starts_with(p))
-            .map(|(_, r)| *r)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,10 +678,10 @@ mod tests {
             functions: 1,
             traced_stalls: 0,
             governed: 0,
+            governed_ns: None,
             attached_ns,
             last_seen: Instant::now(),
             est: None,
-            began: Instant::now(),
             last_eval: Instant::now(),
             peak_pct: 0.0,
             settled_pct: 0.0,
@@ -702,16 +692,37 @@ mod tests {
     fn a_stall_is_traced_only_in_its_group_begun_once_its_probes_were_on() {
         let (tx, _rx) = std::sync::mpsc::channel();
         let mut e = Escalator::new(1, (0, 10.0), Default::default(), tx);
-        assert!(!e.is_traced("g", 200, true));
+        assert!(!e.is_traced("g", (200, 200), true, 0.0));
         e.current = Some(traced("g", 100));
-        assert!(e.is_traced("g", 100, true));
-        assert!(e.is_traced("g", 200, true));
+        assert!(e.is_traced("g", (100, 100), true, 0.0));
+        assert!(e.is_traced("g", (200, 200), true, 0.0));
         // Begun before the probes went on: only part of it was seen.
-        assert!(!e.is_traced("g", 99, true));
+        assert!(!e.is_traced("g", (99, 99), true, 0.0));
         // No traced frame in it (none of the functions was called).
-        assert!(!e.is_traced("g", 200, false));
+        assert!(!e.is_traced("g", (200, 200), false, 0.0));
         // Another group's stall, though it called probed functions.
-        assert!(!e.is_traced("h", 200, true));
+        assert!(!e.is_traced("h", (200, 200), true, 0.0));
+    }
+
+    #[test]
+    fn a_stall_the_governor_detached_in_or_over_budget_by_its_samples_is_not_traced() {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let mut e = Escalator::new(1, (0, 10.0), Default::default(), tx);
+        let mut t = traced("g", 100);
+        t.governed_ns = Some(300);
+        e.current = Some(t);
+        // The governor detached while it ran: not traced, and said so.
+        assert!(!e.is_traced("g", (200, 400), true, 5.0));
+        let note = e.stall_note("g", (200, 400), false, 5.0).unwrap();
+        assert!(note.starts_with("not traced"), "{note}");
+        // After the detach, within the budget: traced.
+        assert!(e.is_traced("g", (301, 400), true, 9.9));
+        // Over the budget by its own samples.
+        assert!(!e.is_traced("g", (301, 400), true, 12.0));
+        let note = e.stall_note("g", (301, 400), false, 12.0).unwrap();
+        assert!(note.contains("12% of its time on the CPU"), "{note}");
+        // Begun before the probes: nothing to say.
+        assert_eq!(e.stall_note("g", (50, 400), false, 12.0), None);
     }
 
     #[test]
