@@ -32,6 +32,18 @@ const STALL_GAP: Duration = Duration::from_millis(300);
 /// The escalation's steps (attach, detach) are awaited this long.
 const STEP_WAIT: Duration = Duration::from_secs(20);
 
+/// `--max-overhead` of each configuration, and its heading.
+const CONFIGS: [(&str, &str); 2] = [
+    (
+        "10",
+        "With the overhead governor (`--max-overhead 10`, the default)",
+    ),
+    (
+        "0",
+        "Governor off (`--max-overhead 0`): the group's probes stay on",
+    ),
+];
+
 /// The four phases of a round, in the order the rows show them.
 const PHASES: [&str; 4] = [
     "unwatched",
@@ -42,9 +54,12 @@ const PHASES: [&str; 4] = [
 
 /// One round: a load run in each phase, and what watch said and wrote.
 struct Round {
-    unwatched_first: bool,
-    /// In the order of `PHASES`.
+    /// In the order of `PHASES`; the unwatched one is the mean of
+    /// `before` and `after_all`.
     runs: [Load; 4],
+    /// The unwatched runs before the watcher started and after it stopped.
+    before: Load,
+    after_all: Load,
     /// watch's `escalation: attached …` line.
     attached: String,
     /// Its `escalation: detached …` line.
@@ -70,7 +85,8 @@ impl Round {
 
 /// The figures of part r.
 pub struct Escalation {
-    rounds: Vec<Round>,
+    /// Per configuration (`CONFIGS`), its rounds.
+    rounds: Vec<Vec<Round>>,
     errors: Vec<String>,
     pinned: bool,
 }
@@ -94,13 +110,20 @@ fn slow_request(port: u16) -> Result<()> {
 /// The watched side of a round: watch attached, a load run with samples
 /// only, one slow request and the escalation's attach, a load run while
 /// traced, `TRACE_STALLS` slow requests and the detach, a load run after.
-fn watched(server: &mut Target, port: u16, pinned: bool, work: &Path) -> Result<Round> {
+fn watched(
+    server: &mut Target,
+    port: u16,
+    pinned: bool,
+    max_overhead: &str,
+    work: &Path,
+) -> Result<Round> {
     let pid = server.pid();
     let out = work.join("escalation-out");
     let _ = std::fs::remove_dir_all(&out);
     let mut cmd = Command::new(profiler_bin());
     cmd.args(["watch", "--pid", &pid.to_string(), "--duration", "10m"])
         .args(["--trace-stalls", &TRACE_STALLS.to_string()])
+        .args(["--max-overhead", max_overhead])
         .arg("--out")
         .arg(&out);
     let mut w = Tracer::start(&mut cmd, ReadyOn::Stderr, "no uprobes")?;
@@ -137,8 +160,9 @@ fn watched(server: &mut Target, port: u16, pinned: bool, work: &Path) -> Result<
     let lines: Vec<&str> = text.lines().collect();
     server.stdout.drain(Duration::from_millis(200));
     Ok(Round {
-        unwatched_first: false,
         runs: [sampled, sampled, traced, after],
+        before: sampled,
+        after_all: sampled,
         attached,
         detached,
         governor,
@@ -152,8 +176,10 @@ fn watched(server: &mut Target, port: u16, pinned: bool, work: &Path) -> Result<
     })
 }
 
-/// Runs part r: a warm-up run, then `rounds` rounds, the unwatched run
-/// first and last in turn.
+/// Runs part r: a warm-up run, then `rounds` rounds, each with an
+/// unwatched run before the watcher starts and after it stops, whose mean
+/// is the round's unwatched figure (the host's speed drifts, and the
+/// watched phases come in one order).
 pub fn measure(server_bin: &Path, rounds: usize, work: &Path) -> Escalation {
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let mut e = Escalation {
@@ -181,34 +207,35 @@ pub fn measure(server_bin: &Path, rounds: usize, work: &Path) -> Escalation {
         e.errors.push(format!("warm-up: {err:#}"));
         return e;
     }
-    for i in 0..rounds {
-        let unwatched_first = i % 2 == 0;
-        eprintln!("bench: escalation: round {i}");
-        let truth0 = stalls_of(&server);
-        let r = (|| -> Result<Round> {
-            let first = if unwatched_first {
-                Some(http_run(port, pid, pinned)?)
-            } else {
-                None
-            };
-            let mut r = watched(&mut server, port, pinned, work)?;
-            r.runs[0] = match first {
-                Some(un) => un,
-                None => http_run(port, pid, pinned)?,
-            };
-            r.unwatched_first = unwatched_first;
-            Ok(r)
-        })();
-        match r {
-            Ok(mut r) => {
-                r.truth = stalls_of(&server) - truth0;
-                eprintln!(
+    for (c, (max_overhead, _)) in CONFIGS.iter().enumerate() {
+        e.rounds.push(Vec::new());
+        for i in 0..rounds {
+            eprintln!("bench: escalation --max-overhead {max_overhead}: round {i}");
+            let truth0 = stalls_of(&server);
+            let r = (|| -> Result<Round> {
+                let before = http_run(port, pid, pinned)?;
+                let mut r = watched(&mut server, port, pinned, max_overhead, work)?;
+                let after_all = http_run(port, pid, pinned)?;
+                r.runs[0] = Load {
+                    rate: (before.rate + after_all.rate) / 2.0,
+                    cpu_us: (before.cpu_us + after_all.cpu_us) / 2.0,
+                };
+                (r.before, r.after_all) = (before, after_all);
+                Ok(r)
+            })();
+            match r {
+                Ok(mut r) => {
+                    r.truth = stalls_of(&server) - truth0;
+                    eprintln!(
                     "bench: escalation round {i}: {:.0} / {:.0} / {:.0} / {:.0} req/s; {} lines, {} traced, {} stalls",
                     r.runs[0].rate, r.runs[1].rate, r.runs[2].rate, r.runs[3].rate, r.lines, r.traced, r.truth
                 );
-                e.rounds.push(r);
+                    e.rounds[c].push(r);
+                }
+                Err(err) => e
+                    .errors
+                    .push(format!("--max-overhead {max_overhead}, round {i}: {err:#}")),
             }
-            Err(err) => e.errors.push(format!("round {i}: {err:#}")),
         }
     }
     if let Err(err) = server.guard.stop(Duration::from_secs(5)) {
@@ -232,9 +259,9 @@ fn step(line: &str) -> &str {
     line.split_once("escalation: ").map_or(line, |(_, s)| s)
 }
 
-pub fn rows(e: &Escalation) -> String {
+/// One configuration's tables, and round 1's steps.
+fn config_rows(rs: &[Round]) -> String {
     let mut md = String::new();
-    let rs = &e.rounds;
     md.push_str(
         "| phase | req/s (median) | / unwatched per round: median (min–max) | server CPU per request (median) | / unwatched per round: median (min–max) |\n\
          | --- | ---: | ---: | ---: | ---: |\n",
@@ -255,19 +282,19 @@ pub fn rows(e: &Escalation) -> String {
         );
     }
     md.push_str(
-        "\n| round | unwatched run | req/s: unwatched / samples only / traced / after | stalls.jsonl lines (traced) / the server's stalls | governor lines while traced |\n\
-         | ---: | --- | ---: | ---: | ---: |\n",
+        "\n| round | req/s: unwatched before / samples only / traced / after / unwatched after | stalls.jsonl lines (traced) / the server's stalls | governor lines while traced |\n\
+         | ---: | ---: | ---: | ---: |\n",
     );
     for (i, r) in rs.iter().enumerate() {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.0} / {:.0} / {:.0} / {:.0} | {} ({}) / {} | {} |",
+            "| {} | {:.0} / {:.0} / {:.0} / {:.0} / {:.0} | {} ({}) / {} | {} |",
             i + 1,
-            if r.unwatched_first { "first" } else { "last" },
-            r.runs[0].rate,
+            r.before.rate,
             r.runs[1].rate,
             r.runs[2].rate,
             r.runs[3].rate,
+            r.after_all.rate,
             r.lines,
             r.traced,
             r.truth,
@@ -285,6 +312,16 @@ pub fn rows(e: &Escalation) -> String {
             let _ = writeln!(md, "Its governor: `{g}`.");
         }
     }
+    md.push('\n');
+    md
+}
+
+pub fn rows(e: &Escalation) -> String {
+    let mut md = String::new();
+    for ((_, what), rs) in CONFIGS.iter().zip(&e.rounds) {
+        let _ = writeln!(md, "### {what}\n");
+        md.push_str(&config_rows(rs));
+    }
     for err in &e.errors {
         let _ = writeln!(md, "\nerror: {err}");
     }
@@ -294,13 +331,14 @@ pub fn rows(e: &Escalation) -> String {
          function starting with `push %rbp`, which the kernel emulates), is a single-threaded epoll \
          HTTP/1.1 server on loopback{}; every request runs serve -> handle_request -> parse_body -> \
          tokenize (a few µs), and `GET /slow` spins {STALL_MS} ms in tokenize. Each round: the load \
-         ({NODE_CONNS} keep-alive connections of `GET /`, {} s a run) unwatched, first or last in \
-         turn; `profiler watch --pid P --trace-stalls {TRACE_STALLS}`, a run {:.0} s after its \
+         ({NODE_CONNS} keep-alive connections of `GET /`, {} s a run) unwatched; `profiler watch --pid P --trace-stalls {TRACE_STALLS}`, a run {:.0} s after its \
          attached line (samples only); one `GET /slow`, whose group watch escalates, a run once \
          watch says `escalation: attached` (the uprobes on); {TRACE_STALLS} more `GET /slow`, \
-         {} ms apart, traced, and a run once watch says `escalation: detached` (the probes off). \
+         {} ms apart, traced, and a run once watch says `escalation: detached` (the probes off); the watcher stopped, the load unwatched \
+         again. The unwatched figure of a round is the mean of its two unwatched runs: this \
+         host's vCPUs change speed by up to 25% within minutes, and the phases run in one order. \
          Server CPU per request is its schedstat run time over the run's requests (the probes' \
-         cost falls there). watch's governor holds `--max-overhead 10` meanwhile, and may take \
+         cost falls there). With the governor, it holds `--max-overhead 10` meanwhile and may take \
          functions off while the group is traced: its lines are counted.",
         if e.pinned {
             ", pinned to CPU 0, its load to CPU 1, the watcher unpinned"
