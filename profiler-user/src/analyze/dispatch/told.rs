@@ -93,7 +93,7 @@ pub enum Notice {
     },
     /// A dispatch ended that was not the program's own stall: the process
     /// was stopped or traced, or the system suspended, while it ran
-    /// ([`Dispatcher::not_the_programs`]). Neither slow nor counted.
+    /// ([`Dispatcher::not_the_programs`](super::Dispatcher::not_the_programs)). Neither slow nor counted.
     Excluded {
         /// Start, since the session began.
         start_ns: u64,
