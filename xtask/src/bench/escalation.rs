@@ -107,10 +107,11 @@ fn slow_request(port: u16) -> Result<()> {
     Ok(())
 }
 
-/// The watched side of a round: watch attached, a load run with samples
-/// only, one slow request and the escalation's attach, a load run while
-/// traced, `TRACE_STALLS` slow requests and the detach, a load run after.
-fn watched(
+/// One round: a load run unwatched, then watch attached, a load run with
+/// samples only, one slow request and the escalation's attach, a load run
+/// while traced, `TRACE_STALLS` slow requests and the detach, a load run
+/// after; watch stopped, a load run unwatched again.
+fn round(
     server: &mut Target,
     port: u16,
     pinned: bool,
@@ -118,6 +119,9 @@ fn watched(
     work: &Path,
 ) -> Result<Round> {
     let pid = server.pid();
+    let truth0 = stalls_of(server);
+    let run = || http_run(port, pid, pinned);
+    let before = run()?;
     let out = work.join("escalation-out");
     let _ = std::fs::remove_dir_all(&out);
     let mut cmd = Command::new(profiler_bin());
@@ -128,7 +132,6 @@ fn watched(
         .arg(&out);
     let mut w = Tracer::start(&mut cmd, ReadyOn::Stderr, "no uprobes")?;
     std::thread::sleep(SETTLE);
-    let run = || http_run(port, pid, pinned);
     let sampled = run()?;
     slow_request(port)?;
     let attached = w
@@ -156,13 +159,18 @@ fn watched(
     if !status.success() {
         bail!("`profiler watch` exited with {status}:\n{}", w.output());
     }
+    let after_all = run()?;
     let text = std::fs::read_to_string(out.join("stalls.jsonl")).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     server.stdout.drain(Duration::from_millis(200));
+    let unwatched = Load {
+        rate: (before.rate + after_all.rate) / 2.0,
+        cpu_us: (before.cpu_us + after_all.cpu_us) / 2.0,
+    };
     Ok(Round {
-        runs: [sampled, sampled, traced, after],
-        before: sampled,
-        after_all: sampled,
+        runs: [unwatched, sampled, traced, after],
+        before,
+        after_all,
         attached,
         detached,
         governor,
@@ -172,7 +180,7 @@ fn watched(
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v["tree"] == "traced")
             .count(),
-        truth: 0,
+        truth: stalls_of(server) - truth0,
     })
 }
 
@@ -211,21 +219,8 @@ pub fn measure(server_bin: &Path, rounds: usize, work: &Path) -> Escalation {
         e.rounds.push(Vec::new());
         for i in 0..rounds {
             eprintln!("bench: escalation --max-overhead {max_overhead}: round {i}");
-            let truth0 = stalls_of(&server);
-            let r = (|| -> Result<Round> {
-                let before = http_run(port, pid, pinned)?;
-                let mut r = watched(&mut server, port, pinned, max_overhead, work)?;
-                let after_all = http_run(port, pid, pinned)?;
-                r.runs[0] = Load {
-                    rate: (before.rate + after_all.rate) / 2.0,
-                    cpu_us: (before.cpu_us + after_all.cpu_us) / 2.0,
-                };
-                (r.before, r.after_all) = (before, after_all);
-                Ok(r)
-            })();
-            match r {
-                Ok(mut r) => {
-                    r.truth = stalls_of(&server) - truth0;
+            match round(&mut server, port, pinned, max_overhead, work) {
+                Ok(r) => {
                     eprintln!(
                     "bench: escalation round {i}: {:.0} / {:.0} / {:.0} / {:.0} req/s; {} lines, {} traced, {} stalls",
                     r.runs[0].rate, r.runs[1].rate, r.runs[2].rate, r.runs[3].rate, r.lines, r.traced, r.truth

@@ -246,28 +246,11 @@ impl Tree {
     pub fn key_node_given(&self, runnable_ns: u64) -> usize {
         let total = self.nodes[0].total_ns.max(1);
         let seen = total.saturating_sub(runnable_ns).max(1);
-        let depths = self.own_depths();
-        let pick = |kinds: &[Kind]| {
-            let base = if kinds.contains(&Kind::Traced) {
-                total
-            } else {
-                seen
-            };
-            let mut best: Option<(u128, usize)> = None;
-            for (i, n) in self.nodes.iter().enumerate().skip(1) {
-                if !kinds.contains(&n.kind) || u128::from(n.total_ns) * 10 < u128::from(base) * 3 {
-                    continue;
-                }
-                let score = u128::from(depths[i] + 1) * u128::from(n.total_ns);
-                if best.is_none_or(|(s, _)| score > s) {
-                    best = Some((score, i));
-                }
-            }
-            best.map(|(_, i)| self.own_or_ancestor(i))
-        };
-        pick(&[Kind::Traced])
+        let of =
+            |kinds: &'static [Kind]| move |n: &Node| kinds.contains(&n.kind).then_some(n.total_ns);
+        self.pick(total, of(&[Kind::Traced]))
             .filter(|&i| i != 0)
-            .or_else(|| pick(&[Kind::Sampled, Kind::Blocked]))
+            .or_else(|| self.pick(seen, of(&[Kind::Sampled, Kind::Blocked])))
             .unwrap_or(0)
     }
 
@@ -280,18 +263,27 @@ impl Tree {
     pub fn samples_key_node_given(&self, runnable_ns: u64) -> usize {
         let total = self.nodes[0].total_ns.max(1);
         let seen = total.saturating_sub(runnable_ns).max(1);
+        self.pick(seen, |n| (n.kind != Kind::Waker).then_some(n.seen_ns))
+            .unwrap_or(0)
+    }
+
+    /// Matrix's pick: among the nodes `weight` weighs (None: not one) at
+    /// 30% of `base` or more, the largest (own depth + 1) × weight, moved
+    /// up to the program's own frame.
+    fn pick(&self, base: u64, weight: impl Fn(&Node) -> Option<u64>) -> Option<usize> {
         let depths = self.own_depths();
         let mut best: Option<(u128, usize)> = None;
         for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            if n.kind == Kind::Waker || u128::from(n.seen_ns) * 10 < u128::from(seen) * 3 {
+            let Some(w) = weight(n) else { continue };
+            if u128::from(w) * 10 < u128::from(base) * 3 {
                 continue;
             }
-            let score = u128::from(depths[i] + 1) * u128::from(n.seen_ns);
+            let score = u128::from(depths[i] + 1) * u128::from(w);
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, i));
             }
         }
-        best.map_or(0, |(_, i)| self.own_or_ancestor(i))
+        best.map(|(_, i)| self.own_or_ancestor(i))
     }
 
     /// `id` if it is a frame of the program's own ([`frames::is_own`]),
