@@ -53,6 +53,25 @@ fn stalls_to_end(app: &mut Server, limit: Duration) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The app's stalls a watcher attached at `attached_ns` (when its
+/// attached line was read) must report: every one that began after it,
+/// and one that began before only where a line starts within 5 ms before
+/// it (the attach finished a little before its line was read). A stall
+/// already running at the attach, on a loaded machine slower than the
+/// app's first 4 s, began before there was anything to see it.
+fn stalls_watched(all: &[(u64, u64)], attached_ns: u64, lines: &[Value]) -> Vec<(u64, u64)> {
+    all.iter()
+        .copied()
+        .filter(|&(s, _)| {
+            s >= attached_ns
+                || lines.iter().any(|l| {
+                    let ls = l["start_ns"].as_u64().unwrap_or(u64::MAX);
+                    ls <= s && s - ls < 5_000_000
+                })
+        })
+        .collect()
+}
+
 /// The path of first children from the root of a line's `call_tree`,
 /// below its `(loop iteration)` node: (name, calls, kind).
 fn first_path(line: &Value) -> Vec<(String, u64, String)> {
@@ -90,8 +109,9 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
     let out = TempDir::new("watch-esc");
     // 16 requests, one every ~300 ms (100 ms in
     // handle_request -> parse_body -> tokenize, then 200 ms of fast ticks),
-    // the first 1.5 s after the start.
-    let mut app = start_app(&["16", "1500", "200", "100"]);
+    // the first 4 s after the start: the watcher's attach, its programs
+    // verified and loaded, takes 2-3 s here.
+    let mut app = start_app(&["16", "4000", "200", "100"]);
     let pid = app.pid.to_string();
     let mut w = Recording::spawn_until(
         {
@@ -110,20 +130,8 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
         },
         &format!("watching PID {pid} ("),
     );
-    // The stalls from the watcher's attached line on: an attach slower
-    // than the app's first 1.5 s (a loaded machine) misses its first stall,
-    // which began before there was anything to see it.
     let attached_ns = monotonic_ns();
     let all = stalls_to_end(&mut app, Duration::from_secs(60));
-    let truth: Vec<(u64, u64)> = all
-        .iter()
-        .copied()
-        .filter(|&(s, _)| s >= attached_ns)
-        .collect();
-    assert!(
-        truth.len() >= 14,
-        "the app's stalls mostly after the attach: {all:?}"
-    );
     w.wait_for_line(
         &format!("stopped watching PID {pid}: it exited"),
         Duration::from_secs(10),
@@ -131,6 +139,11 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
     let fin = w.stop(libc::SIGTERM);
     assert!(fin.status.success(), "{fin:?}");
     let lines = lines_of(out.path(), app.pid);
+    let truth = stalls_watched(&all, attached_ns, &lines);
+    assert!(
+        truth.len() >= 14,
+        "the app's stalls mostly after the attach: {all:?}"
+    );
     let summary: Vec<String> = lines
         .iter()
         .map(|l| format!("{} {:?}", l["tree"], first_path(l)))
@@ -157,11 +170,14 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
     for l in &lines[traced[2] + 1..] {
         assert_eq!(l["tree"], "sampled", "{summary:#?}");
     }
-    // The traced trees: the chain, exactly one call at each level.
+    // The traced trees: the chain, exactly one call at each level (below
+    // tokenize, samples may land in the C library's clock_gettime, the
+    // vDSO's, or the kernel's where the clock source needs a syscall).
     for &i in &traced {
         let path = first_path(&lines[i]);
         let chain: Vec<(&str, u64, &str)> = path
             .iter()
+            .filter(|(_, _, k)| k != "sampled")
             .map(|(n, c, k)| (n.as_str(), *c, k.as_str()))
             .collect();
         assert_eq!(
@@ -212,7 +228,7 @@ fn a_native_group_is_sampled_then_traced_exactly_then_sampled_again() {
 fn trace_stalls_0_probes_nothing() {
     require_root!();
     let out = TempDir::new("watch-esc-off");
-    let mut app = start_app(&["4", "1500", "200", "100"]);
+    let mut app = start_app(&["4", "4000", "200", "100"]);
     let pid = app.pid.to_string();
     let mut w = Recording::spawn_until(
         {
@@ -229,7 +245,8 @@ fn trace_stalls_0_probes_nothing() {
         },
         &format!("watching PID {pid} ("),
     );
-    let truth = stalls_to_end(&mut app, Duration::from_secs(30));
+    let attached_ns = monotonic_ns();
+    let all = stalls_to_end(&mut app, Duration::from_secs(30));
     w.wait_for_line(
         &format!("stopped watching PID {pid}: it exited"),
         Duration::from_secs(10),
@@ -247,7 +264,12 @@ fn trace_stalls_0_probes_nothing() {
         fin.stderr
     );
     let lines = lines_of(out.path(), app.pid);
-    assert_eq!(lines.len(), truth.len());
+    let truth = stalls_watched(&all, attached_ns, &lines);
+    assert!(
+        truth.len() >= 3,
+        "the app's stalls mostly after the attach: {all:?}"
+    );
+    assert_eq!(lines.len(), truth.len(), "{lines:?}\n{all:?}");
     assert!(lines.iter().all(|l| l["tree"] == "sampled"));
     assert!(escalation_of(out.path(), "tokenize").is_null());
 }
