@@ -41,9 +41,16 @@ pub const LEAF: u64 = 1 << (ADDR_SHIFT - 1);
 /// it.
 pub const OFFSET_MAX: u64 = LEAF - 1;
 
-/// The first four bytes of the names of the blobs the kernel tells
-/// apart (`CodeBlob::_name`), little-endian.
-pub const NAME_INTERPRETER: u32 = u32::from_le_bytes(*b"Inte");
+/// Bytes the kernel reads at once from an interpreted frame, from
+/// [`FP_WINDOW`] below its frame pointer: the slots below it (the
+/// bytecode pointer the lowest of them), the saved `rbp` and the return
+/// address.
+pub const FP_WINDOW: u32 = 64;
+pub const FP_WINDOW_WORDS: usize = (FP_WINDOW as usize + 16) / 8;
+/// Bytes the kernel reads at once from a `CodeBlob`, from
+/// `HsProc::blob_window`: its frame size, frame-complete offset and code
+/// start.
+pub const BLOB_WINDOW: u32 = 32;
 
 /// Where one JVM keeps what the kernel reads.
 #[repr(C)]
@@ -53,13 +60,19 @@ pub struct HsProc {
     pub heap_lo: [u64; MAX_HEAPS],
     pub heap_hi: [u64; MAX_HEAPS],
     pub segmap: [u64; MAX_HEAPS],
+    /// The interpreter's code (`AbstractInterpreter::_code`'s stub
+    /// buffer), `[lo, hi)`: a pc there is an interpreted frame's, with no
+    /// segment map to search.
+    pub interp_lo: u64,
+    pub interp_hi: u64,
     /// `log2` of each heap's segment size.
     pub seg_shift: [u32; MAX_HEAPS],
     /// `sizeof(HeapBlock)`: a blob starts that far into its block.
     pub heap_block: u32,
-    /// `CodeBlob::_name`, `_frame_size` (words), `_frame_complete_offset`,
-    /// `_code_begin`.
-    pub blob_name: u32,
+    /// Where in a `CodeBlob` the kernel's one read of [`BLOB_WINDOW`]
+    /// bytes starts, and where in that window `_frame_size` (words),
+    /// `_frame_complete_offset` and `_code_begin` are (bytes).
+    pub blob_window: u32,
     pub blob_frame_size: u32,
     pub blob_frame_complete: u32,
     pub blob_code_begin: u32,
@@ -67,8 +80,9 @@ pub struct HsProc {
     /// follow it).
     pub method_const: u32,
     pub const_method_size: u32,
-    /// Below an interpreted frame's frame pointer (bytes): the sender's
-    /// stack pointer, the `Method*`, the saved bytecode pointer.
+    /// Below an interpreted frame's frame pointer (bytes, at most
+    /// [`FP_WINDOW`]): the sender's stack pointer, the `Method*`, the
+    /// saved bytecode pointer.
     pub fp_sender_sp: u32,
     pub fp_method: u32,
     pub fp_bcp: u32,
@@ -143,6 +157,6 @@ mod tests {
         );
         assert_eq!(object(c), object(encode_compiled(m, 7, true)));
         assert!(!is_frame(0x7fff_ffff_f000) && !is_frame(0xffff_ffff_8100_0000));
-        assert_eq!(core::mem::size_of::<HsProc>(), 128);
+        assert_eq!(core::mem::size_of::<HsProc>(), 144);
     }
 }

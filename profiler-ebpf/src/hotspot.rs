@@ -1,13 +1,20 @@
 //! HotSpot frames: in a process the agent found running a JVM
 //! (`HS_PROCS`, with the code heaps and the offsets libjvm.so's own
 //! `gHotSpotVMStructs` give), a pc the table unwinder meets in the code
-//! cache is looked up in its code heap's segment map (a few hops back to
-//! the start of its `CodeBlob`). The interpreter's frames are stepped by
+//! cache is either the interpreter's (its code's range is in the entry)
+//! or looked up in its code heap's segment map (a few hops back to the
+//! start of its `CodeBlob`). The interpreter's frames are stepped by
 //! their frame pointer, and their slot holds the frame's `Method*` and
 //! bytecode index ([`hotspot::encode_interpreted`]); other blobs' frames
 //! (compiled methods, stubs) by the frame size their blob gives, and their
 //! slot holds the blob ([`hotspot::encode_compiled`]). The agent names
 //! both.
+//!
+//! Each frame's words are read in as few reads as the layout allows,
+//! into the walk's per-CPU buffer (a read costs more than the rest of a
+//! step): an interpreted frame is one read of its slots, saved `rbp` and
+//! return address plus one of its `Method`; a compiled one is the segment
+//! map's hops, one read of its blob's header and one of its frame's end.
 //!
 //! A process without an entry costs one hash lookup per walk.
 use aya_ebpf::{
@@ -17,7 +24,8 @@ use aya_ebpf::{
     maps::HashMap,
 };
 use profiler_common::hotspot::{
-    self, HsProc, HS_PROCS_CAPACITY, LOW_MAX, MAX_HEAPS, NAME_INTERPRETER, SEGMAP_HOPS,
+    self, HsProc, BLOB_WINDOW, FP_WINDOW, FP_WINDOW_WORDS, HS_PROCS_CAPACITY, LOW_MAX, MAX_HEAPS,
+    SEGMAP_HOPS,
 };
 
 /// Processes running HotSpot, by tgid (written by the agent).
@@ -88,6 +96,32 @@ fn user_r13() -> Option<u64> {
     }
 }
 
+/// The walk's buffer for a frame's reads: [`FP_WINDOW_WORDS`] words.
+pub type Buf = [u64; FP_WINDOW_WORDS];
+
+/// Reads `len` bytes at `addr` into `buf` (at most its size).
+#[inline(always)]
+fn read_into(buf: *mut Buf, len: u32, addr: u64) -> Option<()> {
+    // SAFETY: the buffer holds `len` bytes (callers pass constants no
+    // larger); bpf_probe_read_user copes with any source address.
+    let r = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(
+            buf.cast(),
+            len,
+            addr as *const core::ffi::c_void,
+        )
+    };
+    (r == 0).then_some(())
+}
+
+/// The `T` at byte `off` of the buffer (masked into its first 64 bytes:
+/// the agent checked the offsets).
+#[inline(always)]
+fn at<T: Copy>(buf: *const Buf, off: u32) -> T {
+    // SAFETY: 64 + size_of::<T>() (at most 8) bytes fit in the buffer.
+    unsafe { core::ptr::read_unaligned(buf.cast::<u8>().add((off & 63) as usize).cast::<T>()) }
+}
+
 /// A Java frame: its slot, and its caller's pc, sp and rbp.
 pub struct Step {
     pub slot: u64,
@@ -99,20 +133,25 @@ pub struct Step {
 /// The Java frame at `pc` (with `sp`, `bp`), or None when `pc` is in no
 /// blob the walk can step (not the code cache; a stub without a frame
 /// size). `leaf`: the sampled frame, whose pc is not a return address.
+/// `buf`: the walk's scratch for the frame's reads.
 #[inline(always)]
-pub fn frame(p: &HsProc, pc: u64, sp: u64, bp: u64, leaf: bool) -> Option<Step> {
+pub fn frame(p: &HsProc, buf: *mut Buf, pc: u64, sp: u64, bp: u64, leaf: bool) -> Option<Step> {
     let lookup = if leaf { pc } else { pc - 1 };
-    let blob = blob(p, lookup)?;
-    let name: u64 = read(blob + u64::from(p.blob_name))?;
-    let first: u32 = read(name)?;
-    if first == NAME_INTERPRETER {
-        if bp <= sp {
+    if lookup >= p.interp_lo && lookup < p.interp_hi {
+        if bp <= sp || bp < u64::from(FP_WINDOW) {
             return None;
         }
-        let method: u64 = read(bp - u64::from(p.fp_method))?;
+        // The slots below the frame pointer, the saved rbp, the return
+        // address: one read.
+        read_into(buf, FP_WINDOW + 16, bp - u64::from(FP_WINDOW))?;
+        let below = |off: u32| -> u64 { at(buf, FP_WINDOW.wrapping_sub(off)) };
+        let method = below(p.fp_method);
+        let saved = below(p.fp_bcp);
+        let sender_sp = below(p.fp_sender_sp);
+        // SAFETY: the buffer holds FP_WINDOW_WORDS words.
+        let (saved_bp, ret) = unsafe { ((*buf)[FP_WINDOW_WORDS - 2], (*buf)[FP_WINDOW_WORDS - 1]) };
         let cm: u64 = read(method + u64::from(p.method_const))?;
         let code = cm + u64::from(p.const_method_size);
-        let saved: u64 = read(bp - u64::from(p.fp_bcp))?;
         // The leaf's bytecode pointer is in r13 (the frame's slot is
         // written only at calls); any other value there is not taken.
         let live = if leaf { user_r13().unwrap_or(0) } else { 0 };
@@ -124,14 +163,17 @@ pub fn frame(p: &HsProc, pc: u64, sp: u64, bp: u64, leaf: bool) -> Option<Step> 
         let bci = if bcp >= code { bcp - code } else { LOW_MAX };
         return Some(Step {
             slot: hotspot::encode_interpreted(method, bci),
-            pc: read(bp + 8)?,
-            sp: read(bp - u64::from(p.fp_sender_sp))?,
-            bp: read(bp)?,
+            pc: ret,
+            sp: sender_sp,
+            bp: saved_bp,
         });
     }
-    let size: i32 = read(blob + u64::from(p.blob_frame_size))?;
-    let complete: i32 = read(blob + u64::from(p.blob_frame_complete))?;
-    let code: u64 = read(blob + u64::from(p.blob_code_begin))?;
+    let blob = blob(p, lookup)?;
+    // Its frame size, frame-complete offset and code start: one read.
+    read_into(buf, BLOB_WINDOW, blob + u64::from(p.blob_window))?;
+    let size: i32 = at(buf, p.blob_frame_size);
+    let complete: i32 = at(buf, p.blob_frame_complete);
+    let code: u64 = at(buf, p.blob_code_begin);
     let size = size as i64 as u64;
     if size > MAX_FRAME_WORDS {
         return None;
@@ -143,11 +185,14 @@ pub fn frame(p: &HsProc, pc: u64, sp: u64, bp: u64, leaf: bool) -> Option<Step> 
         if bp <= sp {
             return None;
         }
+        read_into(buf, 16, bp)?;
+        // SAFETY: the buffer holds FP_WINDOW_WORDS words.
+        let (saved_bp, ret) = unsafe { ((*buf)[0], (*buf)[1]) };
         return Some(Step {
             slot,
-            pc: read(bp + 8)?,
+            pc: ret,
             sp: bp + 16,
-            bp: read(bp)?,
+            bp: saved_bp,
         });
     }
     // In the prologue of the sampled frame: only the return address is
@@ -161,10 +206,13 @@ pub fn frame(p: &HsProc, pc: u64, sp: u64, bp: u64, leaf: bool) -> Option<Step> 
         });
     }
     let cfa = sp + size * 8;
+    read_into(buf, 16, cfa - 16)?;
+    // SAFETY: the buffer holds FP_WINDOW_WORDS words.
+    let (saved_bp, ret) = unsafe { ((*buf)[0], (*buf)[1]) };
     Some(Step {
         slot,
-        pc: read(cfa - 8)?,
+        pc: ret,
         sp: cfa,
-        bp: read(cfa - 16)?,
+        bp: saved_bp,
     })
 }

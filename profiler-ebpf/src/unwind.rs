@@ -104,6 +104,8 @@ struct Walk {
     /// offsets of its frames).
     hs: u32,
     hsp: profiler_common::hotspot::HsProc,
+    /// The Java step's reads land here (`hotspot::frame`).
+    hsbuf: crate::hotspot::Buf,
 }
 
 /// The user registers of the current task: live in a user-mode sample, or
@@ -329,7 +331,8 @@ fn java_frame(w: &mut Walk, stack: *mut UserStack, n: usize, before: u64) -> Opt
     if w.hs == 0 {
         return None;
     }
-    let s = crate::hotspot::frame(&w.hsp, w.pc, w.sp, w.bp, n == 0)?;
+    let buf = core::ptr::addr_of_mut!(w.hsbuf);
+    let s = crate::hotspot::frame(&w.hsp, buf, w.pc, w.sp, w.bp, n == 0)?;
     // SAFETY: per-CPU scratch, index masked into range.
     unsafe { (*stack).frames[n & (MAX_UNWIND_FRAMES - 1)] = s.slot };
     w.hash = (before ^ s.slot).wrapping_mul(FNV_PRIME);

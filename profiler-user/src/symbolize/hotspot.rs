@@ -31,7 +31,9 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHash, MapData};
-use profiler_common::hotspot::{self as common, HsProc, LEAF, LOW_MAX, MAX_HEAPS, OFFSET_MAX};
+use profiler_common::hotspot::{
+    self as common, HsProc, BLOB_WINDOW, FP_WINDOW, LEAF, LOW_MAX, MAX_HEAPS, OFFSET_MAX,
+};
 
 use super::proc_mem::Mem;
 
@@ -42,6 +44,8 @@ pub const PREFIX: &str = "java:";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     kernel: HsProc,
+    /// `CodeBlob::_name`.
+    blob_name: u32,
     const_constants: u32,
     const_flags: u32,
     const_code_size: u32,
@@ -272,6 +276,11 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     }
     let method_slot = last_sp - 1;
     let bcp_slot = method_slot - 5;
+    // The kernel reads an interpreted frame's slots in one read of the
+    // FP_WINDOW bytes below its frame pointer.
+    if -bcp_slot * 8 > i64::from(FP_WINDOW) {
+        return Err(format!("interpreter frame slot {bcp_slot}"));
+    }
     let has_line_table = t.int("ConstMethod::_has_linenumber_table")?;
     let has_line_table = u16::try_from(has_line_table).map_err(|_| "line-table flag")?;
     let vs_low_boundary = t.off("VirtualSpace", "_low_boundary", "char*")?;
@@ -282,12 +291,25 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     let heap_shift = t.off("CodeHeap", "_log2_segment_size", "int")?;
     let array_len = t.off("GrowableArrayBase", "_len", "int")?;
     let array_data = t.off("GrowableArray<int>", "_data", "int*")?;
+    // The kernel reads a blob's frame size, frame-complete offset and code
+    // start in one read of BLOB_WINDOW bytes: they must lie that close.
+    let frame_size = t.off("CodeBlob", "_frame_size", "int")?;
+    let frame_complete = t.off("CodeBlob", "_frame_complete_offset", "int")?;
+    let code_begin = t.off("CodeBlob", "_code_begin", "address")?;
+    let blob_window = frame_size.min(frame_complete).min(code_begin) & !7;
+    let window_end = (frame_size + 4).max(frame_complete + 4).max(code_begin + 8);
+    if window_end - blob_window > BLOB_WINDOW {
+        return Err(format!(
+            "CodeBlob's frame size, frame-complete offset and code start span {} bytes",
+            window_end - blob_window
+        ));
+    }
     let mut kernel = HsProc {
         heap_block: t.size("HeapBlock")?,
-        blob_name: t.off("CodeBlob", "_name", "const char*")?,
-        blob_frame_size: t.off("CodeBlob", "_frame_size", "int")?,
-        blob_frame_complete: t.off("CodeBlob", "_frame_complete_offset", "int")?,
-        blob_code_begin: t.off("CodeBlob", "_code_begin", "address")?,
+        blob_window,
+        blob_frame_size: frame_size - blob_window,
+        blob_frame_complete: frame_complete - blob_window,
+        blob_code_begin: code_begin - blob_window,
         method_const: t.off("Method", "_constMethod", "ConstMethod*")?,
         const_method_size: t.size("ConstMethod")?,
         fp_sender_sp: (-sender_sp * 8) as u32,
@@ -297,6 +319,7 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     };
     let meta = Meta {
         kernel,
+        blob_name: t.off("CodeBlob", "_name", "const char*")?,
         const_constants: t.off("ConstMethod", "_constants", "ConstantPool*")?,
         const_flags: t.off("ConstMethod", "_flags", "u2")?,
         const_code_size: t.off("ConstMethod", "_code_size", "u2")?,
@@ -319,6 +342,27 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
         pc_desc_pc: t.off("PcDesc", "_pc_offset", "int")?,
         pc_desc_scope: t.off("PcDesc", "_scope_decode_offset", "int")?,
     };
+    // The interpreter's code: AbstractInterpreter::_code, a StubQueue*
+    // whose buffer holds every codelet. Set up with the code heaps.
+    let queue = mem
+        .u64(t.address("AbstractInterpreter", "_code")?)
+        .ok_or("AbstractInterpreter::_code unreadable")?;
+    if queue == 0 {
+        return Ok(None);
+    }
+    let buffer = mem
+        .u64(queue + u64::from(t.off("StubQueue", "_stub_buffer", "address")?))
+        .ok_or("the interpreter's code unreadable")?;
+    let limit = mem
+        .u32(queue + u64::from(t.off("StubQueue", "_buffer_limit", "int")?))
+        .ok_or("the interpreter's code unreadable")?;
+    if buffer == 0 || limit == 0 || limit > 1 << 26 {
+        return Err(format!(
+            "the interpreter's code at {buffer:#x}, {limit} bytes"
+        ));
+    }
+    kernel.interp_lo = buffer;
+    kernel.interp_hi = buffer + u64::from(limit);
     // The code heaps: CodeCache::_heaps, a GrowableArray<CodeHeap*>*.
     let heaps = mem
         .u64(t.address("CodeCache", "_heaps")?)
@@ -670,7 +714,7 @@ fn decode_lines(bytes: &[u8]) -> Option<Vec<(u32, u32)>> {
 
 /// Reads blob `blob`: a compiled method's, or a stub's name.
 fn read_blob(mem: &Mem, meta: &Meta, blob: u64) -> Option<Blob> {
-    let name = cstr(mem, mem.u64(blob + u64::from(meta.kernel.blob_name))?)?;
+    let name = cstr(mem, mem.u64(blob + u64::from(meta.blob_name))?)?;
     if name == "nmethod" || name == "native nmethod" {
         let m = mem.u64(blob + u64::from(meta.compiled_method))?;
         let scopes = (name == "nmethod")

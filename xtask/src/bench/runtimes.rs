@@ -1,8 +1,9 @@
 //! Part n: what walking interpreter and JIT frames costs the kernel per
 //! CPU sample. Debian's python3.11 (four Python frames deep), node (five
 //! JavaScript frames deep) and OpenJDK 17 (`tests/fixtures/java/Chain.java`:
-//! four Java frames, three interpreted and one compiled), each sampled by
-//! PID at 999 Hz, with the runtime's walk on and off
+//! four Java frames, three interpreted and one compiled; also run with
+//! `-XX:+PreserveFramePointer`, so that the native walk reaches the same
+//! depth), each sampled by PID at 999 Hz, with the runtime's walk on and off
 //! (`PROFILER_PYTHON_FRAMES=0`, `PROFILER_JS_FRAMES=0`,
 //! `PROFILER_JAVA_FRAMES=0`) in alternating rounds against the same process.
 //! The figure is the sampler program's own run time per run
@@ -223,6 +224,21 @@ pub fn measure(rounds: usize, work: &Path) -> Vec<Result<Row>> {
         rows.push(one(
             "OpenJDK 17 (Debian), 4 Java frames",
             Command::new("java")
+                .arg("-cp")
+                .arg(work)
+                .args(["Chain", "600"]),
+            "PROFILER_JAVA_FRAMES",
+            rounds,
+            work,
+        ));
+        // The same with frame pointers kept in compiled code: the native
+        // walk then steps through the Java frames by rbp, unnamed, to the
+        // same depth, where without them it stops at the compiled leaf.
+        // The ratio of walks over the same stack.
+        rows.push(one(
+            "OpenJDK 17, 4 Java frames, -XX:+PreserveFramePointer",
+            Command::new("java")
+                .arg("-XX:+PreserveFramePointer")
                 .arg("-cp")
                 .arg(work)
                 .args(["Chain", "600"]),
