@@ -64,6 +64,23 @@ fn f64_of(v: &Value, key: &str) -> f64 {
 #[test]
 fn durations_leave_out_the_probes_cost() {
     require_root!();
+    // The traced phase lasts about 0.1 s, and the calibrations that price
+    // its probes bracket it: a burst of the host's own load in between
+    // (this host's speed moves by up to 50% from one second to the next)
+    // moves its figures out of their bounds. One more recording when the
+    // first misses, its failure printed; a second miss fails.
+    if let Err(e) = std::panic::catch_unwind(durations_checked) {
+        let why = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        eprintln!("costs: the first recording missed ({why}); recording once more");
+        durations_checked();
+    }
+}
+
+fn durations_checked() {
     let (base, traced, o, d) = record(&[]);
     eprintln!("untraced: {base}");
     assert_exact(&o, &traced);
