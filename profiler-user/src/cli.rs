@@ -388,8 +388,9 @@ pub struct StageArgs {
 #[derive(Debug, Args)]
 pub struct DispatchArgs {
     /// Thread whose dispatches are watched: `main` (tid == pid), a TID or a
-    /// thread name (one longer than the 15 characters Linux keeps matches
-    /// the thread named its first 15, said on stderr). Default: the main
+    /// thread name (a JVM's Java threads by their whole names, read from
+    /// the JVM; another name longer than the 15 characters Linux keeps
+    /// matches the thread named its first 15, said on stderr). Default: the main
     /// thread; in a JVM (whose launcher's main thread only waits for the
     /// VM), the event-dispatch thread (`AWT-EventQueue-0`, or JavaFX's
     /// application thread) while the Java main thread is parked, else the

@@ -79,7 +79,7 @@ impl Fixture {
         fx
     }
 
-    fn line(&mut self, timeout: Duration) -> String {
+    pub fn line(&mut self, timeout: Duration) -> String {
         self.lines.recv_timeout(timeout).unwrap_or_else(|e| {
             let status = self.child.try_wait().ok().flatten();
             panic!(

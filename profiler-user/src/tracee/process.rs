@@ -344,6 +344,13 @@ pub enum ByName {
     None,
 }
 
+/// `name` as Linux keeps it: its first [`COMM_LEN`] bytes (read back
+/// lossily where that splits a character).
+fn truncated(name: &str) -> String {
+    let bytes = name.as_bytes();
+    String::from_utf8_lossy(&bytes[..bytes.len().min(COMM_LEN)]).into_owned()
+}
+
 /// Matches `spec` against `threads` (TID and name, by TID).
 pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
     if let Some((tid, name)) = threads.iter().find(|(_, n)| n == spec) {
@@ -352,9 +359,7 @@ pub fn by_name(spec: &str, threads: &[(u32, String)]) -> ByName {
     if spec.len() <= COMM_LEN {
         return ByName::None;
     }
-    // The kernel cuts bytes, and `comm` reads back lossily where that
-    // splits a character.
-    let cut = String::from_utf8_lossy(&spec.as_bytes()[..COMM_LEN]).into_owned();
+    let cut = truncated(spec);
     let tids: Vec<u32> = threads
         .iter()
         .filter(|(_, n)| *n == cut)
@@ -373,15 +378,26 @@ static TOLD_JVM_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 
 impl Target {
     /// Resolves `--thread`: `main` (tid == pid), a TID of this process, or
-    /// a thread name (one longer than Linux keeps matches its truncation,
-    /// [`by_name`]); without it, the main thread, or a JVM's
-    /// ([`Target::jvm_thread`]). Returns the tid and its name.
-    pub fn resolve_thread(&self, spec: Option<&str>) -> Result<(u32, String)> {
+    /// a thread name: a runtime's own name of a thread first (`full_names`:
+    /// a JVM's `Thread.getName()` by TID, which Linux cuts to
+    /// [`COMM_LEN`]), else the kernel's (one longer than Linux keeps
+    /// matches its truncation, [`by_name`]); without it, the main thread,
+    /// or a JVM's ([`Target::jvm_thread`]). Returns the tid and its name.
+    pub fn resolve_thread(
+        &self,
+        spec: Option<&str>,
+        full_names: &dyn Fn(u32) -> std::result::Result<Vec<(u32, String)>, String>,
+    ) -> Result<(u32, String)> {
         let pid = self.pid;
         let name_of = |tid: u32| thread_name(pid, tid);
         let Some(spec) = spec else {
-            if let Some(found) = self.jvm_thread() {
-                return Ok(found);
+            if let Some((tid, name)) = self.jvm_thread() {
+                // Its whole name, where the JVM gives it.
+                let whole = full_names(pid)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|(t, n)| (t == tid).then_some(n));
+                return Ok((tid, whole.unwrap_or(name)));
             }
             return Ok((pid, name_of(pid).unwrap_or_default()));
         };
@@ -405,6 +421,15 @@ impl Target {
             })
             .collect();
         threads.sort();
+        // A JVM's threads by their whole names, when it can be read:
+        // Linux's may be cut, and two cut alike. Only the other threads'
+        // names may then match by their truncation.
+        let mut whole = full_names(pid).unwrap_or_default();
+        whole.retain(|(tid, _)| threads.iter().any(|(t, _)| t == tid));
+        threads.retain(|(tid, _)| !whole.iter().any(|(t, _)| t == tid));
+        if let Some((tid, name)) = whole.iter().find(|(_, n)| n == spec) {
+            return Ok((*tid, name.clone()));
+        }
         match by_name(spec, &threads) {
             ByName::Exact(tid, name) => Ok((tid, name)),
             ByName::Truncated(tid, name) => {
@@ -423,7 +448,7 @@ impl Target {
                 tids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
             ))),
             ByName::None => {
-                let mut names: Vec<String> = threads.into_iter().map(|(_, n)| n).collect();
+                let mut names: Vec<String> = threads.into_iter().chain(whole).map(|(_, n)| n).collect();
                 names.sort();
                 names.dedup();
                 Err(Error::Usage(format!(

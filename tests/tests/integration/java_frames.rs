@@ -239,3 +239,86 @@ fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
     );
     assert!(fx.alive(), "the app died while profiled");
 }
+
+/// Issue 44, item 4: `--thread` finds a JVM's thread by its whole Java
+/// name, read from the JVM, where Linux keeps 15 characters of it:
+/// `pool-1-thread-1` and `pool-1-thread-12` are one name in /proc, and a
+/// name with non-ASCII characters is cut inside one. Each is watched on
+/// its own TID (the fixture's own reading of /proc/thread-self) and
+/// named in full, with no note of a truncation; a name no thread has is
+/// refused with the whole names listed.
+#[test]
+fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
+    require_root!();
+    let dir = TempDir::new("javanames");
+    let classes = match compile(dir.path(), "Names") {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIP {}: {why}", module_path!());
+            return;
+        }
+    };
+    let java = PathBuf::from("/usr/bin/java");
+    let mut cmd = Command::new(&java);
+    cmd.arg("-cp").arg(&classes).arg("Names").arg(lifetime(40));
+    let mut fx = Fixture::spawn_cmd(cmd, &java);
+    let threads: Vec<(u64, String)> = (0..3)
+        .map(|_| {
+            let line = fx.line(std::time::Duration::from_secs(10));
+            let (tid, name) = line
+                .strip_prefix("thread ")
+                .and_then(|l| l.split_once(' '))
+                .unwrap_or_else(|| panic!("fixture line: {line:?}"));
+            (tid.parse().unwrap(), name.to_string())
+        })
+        .collect();
+    let comm = |tid: u64| {
+        std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", fx.pid)).unwrap_or_default()
+    };
+    let pool: Vec<&(u64, String)> = threads
+        .iter()
+        .filter(|(_, n)| n.starts_with("pool-1-"))
+        .collect();
+    assert_eq!(pool.len(), 2, "{threads:?}");
+    assert_eq!(comm(pool[0].0), comm(pool[1].0), "Linux's names alike");
+    let pid = fx.pid.to_string();
+    for (tid, name) in &threads {
+        let out = TempDir::new("javanames-out");
+        let fin = profiler(&[
+            "record",
+            "--pid",
+            &pid,
+            "--thread",
+            name,
+            "--duration",
+            "1s",
+            "--out",
+            out.path().to_str().unwrap(),
+        ]);
+        assert!(fin.status.success(), "{name}: {fin:?}");
+        assert!(
+            !fin.stderr.iter().any(|l| l.contains("Linux keeps")),
+            "{:?}",
+            fin.stderr
+        );
+        let d = read_json(out.path(), "dispatches.json");
+        assert_eq!(d["thread"]["tid"], *tid, "{name}: {}", d["thread"]);
+        assert_eq!(d["thread"]["name"], name.as_str(), "{}", d["thread"]);
+    }
+    let out = TempDir::new("javanames-refused");
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &pid,
+        "--thread",
+        "pool-1-thread-123",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert_error(&fin, "has no thread named \"pool-1-thread-123\"", true);
+    let error = fin.stderr.iter().find(|l| l.contains("error:")).unwrap();
+    for (_, name) in &threads {
+        assert!(error.contains(name.as_str()), "{name} in {error}");
+    }
+    assert!(fx.alive(), "the JVM died while profiled");
+}

@@ -59,7 +59,8 @@ pub(super) fn record(pid: u32, extra: &[&str]) -> (String, Value, u64, u64) {
 /// Each slow dispatch holds exactly one of the app's stalls, every stall
 /// well inside the session is one, and each was started by `TimerQueue`.
 pub(super) fn assert_each_stall_is_one_dispatch(d: &Value, stalls: &[Value], start: u64, end: u64) {
-    assert_eq!(d["thread"]["name"], "AWT-EventQueue-", "{}", d["thread"]);
+    // Its whole name, from the JVM (Linux keeps `AWT-EventQueue-`).
+    assert_eq!(d["thread"]["name"], "AWT-EventQueue-0", "{}", d["thread"]);
     let slow = d["slow"].as_array().expect("slow array");
     let mut matched = Vec::new();
     for s in slow {

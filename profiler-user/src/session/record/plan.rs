@@ -125,7 +125,10 @@ impl<'a> Recorder<'a> {
         }
         let (watch_tid, mut watch_name) = self
             .target
-            .resolve_thread(args.dispatch.thread.as_deref())
+            .resolve_thread(
+                args.dispatch.thread.as_deref(),
+                &crate::symbolize::hotspot::thread_names,
+            )
             .map_err(|e| self.gone(e))?;
         if let Some(c) = self.child.as_ref().filter(|c| c.pid == watch_tid) {
             // Not exec'd yet: named after the program, as the kernel will.
@@ -222,7 +225,10 @@ fn presample_selection(
     args: &RecordArgs,
     required: &[select::Required],
 ) -> Result<Option<(select::Selection, u64)>> {
-    let (tid, _) = target.resolve_thread(args.dispatch.thread.as_deref())?;
+    let (tid, _) = target.resolve_thread(
+        args.dispatch.thread.as_deref(),
+        &crate::symbolize::hotspot::thread_names,
+    )?;
     let rows = crate::unwind::budget::rows(args.unwind_memory, false, Some(target.pid));
     let seen = crate::session::presample::sample(target.pid, tid, rows)?;
     let maps = crate::tracee::process::read_maps(target.pid)

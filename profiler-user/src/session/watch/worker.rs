@@ -145,7 +145,10 @@ fn watch(
     snapshot: &Arc<AtomicBool>,
 ) -> Result<String> {
     let target = process::Target::open(pid)?;
-    let (tid, thread_name) = target.resolve_thread(args.thread.as_deref())?;
+    let (tid, thread_name) = target.resolve_thread(
+        args.thread.as_deref(),
+        &crate::symbolize::hotspot::thread_names,
+    )?;
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap_or_default()
         .trim_end()

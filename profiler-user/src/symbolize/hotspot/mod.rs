@@ -37,6 +37,9 @@ use profiler_common::hotspot::{
 
 use super::proc_mem::Mem;
 
+mod threads;
+pub use threads::thread_names;
+
 /// Prefix of a Java frame's name.
 pub const PREFIX: &str = "java:";
 
@@ -400,6 +403,24 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
         kernel.seg_shift[i] = shift;
     }
     Ok(Some(Meta { kernel, ..meta }))
+}
+
+/// `pid`'s JVM tables, read through its `libjvm.so` mapping `m`; None
+/// where the file or the process's memory cannot be opened.
+fn tables_of(
+    pid: u32,
+    m: &crate::tracee::process::MapLine,
+) -> Option<(Mem, Result<Tables, String>)> {
+    let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let data = object::ReadCache::new(File::open(&open).ok()?);
+    let obj = object::File::parse(&data).ok()?;
+    let syms = crate::tracee::symbols::dynamic_values(&obj, |n| n.starts_with(b"gHotSpotVM"));
+    let mem = Mem::open(pid)?;
+    // libjvm.so's segments are mapped at their file offsets.
+    let base = m.start.wrapping_sub(m.offset);
+    let sym = |name: &str| syms.get(name.as_bytes()).map(|v| base.wrapping_add(*v));
+    let tables = read_tables(&mem, &sym);
+    Some((mem, tables))
 }
 
 /// Processes running HotSpot, for naming.
@@ -860,24 +881,10 @@ impl Hotspot {
         if registered(pid).is_some() || self.failed.contains(&pid) {
             return;
         }
-        let open = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-        let syms = match File::open(&open) {
-            Ok(file) => {
-                let data = object::ReadCache::new(file);
-                match object::File::parse(&data) {
-                    Ok(obj) => crate::tracee::symbols::dynamic_values(&obj, |n| {
-                        n.starts_with(b"gHotSpotVM")
-                    }),
-                    Err(_) => return,
-                }
-            }
-            Err(_) => return,
+        let Some((mem, tables)) = tables_of(pid, &m) else {
+            return;
         };
-        let Some(mem) = Mem::open(pid) else { return };
-        // libjvm.so's segments are mapped at their file offsets.
-        let base = m.start.wrapping_sub(m.offset);
-        let sym = |name: &str| syms.get(name.as_bytes()).map(|v| base.wrapping_add(*v));
-        let read = read_tables(&mem, &sym).and_then(|t| read_meta(&mem, &t));
+        let read = tables.and_then(|t| read_meta(&mem, &t));
         self.waiting.remove(&pid);
         match read {
             Ok(Some(meta)) => {
