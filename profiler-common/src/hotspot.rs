@@ -51,6 +51,9 @@ pub const FP_WINDOW_WORDS: usize = (FP_WINDOW as usize + 16) / 8;
 /// `HsProc::blob_window`: its frame size, frame-complete offset and code
 /// start.
 pub const BLOB_WINDOW: u32 = 32;
+/// Set in `HsProc::blob_code_begin` when the code start lies outside that
+/// window: the rest is its offset in the blob, read apart.
+pub const CODE_APART: u32 = 1 << 31;
 
 /// Where one JVM keeps what the kernel reads.
 #[repr(C)]
@@ -71,7 +74,9 @@ pub struct HsProc {
     pub heap_block: u32,
     /// Where in a `CodeBlob` the kernel's one read of [`BLOB_WINDOW`]
     /// bytes starts, and where in that window `_frame_size` (words),
-    /// `_frame_complete_offset` and `_code_begin` are (bytes).
+    /// `_frame_complete_offset` and `_code_begin` are (bytes; the last
+    /// with [`CODE_APART`] when it is read apart, at that offset in the
+    /// blob).
     pub blob_window: u32,
     pub blob_frame_size: u32,
     pub blob_frame_complete: u32,

