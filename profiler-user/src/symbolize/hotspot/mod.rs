@@ -32,7 +32,7 @@ use std::{
 
 use aya::maps::{HashMap as BpfHash, MapData};
 use profiler_common::hotspot::{
-    self as common, HsProc, BLOB_WINDOW, FP_WINDOW, LEAF, LOW_MAX, MAX_HEAPS, OFFSET_MAX,
+    self as common, HsProc, BLOB_WINDOW, LEAF, LOW_MAX, MAX_HEAPS, OFFSET_MAX,
 };
 
 use super::proc_mem::Mem;
@@ -274,7 +274,7 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
         .u32(t.address("Abstract_VM_Version", "_vm_major_version")?)
         .ok_or("the version is unreadable")?;
     // The interpreter's frame layout below (its mirror slot) is JDK 9's
-    // and later; it is checked on 17.
+    // and later; it is checked on 11, 17 and 21.
     if !(9..=40).contains(&major) {
         return Err(format!("JDK {major}"));
     }
@@ -285,13 +285,10 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
             "interpreter frame slots {sender_sp}, {last_sp}, not -1, -2"
         ));
     }
+    // The lowest of these, the bytecode pointer's (64 bytes below the
+    // frame pointer), is FP_WINDOW: the kernel reads them in one read.
     let method_slot = last_sp - 1;
     let bcp_slot = method_slot - 5;
-    // The kernel reads an interpreted frame's slots in one read of the
-    // FP_WINDOW bytes below its frame pointer.
-    if -bcp_slot * 8 > i64::from(FP_WINDOW) {
-        return Err(format!("interpreter frame slot {bcp_slot}"));
-    }
     // JDK 21 moved a method's flags into ConstMethodFlags (a u4 whose
     // low half holds this one).
     let has_line_table = t
@@ -316,21 +313,19 @@ fn read_meta(mem: &Mem, t: &Tables) -> Result<Option<Meta>, String> {
     let frame_size = t.off("CodeBlob", "_frame_size", "int")?;
     let frame_complete = t.off("CodeBlob", "_frame_complete_offset", "int")?;
     let code_begin = t.off("CodeBlob", "_code_begin", "address")?;
-    let with_code = frame_size.min(frame_complete).min(code_begin) & !7;
-    let (blob_window, code_at) = if (frame_size + 4).max(frame_complete + 4).max(code_begin + 8)
-        - with_code
-        <= BLOB_WINDOW
-    {
-        (with_code, code_begin - with_code)
-    } else {
-        let window = frame_size.min(frame_complete) & !7;
-        (window, common::CODE_APART | code_begin)
-    };
-    if (frame_size + 4).max(frame_complete + 4) - blob_window > BLOB_WINDOW {
+    let sizes_at = frame_size.min(frame_complete) & !7;
+    let sizes_end = (frame_size + 4).max(frame_complete + 4);
+    if sizes_end - sizes_at > BLOB_WINDOW {
         return Err(format!(
             "CodeBlob's frame size and frame-complete offset at {frame_size} and {frame_complete}"
         ));
     }
+    let with_code = sizes_at.min(code_begin & !7);
+    let (blob_window, code_at) = if sizes_end.max(code_begin + 8) - with_code <= BLOB_WINDOW {
+        (with_code, code_begin - with_code)
+    } else {
+        (sizes_at, common::CODE_APART | code_begin)
+    };
     let mut kernel = HsProc {
         heap_block: t.size("HeapBlock")?,
         blob_window,
