@@ -214,7 +214,7 @@ impl Outputs {
 /// The longest a runnable thread waits for a CPU at one preemption, as
 /// the tests allow it: EEVDF's base slice (0.75 ms, scaled by 1 + log2 of
 /// the CPU count: 1.5 ms on two CPUs), doubled for the host's own noise.
-const SCHED_SLICE_NS: u64 = 3_000_000;
+pub const SCHED_SLICE_NS: u64 = 3_000_000;
 
 fn entries<'a>(list: &'a Value, name: &str) -> Vec<&'a Value> {
     let generic = format!("{name}::<");

@@ -24,14 +24,24 @@ fn recursion_counts_and_outermost_total() {
     let (max, want) = (num(f, "max_ns"), num(t, "max_ns"));
     // Under emulation the probes' hits, outside the fixture's clock, may
     // hold a stalled vCPU (TCG_STALL_NS).
-    let slack = match relaxed("recursion: the longest call may be a vCPU stall past the fixture's")
+    let stall = match relaxed("recursion: the longest call may be a vCPU stall past the fixture's")
     {
         true => TCG_STALL_NS,
         false => 0,
     };
+    // A preemption inside a probe's handling, where the fixture's clock
+    // does not run, lengthens the profiler's figure alone (CI once had
+    // 6.37 ms against 3.80 ms): each the fixture counted may add a slice.
+    let preempted: u64 = truth["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| num(t, "preempted"))
+        .sum();
+    let slack = stall + preempted * SCHED_SLICE_NS;
     assert!(
         max.abs_diff(want) <= (want / 10).max(100_000) + slack,
-        "max {max} vs fixture {want}"
+        "max {max} vs fixture {want} (preempted {preempted} times)"
     );
     assert!(
         num(f, "min_ns") < max / 5,

@@ -47,11 +47,13 @@ fn stage_args(out: &std::path::Path) -> Vec<String> {
     v
 }
 
-/// Within 2 % or 0.5 ms, whichever is larger (under emulation, 50% or
-/// 10 ms: a probe's first hits translate code, 7 ms of a 22-ms stage in
-/// the 6.1 VM).
-fn assert_near(what: &str, got: u64, want: u64) {
-    let mut tol = (want / 50).max(500_000);
+/// Within 2 % or 0.5 ms, whichever is larger, plus a scheduler slice for
+/// each time the fixture was preempted in the runs concerned (a wait for
+/// a CPU inside a probe's handling is in the profiler's figure alone).
+/// Under emulation, 50% or 10 ms: a probe's first hits translate code, 7 ms
+/// of a 22-ms stage in the 6.1 VM.
+fn assert_near(what: &str, got: u64, want: u64, preempted: u64) {
+    let mut tol = (want / 50).max(500_000) + preempted * SCHED_SLICE_NS;
     if got.abs_diff(want) > tol
         && relaxed(&format!(
             "{what}: {got} ns against the fixture's {want} ns: 50% or 10 ms allowed (a probe's \
@@ -62,7 +64,8 @@ fn assert_near(what: &str, got: u64, want: u64) {
     }
     assert!(
         got.abs_diff(want) <= tol,
-        "{what}: profiler says {got} ns, fixture measured {want} ns (tolerance {tol} ns)"
+        "{what}: profiler says {got} ns, fixture measured {want} ns (tolerance {tol} ns; \
+         preempted {preempted} times)"
     );
 }
 
@@ -162,6 +165,8 @@ fn open_document_stages() {
     }
 
     // Per-run durations and their summaries against the fixture's clock.
+    let preempted = u64s(&truth, "preempted");
+    let all_preempted: u64 = preempted.iter().sum();
     for (name, key) in [
         ("Open Document", "open_document"),
         ("Load", "load_file"),
@@ -173,20 +178,28 @@ fn open_document_stages() {
         let got = u64s(s, "per_run_ns");
         assert_eq!(got.len(), RUNS, "{name} per_run_ns: {s}");
         for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-            assert_near(&format!("{name} run {}", i + 1), g, w);
+            assert_near(&format!("{name} run {}", i + 1), g, w, preempted[i]);
         }
         let d = &s["duration_ns"];
         let avg = want.iter().sum::<u64>() / RUNS as u64;
-        assert_near(&format!("{name} avg"), num(d, "avg"), avg);
+        let p = all_preempted;
+        assert_near(
+            &format!("{name} avg"),
+            num(d, "avg"),
+            avg,
+            p.div_ceil(RUNS as u64),
+        );
         assert_near(
             &format!("{name} min"),
             num(d, "min"),
             *want.iter().min().unwrap(),
+            p,
         );
         assert_near(
             &format!("{name} max"),
             num(d, "max"),
             *want.iter().max().unwrap(),
+            p,
         );
     }
     // Load grows by 5 ms a run: the per-run order is the runs' order.

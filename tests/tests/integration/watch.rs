@@ -28,6 +28,7 @@ struct Truth {
 /// way, `watch_escalation.rs`'s): started, its lines read as it logs them.
 pub(crate) struct Server {
     child: Child,
+    stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<String>,
     pub(crate) pid: u32,
 }
@@ -42,9 +43,10 @@ impl Server {
         let mut child = Command::new(exe)
             .args(args)
             .stdout(Stdio::piped())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+        let stdin = child.stdin.take();
         let out = child.stdout.take().unwrap();
         let (tx, lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -56,7 +58,23 @@ impl Server {
             .recv_timeout(Duration::from_secs(10))
             .expect("ready line");
         let pid = ready.strip_prefix("ready ").unwrap().parse().unwrap();
-        Server { child, lines, pid }
+        Server {
+            child,
+            stdin,
+            lines,
+            pid,
+        }
+    }
+
+    /// Waits for `w` to say it watches this server, then starts its stalls.
+    pub(crate) fn go_when_watched(&mut self, w: &mut Recording) {
+        let attached = format!("watching PID {} (", self.pid);
+        if !w.stderr_so_far().iter().any(|l| l.contains(&attached)) {
+            w.wait_for_line(&attached, Duration::from_secs(30));
+        }
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("a held server");
+        writeln!(stdin, "go").and_then(|_| stdin.flush()).unwrap();
     }
 
     /// Reads lines until `done`, waits for a clean exit, and returns them.
@@ -208,12 +226,9 @@ fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
         watcher(out.path(), &["--exe", &exe, "--threshold", "100ms"]),
         "no process matches yet",
     );
-    // First stall 2.5 s after the start: the watch has attached by then.
-    let mut first = Server::start(&["6", "2500", "300"]);
-    w.wait_for_line(
-        &format!("watching PID {}", first.pid),
-        Duration::from_secs(5),
-    );
+    // Its stalls start 300 ms after the watch has attached.
+    let mut first = Server::start(&["6", "@300", "300"]);
+    first.go_when_watched(&mut w);
     let truth1 = first.run_to_end(Duration::from_secs(60));
     // All there before the second run starts. Each is written within a
     // second of its stall's end, except the last: it ends 5 ms before the
@@ -225,12 +240,9 @@ fn watch_follows_an_executable_across_restarts_with_a_line_per_stall() {
         &format!("stopped watching PID {}: it exited", first.pid),
         Duration::from_secs(5),
     );
-    let mut second = Server::start(&["4", "2500", "300"]);
+    let mut second = Server::start(&["4", "@300", "300"]);
     assert_ne!(second.pid, first.pid);
-    w.wait_for_line(
-        &format!("watching PID {}", second.pid),
-        Duration::from_secs(5),
-    );
+    second.go_when_watched(&mut w);
     let truth2 = second.run_to_end(Duration::from_secs(60));
     let lines2 = wait_lines(out.path(), second.pid, truth2.len(), Duration::from_secs(3));
     assert_matches(&lines2, &truth2);
@@ -257,12 +269,13 @@ fn a_stopped_process_is_neither_a_stall_nor_a_hang() {
     require_root!();
     let before = prof_prog_ids();
     let out = TempDir::new("watch-stop");
-    let mut server = Server::start(&["2", "2500", "6000"]);
+    let mut server = Server::start(&["2", "@300", "6000"]);
     let pid = server.pid.to_string();
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid, "--hang", "1s"]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let t1 = server.next_stall();
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on our own child.
@@ -308,15 +321,16 @@ fn the_disk_cap_holds_and_groups_count_every_stall() {
     require_root!();
     let out = TempDir::new("watch-cap");
     // 400 stalls of 30-50 ms, 10 ms apart.
-    let mut server = Server::start(&["400", "2500", "10", "30"]);
+    let mut server = Server::start(&["400", "@300", "10", "30"]);
     let pid = server.pid.to_string();
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(
             out.path(),
             &["--pid", &pid, "--threshold", "20ms", "--max-disk", "2M"],
         ),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let truth = server.run_to_end(Duration::from_secs(120));
     assert_eq!(truth.len(), 400);
     let fin = w.wait();
@@ -370,12 +384,13 @@ fn after_a_sigkill_every_line_parses_and_a_new_watcher_appends() {
     require_root!();
     let before = prof_prog_ids();
     let out = TempDir::new("watch-kill");
-    let mut server = Server::start(&["5", "2500", "1500"]);
+    let mut server = Server::start(&["5", "@300", "1500"]);
     let pid = server.pid.to_string();
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     server.next_stall();
     server.next_stall();
     wait_lines(out.path(), server.pid, 2, Duration::from_secs(1));
@@ -450,12 +465,13 @@ fn a_hang_is_a_line_while_it_runs_and_another_when_it_ends() {
     require_root!();
     let out = TempDir::new("watch-hang");
     // Two stalls of 600 and 600 ms (the first two of a 600-ms base).
-    let mut server = Server::start(&["2", "2500", "1000", "600"]);
+    let mut server = Server::start(&["2", "@300", "1000", "600"]);
     let pid = server.pid.to_string();
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid, "--hang", "300ms"]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let truth = server.run_to_end(Duration::from_secs(30));
     let fin = w.wait();
     assert!(fin.status.success(), "{fin:?}");
@@ -476,12 +492,13 @@ fn a_hang_is_a_line_while_it_runs_and_another_when_it_ends() {
 fn sighup_reopens_the_lines_and_sigusr1_writes_the_flight_recorder() {
     require_root!();
     let out = TempDir::new("watch-signals");
-    let mut server = Server::start(&["3", "2500", "1500"]);
+    let mut server = Server::start(&["3", "@300", "1500"]);
     let pid = server.pid.to_string();
     let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     server.next_stall();
     wait_lines(out.path(), server.pid, 1, Duration::from_secs(1));
     // logrotate: moved away, then SIGHUP.
@@ -535,13 +552,19 @@ fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
         "no process matches yet",
     );
     let mut child = Command::new(&hostile)
-        .args(["4", "3000", "400"])
+        .args(["4", "@300", "400"])
         .stdout(Stdio::piped())
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
-    w.wait_for_line(&format!("watching PID {pid}"), Duration::from_secs(10));
+    w.wait_for_line(&format!("watching PID {pid} ("), Duration::from_secs(30));
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        // (Closed after: at EOF the server leaves stdin out of its loop.)
+        writeln!(stdin, "go").and_then(|_| stdin.flush()).unwrap();
+    }
     let prom = profiler_tests::prometheus::Prometheus::start(&[addr]);
     let mut text = String::new();
     use std::io::Read as _;
@@ -652,12 +675,13 @@ fn profile_every_writes_pprof_windows_whose_stalled_samples_are_the_stalls_cpu()
     let out = TempDir::new("watch-pprof");
     // 6 stalls of 300, 300, 400, 400, 500 and 500 ms, on-CPU and asleep
     // in turn, 700 ms apart: about 9 s, so 4 windows of 2 s or more.
-    let mut server = Server::start(&["6", "2500", "700", "300"]);
+    let mut server = Server::start(&["6", "@300", "700", "300"]);
     let pid = server.pid.to_string();
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid, "--profile-every", "2s"]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let truth = server.run_to_end(Duration::from_secs(60));
     // The watch ends with the process: its partial window is written too.
     let fin = w.wait();
@@ -729,13 +753,14 @@ fn sigterm_writes_the_partial_window_of_profile_every() {
         return;
     }
     let out = TempDir::new("watch-pprof-term");
-    let mut server = Server::start(&["10", "2500", "700", "300"]);
+    let mut server = Server::start(&["10", "@300", "700", "300"]);
     let pid = server.pid.to_string();
     // A window of an hour: none is over before the SIGTERM.
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(out.path(), &["--pid", &pid, "--profile-every", "1h"]),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let truth = [server.next_stall(), server.next_stall()];
     let lines = wait_lines(out.path(), server.pid, 2, Duration::from_secs(3));
     let fin = w.stop(libc::SIGTERM);
@@ -780,14 +805,14 @@ fn a_cgroups_profiles_carry_the_cgroup_and_the_oldest_make_room_under_the_cap() 
     let cg = Cgroup::new(&name);
     let out = TempDir::new("watch-cgroup");
     // 40 stalls of 100-170 ms, 250 ms apart: about 15 s, 15 windows.
-    let mut server = Server::start(&["40", "2500", "250", "100"]);
+    let mut server = Server::start(&["40", "@300", "250", "100"]);
     cg.add(server.pid);
     let pid = server.pid.to_string();
     let cgroup = format!("/{name}");
     // (About 170 KB go to the lines, groups.json and the groups'
     // reports; 64 KB are kept in reserve.)
     let cap = 288 * 1024;
-    let w = Recording::spawn_until(
+    let mut w = Recording::spawn_until(
         watcher(
             out.path(),
             &[
@@ -801,6 +826,7 @@ fn a_cgroups_profiles_carry_the_cgroup_and_the_oldest_make_room_under_the_cap() 
         ),
         &format!("watching PID {pid}"),
     );
+    server.go_when_watched(&mut w);
     let truth = server.run_to_end(Duration::from_secs(90));
     // The process has exited; the cgroup stays watched until the stop.
     std::thread::sleep(Duration::from_millis(1500));
