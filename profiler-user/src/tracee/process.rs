@@ -422,15 +422,20 @@ impl Target {
             .collect();
         threads.sort();
         // A JVM's threads by their whole names, when it can be read:
-        // Linux's may be cut, and two cut alike. Only the other threads'
-        // names may then match by their truncation.
+        // Linux's may be cut, and two cut alike. Linux's names still match
+        // as given; by their truncation, only the other threads' do.
         let mut whole = full_names(pid).unwrap_or_default();
         whole.retain(|(tid, _)| threads.iter().any(|(t, _)| t == tid));
-        threads.retain(|(tid, _)| !whole.iter().any(|(t, _)| t == tid));
         if let Some((tid, name)) = whole.iter().find(|(_, n)| n == spec) {
             return Ok((*tid, name.clone()));
         }
-        match by_name(spec, &threads) {
+        let exact = by_name(spec, &threads);
+        threads.retain(|(tid, _)| !whole.iter().any(|(t, _)| t == tid));
+        let found = match exact {
+            ByName::Exact(..) => exact,
+            _ => by_name(spec, &threads),
+        };
+        match found {
             ByName::Exact(tid, name) => Ok((tid, name)),
             ByName::Truncated(tid, name) => {
                 if !TOLD_TRUNCATED.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -596,9 +601,15 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 
 /// The name (`comm`) of thread `tid` of process `pid`, if it still exists.
 pub fn thread_name(pid: u32, tid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+    // Read lossily: the kernel cuts a long name's bytes, and may cut a
+    // character in two.
+    fs::read(format!("/proc/{pid}/task/{tid}/comm"))
         .ok()
-        .map(|s| s.trim_end_matches('\n').to_string())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\n')
+                .to_string()
+        })
 }
 
 /// The child processes of `pid`'s main thread (`/proc/PID/task/PID/children`),

@@ -16,7 +16,7 @@ fn compile(dir: &Path, name: &str) -> Result<PathBuf, String> {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("fixtures/java/{name}.java"));
     // Class files every JDK tested runs (11 and later).
     let out = Command::new("javac")
-        .args(["--release", "11"])
+        .args(["--release", "11", "-encoding", "UTF-8"])
         .arg("-d")
         .arg(dir)
         .arg(&src)
@@ -294,8 +294,9 @@ fn a_swing_event_thread_stall_is_one_dispatch_named_by_its_java_method() {
 /// `pool-1-thread-1` and `pool-1-thread-12` are one name in /proc, and a
 /// name with non-ASCII characters is cut inside one. Each is watched on
 /// its own TID (the fixture's own reading of /proc/thread-self) and
-/// named in full, with no note of a truncation; a name no thread has is
-/// refused with the whole names listed.
+/// named in full, with no note of a truncation; Linux's name of a thread
+/// still finds it; a name no thread has is refused with the whole names
+/// listed.
 #[test]
 fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
     require_root!();
@@ -321,8 +322,10 @@ fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
             (tid.parse().unwrap(), name.to_string())
         })
         .collect();
+    // As the kernel keeps it, read back lossily where it cut a character.
     let comm = |tid: u64| {
-        std::fs::read_to_string(format!("/proc/{}/task/{tid}/comm", fx.pid)).unwrap_or_default()
+        let bytes = std::fs::read(format!("/proc/{}/task/{tid}/comm", fx.pid)).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).trim_end().to_string()
     };
     let pool: Vec<&(u64, String)> = threads
         .iter()
@@ -354,6 +357,31 @@ fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
         assert_eq!(d["thread"]["tid"], *tid, "{name}: {}", d["thread"]);
         assert_eq!(d["thread"]["name"], name.as_str(), "{}", d["thread"]);
     }
+    // Linux's name, as given, finds the thread too.
+    let (tid, name) = threads
+        .iter()
+        .find(|(_, n)| !n.is_ascii())
+        .unwrap_or_else(|| panic!("{threads:?}"));
+    let cut = comm(*tid);
+    assert!(
+        cut.len() < name.len() && cut.ends_with('\u{FFFD}'),
+        "{cut:?}"
+    );
+    let out = TempDir::new("javanames-cut");
+    let fin = profiler(&[
+        "record",
+        "--pid",
+        &pid,
+        "--thread",
+        &cut,
+        "--duration",
+        "1s",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    assert!(fin.status.success(), "{cut}: {fin:?}");
+    let d = read_json(out.path(), "dispatches.json");
+    assert_eq!(d["thread"]["tid"], *tid, "{cut}: {}", d["thread"]);
     let out = TempDir::new("javanames-refused");
     let fin = profiler(&[
         "record",
