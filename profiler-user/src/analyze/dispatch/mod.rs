@@ -16,6 +16,7 @@ mod explain;
 mod frames;
 mod hang;
 mod iterations;
+mod key;
 mod loop_wait;
 mod own_cost;
 pub mod quality;

@@ -12,7 +12,7 @@
 //! The paths down to the frames a verdict names are pinned: never trimmed,
 //! even past the limit.
 //!
-//! The key is Matrix's too, on exact data: among traced calls costing ≥ 30% of
+//! The key (`key.rs`) is Matrix's too, on exact data: among traced calls costing ≥ 30% of
 //! the dispatch, the one with the largest (depth + 1) × cost (depth counted
 //! in frames of the program's own), skipping the
 //! dispatch function itself if anything else qualifies. Sampled frames only
@@ -20,8 +20,6 @@
 //! A pick that is not the program's own frame (a C library or runtime
 //! wrapper, see `frames.rs`) moves up to the nearest one that is, and a
 //! signature's caller is the nearest frame of the program's own above it.
-
-use super::frames;
 
 /// What a node's time is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -199,145 +197,6 @@ impl Tree {
         self.nodes.push(n);
         self.nodes[parent].children.push(id);
         id
-    }
-
-    /// Depth of every node in frames of the program's own: its own
-    /// ancestors, and itself if it is one ([`frames::is_own`]). The same as
-    /// the depth where every frame is (traced C code); a handler below 15
-    /// frames of libuv and V8 is not weighed as if those were its callers.
-    fn own_depths(&self) -> Vec<u32> {
-        let mut d = vec![0u32; self.nodes.len()];
-        for i in 1..self.nodes.len() {
-            d[i] = d[self.nodes[i].parent] + u32::from(self.is_own(i));
-        }
-        d
-    }
-
-    /// Whether node `id` is a frame of the program's own
-    /// ([`frames::is_own_in`]: below a Python frame, only Python frames are).
-    fn is_own(&self, id: usize) -> bool {
-        let mut up = self.nodes[id].parent;
-        let mut under_python = false;
-        while up != 0 {
-            if self.nodes[up].name.starts_with("py:") {
-                under_python = true;
-                break;
-            }
-            up = self.nodes[up].parent;
-        }
-        frames::is_own_in(&self.nodes[id].name, under_python)
-    }
-
-    /// The key node: Matrix's rule over traced nodes, sampled ones only if
-    /// no traced node qualifies; then moved up to the nearest frame of the
-    /// program's own ([`Self::own_or_ancestor`]), so a C library or runtime
-    /// wrapper (`__GI_epoll_pwait`, `Builtins_*`) never is the key. A
-    /// traced pick with no frame of the program's own above it gives way to
-    /// the sampled and blocked frames.
-    #[cfg(test)]
-    pub fn key_node(&self) -> usize {
-        self.key_node_given(0)
-    }
-
-    /// The key node (`key_node`, in tests) when the dispatch spent `runnable_ns` waiting
-    /// for a CPU: time no sample or blocked stack can show, so sampled and
-    /// blocked frames qualify from 30% of the rest (a CPU-bound handler
-    /// starved of CPU is still its own key).
-    pub fn key_node_given(&self, runnable_ns: u64) -> usize {
-        let total = self.nodes[0].total_ns.max(1);
-        let seen = total.saturating_sub(runnable_ns).max(1);
-        let of =
-            |kinds: &'static [Kind]| move |n: &Node| kinds.contains(&n.kind).then_some(n.total_ns);
-        self.pick(total, of(&[Kind::Traced]))
-            .filter(|&i| i != 0)
-            .or_else(|| self.pick(seen, of(&[Kind::Sampled, Kind::Blocked])))
-            .unwrap_or(0)
-    }
-
-    /// The key node as the samples and blocked stacks alone would pick it
-    /// (the sampled and blocked pick of [`Self::key_node_given`], every
-    /// node weighed by its `seen_ns`), whichever of its frames are traced:
-    /// the same for a stall whether its functions were probed or not, so
-    /// `watch`'s groups hold still while it probes a group's functions and
-    /// its governor takes some of them off.
-    pub fn samples_key_node_given(&self, runnable_ns: u64) -> usize {
-        let total = self.nodes[0].total_ns.max(1);
-        let seen = total.saturating_sub(runnable_ns).max(1);
-        self.pick(seen, |n| (n.kind != Kind::Waker).then_some(n.seen_ns))
-            .unwrap_or(0)
-    }
-
-    /// Matrix's pick: among the nodes `weight` weighs (None: not one) at
-    /// 30% of `base` or more, the largest (own depth + 1) × weight, moved
-    /// up to the program's own frame.
-    fn pick(&self, base: u64, weight: impl Fn(&Node) -> Option<u64>) -> Option<usize> {
-        let depths = self.own_depths();
-        let mut best: Option<(u128, usize)> = None;
-        for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            let Some(w) = weight(n) else { continue };
-            if u128::from(w) * 10 < u128::from(base) * 3 {
-                continue;
-            }
-            let score = u128::from(depths[i] + 1) * u128::from(w);
-            if best.is_none_or(|(s, _)| score > s) {
-                best = Some((score, i));
-            }
-        }
-        best.map(|(_, i)| self.own_or_ancestor(i))
-    }
-
-    /// `id` if it is a frame of the program's own ([`frames::is_own`]),
-    /// else its nearest ancestor that is, else the root.
-    pub fn own_or_ancestor(&self, mut id: usize) -> usize {
-        while id != 0 && !self.is_own(id) {
-            id = self.nodes[id].parent;
-        }
-        id
-    }
-
-    /// The nearest strict ancestor of `id` of the program's own, or the
-    /// root.
-    pub fn own_parent(&self, id: usize) -> usize {
-        if id == 0 {
-            return 0;
-        }
-        self.own_or_ancestor(self.nodes[id].parent)
-    }
-
-    /// `name <- caller` of node `id`: its caller is its nearest ancestor of
-    /// the program's own (runtime frames between them left out), names as
-    /// keys hold them ([`frames::key_name`]).
-    pub fn signature(&self, id: usize) -> String {
-        let name = frames::key_name(&self.nodes[id].name);
-        if id == 0 {
-            name
-        } else {
-            let caller = self.own_parent(id);
-            format!("{name} <- {}", frames::key_name(&self.nodes[caller].name))
-        }
-    }
-
-    /// What the program called that blocked (or ran) in `leaf`:
-    /// `call <- own`, where `own` is the nearest frame of the program's own
-    /// at or above `leaf` (its caller when `leaf` itself is one) and `call`
-    /// the frame it called on the way to `leaf` (a wrapper such as
-    /// `nanosleep` or `JS:execSync node:child_process:…`). Returns the
-    /// text and the two nodes.
-    pub fn call_site(&self, leaf: usize) -> (String, usize, usize) {
-        let own = self.own_or_ancestor(leaf);
-        if own == leaf {
-            return (self.signature(leaf), leaf, self.own_parent(leaf));
-        }
-        let mut call = leaf;
-        while self.nodes[call].parent != own {
-            call = self.nodes[call].parent;
-        }
-        let text = format!(
-            "{} <- {}",
-            frames::key_name(&self.nodes[call].name),
-            frames::key_name(&self.nodes[own].name)
-        );
-        (text, call, own)
     }
 
     /// The heaviest leaf-most descendant of `id` of `kind`, if any.
