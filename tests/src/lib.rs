@@ -29,8 +29,9 @@ pub use kernel::{
     text_unchanged,
 };
 pub use outputs::{
-    assert_close, assert_close_probed, complete_share, complete_share_beside, folded, num, read,
-    read_json, stall_log, stalls_within, truth_fn, truth_line, u64s, Outputs, SCHED_SLICE_NS,
+    assert_close, assert_close_probed, complete_share, complete_share_beside, folded, num,
+    preempted, read, read_json, stall_log, stalls_within, truth_fn, truth_line, u64s, Outputs,
+    SCHED_SLICE_NS,
 };
 pub use recording::{
     assert_error, profiler, profiler_bin, profiler_within, profiler_wrapped, record_fixture,

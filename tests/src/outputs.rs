@@ -153,12 +153,7 @@ impl Outputs {
         // Each preemption of a fixture's thread (below) may have landed
         // inside a probe's handling of any function: the whole process's
         // count is allowed for on each function's total.
-        let preempted: u64 = truth["threads"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| t["preempted"].as_u64().unwrap_or(0))
-            .sum();
+        let preempted = preempted(truth);
         for f in truth["functions"].as_array().expect("truth functions") {
             let name = f["name"].as_str().unwrap();
             assert_eq!(self.sum(name, "calls"), num(f, "calls"), "calls of {name}");
@@ -209,6 +204,19 @@ impl Outputs {
             }
         }
     }
+}
+
+/// How often the fixture's threads were preempted (`preempted` in its
+/// truth, each thread's involuntary context switches): each time, a wait
+/// for a CPU inside a probe's handling may lengthen the profiler's figures
+/// alone, by up to [`SCHED_SLICE_NS`].
+pub fn preempted(truth: &Value) -> u64 {
+    truth["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["preempted"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// The longest a runnable thread waits for a CPU at one preemption, as

@@ -334,7 +334,8 @@ fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
     assert_eq!(pool.len(), 2, "{threads:?}");
     assert_eq!(comm(pool[0].0), comm(pool[1].0), "Linux's names alike");
     let pid = fx.pid.to_string();
-    for (tid, name) in &threads {
+    // A second's record of the thread `--thread NAME` names.
+    let record = |name: &str| {
         let out = TempDir::new("javanames-out");
         let fin = profiler(&[
             "record",
@@ -347,6 +348,10 @@ fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
             "--out",
             out.path().to_str().unwrap(),
         ]);
+        (out, fin)
+    };
+    for (tid, name) in &threads {
+        let (out, fin) = record(name);
         assert!(fin.status.success(), "{name}: {fin:?}");
         assert!(
             !fin.stderr.iter().any(|l| l.contains("Linux keeps")),
@@ -367,31 +372,11 @@ fn java_threads_are_found_by_their_whole_names_from_the_jvm() {
         cut.len() < name.len() && cut.ends_with('\u{FFFD}'),
         "{cut:?}"
     );
-    let out = TempDir::new("javanames-cut");
-    let fin = profiler(&[
-        "record",
-        "--pid",
-        &pid,
-        "--thread",
-        &cut,
-        "--duration",
-        "1s",
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
+    let (out, fin) = record(&cut);
     assert!(fin.status.success(), "{cut}: {fin:?}");
     let d = read_json(out.path(), "dispatches.json");
     assert_eq!(d["thread"]["tid"], *tid, "{cut}: {}", d["thread"]);
-    let out = TempDir::new("javanames-refused");
-    let fin = profiler(&[
-        "record",
-        "--pid",
-        &pid,
-        "--thread",
-        "pool-1-thread-123",
-        "--out",
-        out.path().to_str().unwrap(),
-    ]);
+    let (_, fin) = record("pool-1-thread-123");
     assert_error(&fin, "has no thread named \"pool-1-thread-123\"", true);
     let error = fin.stderr.iter().find(|l| l.contains("error:")).unwrap();
     for (_, name) in &threads {

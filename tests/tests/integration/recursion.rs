@@ -32,12 +32,7 @@ fn recursion_counts_and_outermost_total() {
     // A preemption inside a probe's handling, where the fixture's clock
     // does not run, lengthens the profiler's figure alone (CI once had
     // 6.37 ms against 3.80 ms): each the fixture counted may add a slice.
-    let preempted: u64 = truth["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| num(t, "preempted"))
-        .sum();
+    let preempted = preempted(&truth);
     let slack = stall + preempted * SCHED_SLICE_NS;
     assert!(
         max.abs_diff(want) <= (want / 10).max(100_000) + slack,

@@ -551,31 +551,11 @@ fn a_real_prometheus_counts_the_lines_of_a_process_with_a_hostile_name() {
         ),
         "no process matches yet",
     );
-    let mut child = Command::new(&hostile)
-        .args(["4", "@300", "400"])
-        .stdout(Stdio::piped())
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    w.wait_for_line(&format!("watching PID {pid} ("), Duration::from_secs(30));
-    {
-        use std::io::Write as _;
-        let mut stdin = child.stdin.take().unwrap();
-        // (Closed after: at EOF the server leaves stdin out of its loop.)
-        writeln!(stdin, "go").and_then(|_| stdin.flush()).unwrap();
-    }
+    let mut server = Server::spawn(&hostile, &["4", "@300", "400"]);
+    let pid = server.pid;
+    server.go_when_watched(&mut w);
     let prom = profiler_tests::prometheus::Prometheus::start(&[addr]);
-    let mut text = String::new();
-    use std::io::Read as _;
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut text)
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    let truth = text.lines().filter(|l| l.starts_with("stall ")).count();
+    let truth = server.run_to_end(Duration::from_secs(60)).len();
     assert_eq!(truth, 4);
     // The series stay a while after the process exits.
     let q = format!("sum(profiler_stalls_total{{pid=\"{pid}\"}})");
